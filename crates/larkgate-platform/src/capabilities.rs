@@ -1,0 +1,194 @@
+//! The built-in capabilities: a small key-value store and a clock.
+//!
+//! Their names, input and output types and annotations are final; their handlers run on the
+//! store (see the platform's store module once it exists). Values in the key-value store are
+//! strings: a script that needs structure stores `json.encode(...)` and reads it back with
+//! `json.decode(...)`.
+
+use larkgate_binding::Result;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::capability::{Annotations, CapabilityInfo, Declared, Listing};
+
+const READ: Annotations = Annotations {
+    read_only: true,
+    destructive: false,
+    idempotent: true,
+    open_world: false,
+};
+
+/// Input of `kv_get`.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
+pub struct KvGetInput {
+    /// The key to read.
+    pub key: String,
+    /// What to return as `value` when the key is absent.
+    pub default: Option<String>,
+}
+
+/// Output of `kv_get`.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct KvGetOutput {
+    /// The key that was read.
+    pub key: String,
+    /// Whether the key exists.
+    pub found: bool,
+    /// The stored value, or the `default` when the key is absent (None without a default).
+    pub value: Option<String>,
+}
+
+/// Input of `kv_list`.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
+pub struct KvListInput {
+    /// Only keys starting with this prefix.
+    pub prefix: Option<String>,
+    /// Only keys sorting after this one (the `next_after` of a previous page).
+    pub after: Option<String>,
+    /// At most this many keys (default 100, at most 1,000).
+    pub limit: Option<i64>,
+}
+
+/// One entry of a `kv_list` page.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct KvEntry {
+    /// The key.
+    pub key: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// Output of `kv_list`.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct KvListOutput {
+    /// The page's entries, in key order.
+    pub entries: Vec<KvEntry>,
+    /// Pass as `after` to read the next page; None on the last page.
+    pub next_after: Option<String>,
+}
+
+/// Input of `clock_now`: none.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
+pub struct ClockNowInput {}
+
+/// Output of `clock_now`.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct ClockNowOutput {
+    /// Milliseconds since the Unix epoch, UTC.
+    pub unix_ms: i64,
+    /// The same instant as an RFC 3339 timestamp in UTC.
+    pub rfc3339: String,
+}
+
+/// Input of `kv_set`.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
+pub struct KvSetInput {
+    /// The key to write.
+    pub key: String,
+    /// The value to store.
+    pub value: String,
+}
+
+/// Output of `kv_set`.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct KvSetOutput {
+    /// The key that was written.
+    pub key: String,
+    /// Whether the key did not exist before.
+    pub created: bool,
+}
+
+/// Input of `kv_delete`.
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
+pub struct KvDeleteInput {
+    /// The key to delete.
+    pub key: String,
+}
+
+/// Output of `kv_delete`.
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct KvDeleteOutput {
+    /// The key.
+    pub key: String,
+    /// Whether the key existed.
+    pub deleted: bool,
+}
+
+/// `kv_get`: read one key.
+pub fn kv_get() -> Result<Declared<KvGetInput, KvGetOutput>> {
+    Declared::new(CapabilityInfo {
+        name: "kv_get",
+        title: "Read a key",
+        description: "Reads one key of larkgate's key-value store. Returns found = false and the \
+                      default (or None) when the key is absent.",
+        annotations: READ,
+    })
+}
+
+/// `kv_list`: list keys, a page at a time.
+pub fn kv_list() -> Result<Declared<KvListInput, KvListOutput>> {
+    Declared::new(CapabilityInfo {
+        name: "kv_list",
+        title: "List keys",
+        description: "Lists entries of larkgate's key-value store in key order, optionally under \
+                      a prefix, one page at a time: pass next_after as after for the next page.",
+        annotations: READ,
+    })
+}
+
+/// `clock_now`: the current time.
+pub fn clock_now() -> Result<Declared<ClockNowInput, ClockNowOutput>> {
+    Declared::new(CapabilityInfo {
+        name: "clock_now",
+        title: "Current time",
+        description: "Returns the current time in UTC, as Unix milliseconds and RFC 3339.",
+        annotations: Annotations {
+            // A read of the clock changes nothing, but two reads differ.
+            idempotent: false,
+            ..READ
+        },
+    })
+}
+
+/// `kv_set`: write one key.
+pub fn kv_set() -> Result<Declared<KvSetInput, KvSetOutput>> {
+    Declared::new(CapabilityInfo {
+        name: "kv_set",
+        title: "Write a key",
+        description: "Stores a string value under a key of larkgate's key-value store, \
+                      replacing any previous value.",
+        annotations: Annotations {
+            read_only: false,
+            destructive: true,
+            idempotent: true,
+            open_world: false,
+        },
+    })
+}
+
+/// `kv_delete`: delete one key.
+pub fn kv_delete() -> Result<Declared<KvDeleteInput, KvDeleteOutput>> {
+    Declared::new(CapabilityInfo {
+        name: "kv_delete",
+        title: "Delete a key",
+        description: "Deletes a key of larkgate's key-value store. Deleting an absent key is not \
+                      an error: deleted = false.",
+        annotations: Annotations {
+            read_only: false,
+            destructive: true,
+            idempotent: true,
+            open_world: false,
+        },
+    })
+}
+
+/// The listings of every built-in capability, in a stable order (reads first).
+pub fn listings() -> Result<Vec<Listing>> {
+    Ok(vec![
+        kv_get()?.listing(),
+        kv_list()?.listing(),
+        clock_now()?.listing(),
+        kv_set()?.listing(),
+        kv_delete()?.listing(),
+    ])
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the platform crate.
+
+mod capabilities;

@@ -1,0 +1,3 @@
+//! Tests of the `larkgate` command, run as a real process.
+
+mod capabilities;
