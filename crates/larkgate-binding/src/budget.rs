@@ -16,15 +16,13 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// A budget with the root value already charged.
-    pub(crate) fn new(limits: Limits) -> Result<Self> {
-        let mut budget = Budget {
+    /// A budget with the root value already charged (every limit is at least 1, so it fits).
+    pub(crate) fn new(limits: Limits) -> Self {
+        Budget {
             limits,
-            nodes: 0,
+            nodes: 1,
             bytes: 0,
-        };
-        budget.nodes(1)?;
-        Ok(budget)
+        }
     }
 
     /// Checks that a container at `depth` (the root container is 1) is allowed.

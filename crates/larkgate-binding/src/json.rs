@@ -27,7 +27,7 @@ use crate::{Error, Finite, Limits, Map, Result, Value};
 /// [`Error::ValueLimit`] when the value is too deep, has too many elements or too many bytes;
 /// both name the path of the offending element.
 pub fn from_json(json: &serde_json::Value, limits: Limits) -> Result<Value> {
-    let mut budget = Budget::new(limits)?;
+    let mut budget = Budget::new(limits);
     convert(json, 0, &mut budget)
 }
 
@@ -37,7 +37,7 @@ pub fn from_json_object(
     object: &serde_json::Map<String, serde_json::Value>,
     limits: Limits,
 ) -> Result<Map> {
-    let mut budget = Budget::new(limits)?;
+    let mut budget = Budget::new(limits);
     convert_object(object, 0, &mut budget)
 }
 
@@ -162,7 +162,7 @@ impl Serialize for Value {
 /// parser's own nesting guard (128 levels) still applies when `max_depth` is larger.
 pub fn from_json_slice(text: &[u8], limits: Limits) -> Result<Value> {
     let mut state = State {
-        budget: Budget::new(limits)?,
+        budget: Budget::new(limits),
         error: None,
         at_container: false,
     };

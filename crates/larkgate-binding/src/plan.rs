@@ -189,7 +189,7 @@ impl<I, O: Serialize> Plan<I, O> {
     /// The root struct is depth 1, an `Option` adds no depth, and each nested container adds
     /// one; a list's length is charged before room for it is allocated.
     pub fn convert_output(&self, output: &O, limits: Limits) -> Result<Map> {
-        let mut budget = Budget::new(limits)?;
+        let mut budget = Budget::new(limits);
         let value = output
             .serialize(ValueSerializer {
                 budget: &mut budget,

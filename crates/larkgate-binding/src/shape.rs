@@ -101,8 +101,9 @@ impl Scalar {
             | (Scalar::Int, v @ Value::Int(_))
             | (Scalar::Bool, v @ Value::Bool(_))
             | (Scalar::Float, v @ Value::Float(_)) => Ok(v),
+            // `i as f64` is exact in this range, and always finite.
             (Scalar::Float, Value::Int(i)) if (-EXACT..=EXACT).contains(&i) => {
-                Ok(Value::float(i as f64).unwrap_or(Value::Int(i)))
+                Value::float(i as f64).ok_or("int")
             }
             (Scalar::Float, Value::Int(_)) => Err("int too large to be an exact float"),
             (_, other) => Err(other.type_name()),

@@ -28,7 +28,7 @@ use crate::{Error, Limits, Map, Result, Value};
 /// Converts a Starlark value into a [`Value`], checking the matrix, cycles and `limits`.
 pub fn from_starlark(value: starlark::values::Value<'_>, limits: Limits) -> Result<Value> {
     let mut walk = FromStarlark {
-        budget: Budget::new(limits)?,
+        budget: Budget::new(limits),
         active: Vec::new(),
     };
     walk.convert(value, 0)
@@ -41,7 +41,7 @@ pub fn to_starlark<'v>(
     heap: Heap<'v>,
     limits: Limits,
 ) -> Result<starlark::values::Value<'v>> {
-    let mut budget = Budget::new(limits)?;
+    let mut budget = Budget::new(limits);
     alloc(value, heap, 0, &mut budget)
 }
 
@@ -51,7 +51,7 @@ pub fn map_to_starlark<'v>(
     heap: Heap<'v>,
     limits: Limits,
 ) -> Result<starlark::values::Value<'v>> {
-    let mut budget = Budget::new(limits)?;
+    let mut budget = Budget::new(limits);
     alloc_map(map, heap, 0, &mut budget)
 }
 
@@ -119,8 +119,8 @@ impl<'v> FromStarlark<'v> {
             "float" => {
                 let f = value
                     .downcast_ref::<StarlarkFloat>()
-                    .map(|f| f.0)
-                    .unwrap_or(f64::NAN);
+                    .ok_or_else(|| Error::unsupported("a float could not be read"))?
+                    .0;
                 Value::float(f).ok_or_else(|| {
                     Error::unsupported(format!(
                         "the float {f} cannot leave a script: only finite floats can"
@@ -128,10 +128,10 @@ impl<'v> FromStarlark<'v> {
                 })
             }
             "list" | "tuple" => {
-                let items = match ListRef::from_value(value) {
-                    Some(list) => list.content(),
-                    None => TupleRef::from_value(value).map_or(&[][..], |t| t.content()),
-                };
+                let items = ListRef::from_value(value)
+                    .map(|list| list.content())
+                    .or_else(|| TupleRef::from_value(value).map(|tuple| tuple.content()))
+                    .ok_or_else(|| Error::unsupported("a list could not be read"))?;
                 self.enter(value, depth)?;
                 self.budget.nodes(items.len())?;
                 let mut out = Vec::with_capacity(items.len());

@@ -159,7 +159,7 @@ impl fmt::Display for Value {
 /// [`Error::ValueLimit`](crate::Error::ValueLimit), naming the path of the container where the
 /// budget ran out.
 pub fn validate(value: &Value, limits: Limits) -> Result<()> {
-    let mut budget = Budget::new(limits)?;
+    let mut budget = Budget::new(limits);
     walk(value, 0, &mut budget)
 }
 

@@ -155,6 +155,32 @@ fn output_nodes_are_exact_at_the_limit() {
     );
 }
 
+#[test]
+fn output_bytes_count_strings_and_field_names_exactly() {
+    #[derive(Serialize, JsonSchema)]
+    struct Out {
+        name: String,
+    }
+    let plan = Plan::<Empty, Out>::compile().unwrap();
+    // "name" (4) + "héllo" (6) = 10 bytes
+    let out = Out {
+        name: "héllo".into(),
+    };
+    assert!(plan.convert_output(&out, limits(1, 2, 10)).is_ok());
+    let err = plan.convert_output(&out, limits(1, 2, 9)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ValueLimit {
+                limit: LimitExceeded::Bytes { max: 9 },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("$.name"), "{err}");
+}
+
 fn count_nodes(value: &Value) -> usize {
     1 + match value {
         Value::List(items) => items.iter().map(count_nodes).sum(),

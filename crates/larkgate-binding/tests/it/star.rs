@@ -214,3 +214,24 @@ fn values_become_the_starlark_kinds_a_script_expects() {
         assert_eq!(d.to_repr(), r#"{"k": False}"#);
     });
 }
+
+#[test]
+fn frozen_module_values_convert_like_live_ones() {
+    use starlark::environment::{Globals, LibraryExtension, Module};
+    use starlark::eval::Evaluator;
+    use starlark::syntax::{AstModule, Dialect};
+
+    let program = "x = {'a': [1, (2, 'b')], 's': struct(k = None), 'd': {'n': 1.5}}";
+    let ast = AstModule::parse("frozen.star", program.to_owned(), &Dialect::Extended).unwrap();
+    let globals = Globals::extended_by(&[LibraryExtension::StructType]);
+    let frozen = Module::with_temp_heap(|module| {
+        Evaluator::new(&module).eval_module(ast, &globals).unwrap();
+        module.freeze().unwrap()
+    });
+    let x = frozen.get("x").unwrap();
+    let value = from_starlark(x.value(), Limits::default()).unwrap();
+    assert_eq!(
+        value.to_string(),
+        r#"{"a":[1,[2,"b"]],"d":{"n":1.5},"s":{"k":null}}"#
+    );
+}
