@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod budget;
+mod canonical;
 mod error;
 mod identifier;
 mod json;
@@ -27,6 +28,7 @@ mod shape;
 mod star;
 mod value;
 
+pub use canonical::{canonical_json, canonical_map_json};
 pub use error::{Error, ErrorKind, LimitExceeded, Path, Result, Segment};
 pub use identifier::valid_identifier;
 pub use json::{from_json, from_json_object, from_json_slice, map_to_json, to_json};

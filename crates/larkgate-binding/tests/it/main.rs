@@ -4,6 +4,7 @@
 #![allow(unsafe_code)]
 
 mod alloc;
+mod canonical;
 mod identifier;
 mod json;
 mod limits;
