@@ -1,0 +1,142 @@
+//! The script engine's only view of tools.
+//!
+//! The engine holds the interpreter and its bindings; it neither knows MCP nor decides whose
+//! authority a run holds. It sees tools through [`Caller`]: a listing ([`Caller::tools`]), a
+//! way to call one ([`Caller::call_tool`]), and what a tool declares about itself
+//! ([`Caller::declares_read_only`]). The production implementation is the in-memory MCP
+//! session of `larkgate-session`; tests may use others.
+//!
+//! A call the platform refused arrives as [`CallError::Refused`] carrying a [`RefusalError`]:
+//! the envelope's code, its retry-after, and the result's own text, so a refusal the engine does
+//! not absorb reaches the script author in the tool's words. The engine acts on exactly one
+//! code, [`RATE_LIMITED`], and passes every other refusal through unchanged.
+
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use larkgate_binding::{FieldShape, Map};
+use serde::{Deserialize, Serialize};
+
+/// The refusal code the engine paces on (waits `retry_after`, then retries).
+pub const RATE_LIMITED: &str = "rate_limited";
+
+/// The key a result arrives under when the tool returned no structured content: its text,
+/// verbatim.
+pub const TEXT_RESULT_KEY: &str = "text";
+
+/// Where a tool comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A typed capability built into larkgate (`kv_get`).
+    Capability,
+    /// A platform tool (approvals, scripts, runs).
+    Platform,
+    /// A tool of a federated MCP server (`<alias>__<tool>`).
+    Upstream,
+    /// A published script (`script__<name>`).
+    Script,
+}
+
+/// A tool's origin, as carried in its listing's `_meta`. The way from a listed name back to
+/// the origin is this record, never string splitting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// What kind of tool it is.
+    pub source: Source,
+    /// The upstream alias or script name; `None` for capabilities and platform tools.
+    pub alias: Option<String>,
+    /// The tool's name at its origin (`search-issues` for `github__search-issues`).
+    pub original_name: String,
+}
+
+/// MCP tool annotations, as declared. They are claims by whoever implements the tool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Annotations {
+    /// `readOnlyHint`
+    pub read_only: Option<bool>,
+    /// `destructiveHint`
+    pub destructive: Option<bool>,
+    /// `idempotentHint`
+    pub idempotent: Option<bool>,
+    /// `openWorldHint`
+    pub open_world: Option<bool>,
+}
+
+/// One tool of a session's listing: only tools this session may call are listed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolInfo {
+    /// The MCP-facing name.
+    pub name: String,
+    /// A short human title, if any.
+    pub title: Option<String>,
+    /// The description, if any.
+    pub description: Option<String>,
+    /// The JSON Schema of the arguments.
+    pub input_schema: serde_json::Value,
+    /// The input shape, for tools that have one (capabilities bind through their plans).
+    pub input_shape: Option<Vec<FieldShape>>,
+    /// The Starlark signature, for tools that have one.
+    pub signature: Option<String>,
+    /// Annotations as declared.
+    pub annotations: Annotations,
+    /// Where the tool comes from.
+    pub origin: Origin,
+}
+
+/// A call the platform refused, read from its envelope.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct RefusalError {
+    /// The envelope's code (`rate_limited`, `not_found`, ...).
+    pub code: String,
+    /// How long to wait before retrying, when the refusal says.
+    pub retry_after: Option<Duration>,
+    /// The result's own text: what [`Display`](fmt::Display) shows.
+    pub text: String,
+}
+
+impl fmt::Display for RefusalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl RefusalError {
+    /// Whether this is the one refusal the engine paces on.
+    pub fn is_rate_limited(&self) -> bool {
+        self.code == RATE_LIMITED
+    }
+}
+
+/// Why a call did not return a result.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The platform refused the call; the refusal is data.
+    #[error(transparent)]
+    Refused(#[from] RefusalError),
+    /// The session itself failed (closed, broken, or answered something unreadable).
+    #[error("the tool session failed: {0}")]
+    Transport(String),
+}
+
+/// The engine's view of tools. See the crate documentation.
+pub trait Caller: Send + Sync {
+    /// This session's listing: exactly the tools it may call.
+    fn tools(&self) -> impl Future<Output = Result<Vec<ToolInfo>, CallError>> + Send;
+
+    /// Calls `name` with `arguments`; returns the structured result as a map, or, for a tool
+    /// that returned only text, `{"text": <the text>}`.
+    fn call_tool(
+        &self,
+        name: &str,
+        arguments: Map,
+    ) -> impl Future<Output = Result<Map, CallError>> + Send;
+
+    /// Whether this session's listing declares `name` read-only, and whether it lists `name`
+    /// at all: `(read_only, known)`. The annotation is a plain bool in the protocol, so
+    /// "declared false" and "declared nothing" are one answer; only `true` is a statement.
+    fn declares_read_only(&self, name: &str) -> impl Future<Output = (bool, bool)> + Send;
+}

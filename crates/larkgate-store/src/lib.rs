@@ -1,0 +1,132 @@
+//! larkgate's persistence, behind one trait.
+//!
+//! [`Store`] is everything larkgate keeps: principals, the built-in key-value data, approvals
+//! and audit records. Callers hold no SQL; [`SqliteStore`] is the embedded default (one file
+//! under the data directory, WAL, every write in a transaction), and a PostgreSQL
+//! implementation for many replicas can follow behind the same trait.
+//!
+//! The trait is async so that a networked database fits it; the SQLite implementation runs
+//! each operation on tokio's blocking pool.
+
+#![forbid(unsafe_code)]
+
+mod model;
+mod sqlite;
+
+pub use model::{
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Principal,
+    PrincipalKind,
+};
+pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(#[from] rusqlite::Error),
+    /// A principal, approval or other record with this id already exists.
+    #[error("{0} already exists")]
+    Conflict(String),
+    /// The record does not exist.
+    #[error("{0} does not exist")]
+    Missing(String),
+    /// The record exists but is not in a state that allows the change.
+    #[error("{0}")]
+    Invalid(String),
+    /// The data directory or database file could not be opened.
+    #[error("cannot open the store at {path}: {reason}")]
+    Open {
+        /// The path that failed.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A blocking task failed (panicked or was cancelled).
+    #[error("a store task failed: {0}")]
+    Task(String),
+}
+
+/// The store's result type.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything larkgate persists. See the crate documentation.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    // ---- principals ----
+
+    /// Registers a new principal; [`StoreError::Conflict`] if the id is taken.
+    async fn add_principal(&self, principal: Principal) -> Result<()>;
+    /// One principal.
+    async fn principal(&self, id: &str) -> Result<Option<Principal>>;
+    /// All principals, by id.
+    async fn principals(&self) -> Result<Vec<Principal>>;
+    /// Replaces a principal's roles; [`StoreError::Missing`] if it does not exist.
+    async fn set_roles(&self, id: &str, roles: Vec<String>) -> Result<()>;
+    /// Removes a principal; [`StoreError::Missing`] if it does not exist.
+    async fn remove_principal(&self, id: &str) -> Result<()>;
+
+    // ---- the built-in key-value data ----
+
+    /// The value of `key`.
+    async fn kv_get(&self, key: &str) -> Result<Option<String>>;
+    /// Up to `limit` entries in key order, with keys starting with `prefix` and sorting after
+    /// `after`.
+    async fn kv_list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>>;
+    /// Sets `key`; returns whether it was created.
+    async fn kv_set(&self, key: &str, value: &str) -> Result<bool>;
+    /// Deletes `key`; returns whether it existed.
+    async fn kv_delete(&self, key: &str) -> Result<bool>;
+
+    // ---- approvals ----
+
+    /// The pending approval for {principal, tool, arguments hash}, created if there is none, so
+    /// repeated refused calls share one record.
+    async fn pending_approval(
+        &self,
+        principal: &str,
+        tool: &str,
+        args_hash: &str,
+        now_ms: i64,
+    ) -> Result<Approval>;
+    /// The newest approval for {principal, tool, arguments hash} that is not pending, if any:
+    /// the gate reads its status (approved and unexpired admits; denied refuses).
+    async fn resolved_approval(
+        &self,
+        principal: &str,
+        tool: &str,
+        args_hash: &str,
+    ) -> Result<Option<Approval>>;
+    /// Marks an approved, unexpired approval used. Returns `false` — and changes nothing — if
+    /// it is no longer approved or has expired, so two calls can never both consume it.
+    async fn consume_approval(&self, id: &str, now_ms: i64) -> Result<bool>;
+    /// Resolves a pending approval as approved (valid until `expires_at_ms`) or denied.
+    async fn resolve_approval(
+        &self,
+        id: &str,
+        approver: &str,
+        approve: bool,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<Approval>;
+    /// One approval.
+    async fn approval(&self, id: &str) -> Result<Option<Approval>>;
+    /// Approvals, newest first, optionally only those with `status`.
+    async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>>;
+
+    // ---- audit ----
+
+    /// Appends records (already sequenced and chained) in one transaction, and moves the
+    /// chain's head to the last one. Records whose sequence is already stored are skipped, so a
+    /// journal can be replayed.
+    async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()>;
+    /// The chain's head as last written with records.
+    async fn audit_head(&self) -> Result<Option<AuditHead>>;
+    /// Records by query, in sequence order.
+    async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>>;
+}

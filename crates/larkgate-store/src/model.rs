@@ -1,0 +1,208 @@
+//! The records a [`Store`](crate::Store) keeps.
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of party a principal is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrincipalKind {
+    /// A person.
+    User,
+    /// A program acting on its own (an agent, a service account).
+    Service,
+    /// A published script, `script:<name>`.
+    Script,
+}
+
+impl PrincipalKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrincipalKind::User => "user",
+            PrincipalKind::Service => "service",
+            PrincipalKind::Script => "script",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "user" => PrincipalKind::User,
+            "service" => PrincipalKind::Service,
+            "script" => PrincipalKind::Script,
+            _ => return None,
+        })
+    }
+}
+
+/// Someone or something that calls tools.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The unique name (`alice`, `ci-bot`, `script:digest`).
+    pub id: String,
+    /// What kind of party it is.
+    pub kind: PrincipalKind,
+    /// Its roles, sorted and unique.
+    pub roles: Vec<String>,
+}
+
+/// Where an approval stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    /// Waiting for an approver.
+    Pending,
+    /// Approved: one matching call may run before it expires.
+    Approved,
+    /// Denied: matching calls are refused.
+    Denied,
+    /// Consumed by the call it approved.
+    Used,
+}
+
+impl ApprovalStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Used => "used",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => ApprovalStatus::Pending,
+            "approved" => ApprovalStatus::Approved,
+            "denied" => ApprovalStatus::Denied,
+            "used" => ApprovalStatus::Used,
+            _ => return None,
+        })
+    }
+}
+
+/// A request to run one call: bound to {principal, tool, SHA-256 of the canonical arguments}.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The approval's id.
+    pub id: String,
+    /// Who asked to call.
+    pub principal: String,
+    /// The tool.
+    pub tool: String,
+    /// SHA-256 (hex) of the canonical arguments.
+    pub args_hash: String,
+    /// Where it stands.
+    pub status: ApprovalStatus,
+    /// When the first refused call created it (Unix milliseconds).
+    pub created_at_ms: i64,
+    /// Who resolved it.
+    pub resolved_by: Option<String>,
+    /// When it was resolved.
+    pub resolved_at_ms: Option<i64>,
+    /// Until when an approval may be used.
+    pub expires_at_ms: Option<i64>,
+    /// When it was used.
+    pub used_at_ms: Option<i64>,
+}
+
+/// What an audit record records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditKind {
+    /// An admitted call, written before it runs.
+    Intent,
+    /// How an admitted call ended, written after it ran.
+    Outcome,
+    /// A call refused before it ran.
+    Refusal,
+    /// Anything else worth keeping: an approval resolved, a principal changed.
+    Event,
+}
+
+impl AuditKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Intent => "intent",
+            AuditKind::Outcome => "outcome",
+            AuditKind::Refusal => "refusal",
+            AuditKind::Event => "event",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "intent" => AuditKind::Intent,
+            "outcome" => AuditKind::Outcome,
+            "refusal" => AuditKind::Refusal,
+            "event" => AuditKind::Event,
+            _ => return None,
+        })
+    }
+}
+
+/// One record of the audit chain. `hash` covers every other field and `prev_hash`, so editing,
+/// inserting or removing a record breaks the chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Position in the chain, from 1, without gaps.
+    pub seq: u64,
+    /// When (Unix milliseconds).
+    pub at_ms: i64,
+    /// What it records.
+    pub kind: AuditKind,
+    /// Who called (`anonymous` when nobody was authenticated).
+    pub principal: String,
+    /// The script run the call came from, if any.
+    pub run_id: Option<String>,
+    /// The run kind: `direct`, `draft` or `published`.
+    pub run_kind: Option<String>,
+    /// The session's label, telling run kinds apart in logs.
+    pub session: Option<String>,
+    /// The tool called.
+    pub tool: Option<String>,
+    /// SHA-256 (hex) of the canonical arguments.
+    pub args_hash: Option<String>,
+    /// The canonical arguments themselves, only when configured.
+    pub args: Option<String>,
+    /// The refusal or outcome code (`ok` for success).
+    pub code: Option<String>,
+    /// For an outcome: the sequence of its intent.
+    pub intent_seq: Option<u64>,
+    /// For an outcome: how long the call took, in microseconds.
+    pub duration_us: Option<u64>,
+    /// Free text: a refusal's message, an event's description.
+    pub detail: Option<String>,
+    /// The previous record's hash (64 zeros for the first).
+    pub prev_hash: String,
+    /// SHA-256 (hex) over this record.
+    pub hash: String,
+}
+
+/// The last record of the chain: its sequence and hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditHead {
+    /// The last sequence.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+}
+
+/// Which audit records to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Only records after this sequence.
+    pub after_seq: Option<u64>,
+    /// At most this many (the *last* ones when `newest` is set).
+    pub limit: Option<usize>,
+    /// Take the newest records rather than the oldest (results still in sequence order).
+    pub newest: bool,
+    /// Only this principal's records.
+    pub principal: Option<String>,
+    /// Only records of this tool.
+    pub tool: Option<String>,
+}

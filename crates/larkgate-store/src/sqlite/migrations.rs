@@ -1,0 +1,79 @@
+//! Schema migrations, applied in order at open; `PRAGMA user_version` records how far.
+
+use rusqlite::Connection;
+
+use crate::{Result, StoreError};
+
+/// Each entry moves the schema one version forward. Never edit a released entry: add one.
+const MIGRATIONS: &[&str] = &[
+    // 1: principals, key-value data, approvals, audit chain and its head.
+    "CREATE TABLE principals (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('user', 'service', 'script')),
+        roles TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE kv (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE approvals (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'used')),
+        created_at_ms INTEGER NOT NULL,
+        resolved_by TEXT,
+        resolved_at_ms INTEGER,
+        expires_at_ms INTEGER,
+        used_at_ms INTEGER
+    ) STRICT;
+    CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, status);
+    CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash)
+        WHERE status = 'pending';
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY,
+        at_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        principal TEXT NOT NULL,
+        run_id TEXT,
+        run_kind TEXT,
+        session TEXT,
+        tool TEXT,
+        args_hash TEXT,
+        args TEXT,
+        code TEXT,
+        intent_seq INTEGER,
+        duration_us INTEGER,
+        detail TEXT,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX audit_by_principal ON audit (principal, seq);
+    CREATE INDEX audit_by_tool ON audit (tool, seq);
+    CREATE TABLE audit_head (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL
+    ) STRICT;",
+];
+
+/// Applies every migration the database has not seen, each in its own transaction.
+pub(super) fn run(connection: &mut Connection) -> Result<()> {
+    let current: i64 = connection.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let current = usize::try_from(current).unwrap_or(usize::MAX);
+    if current > MIGRATIONS.len() {
+        return Err(StoreError::Invalid(format!(
+            "the database is at schema version {current}, newer than this larkgate knows \
+             ({}); run a newer larkgate",
+            MIGRATIONS.len()
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current) {
+        let tx = connection.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (index + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
