@@ -1,12 +1,15 @@
-//! larkgate's platform: the tools it serves and, as it grows, the principals, policy and the
-//! one call pipeline every call crosses.
-//!
-//! Today it holds the built-in capabilities' declarations ([`capabilities`]): their names,
-//! annotations and binding plans, final here so that scripts and models can rely on them.
+//! larkgate's platform: the tools it serves, who may call them, and the one pipeline every
+//! call crosses — authenticate, authorize, write barrier, rate limit, approval gate, audit,
+//! dispatch.
 
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod capabilities;
 pub mod capability;
+pub mod envelope;
+pub mod policy;
+pub mod ratelimit;
 
 pub use capability::{Annotations, CapabilityInfo, Declared, Listing};
+pub use envelope::{Code, Refusal};

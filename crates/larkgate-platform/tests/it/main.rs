@@ -1,3 +1,4 @@
 //! Integration tests of the platform crate.
 
+mod audit;
 mod capabilities;

@@ -1,0 +1,355 @@
+//! Who may see and call what, which calls need an approval, and how fast anyone may call.
+//!
+//! Threat model: the policy is the operator's statement of authority, so it fails closed. A
+//! role grants nothing it does not name; a principal without roles sees no tools; a pattern
+//! that is malformed is refused when the configuration is loaded, never read as "match all".
+//!
+//! ```toml
+//! [roles.admin]
+//! call = ["*"]                      # may list and call every tool
+//!
+//! [roles.viewer]
+//! list = ["*"]                      # may see every tool...
+//! call = ["kv_get", "clock_now"]    # ...but call only these (others: `forbidden`)
+//!
+//! [approvals]
+//! require = ["kv_delete", "github__*"]
+//! ttl_seconds = 3600                # how long an approval stays usable
+//!
+//! [[rate_limits]]
+//! per = "principal"                 # one budget per principal, across its tools
+//! calls = 600
+//! period_seconds = 60
+//!
+//! [[rate_limits]]
+//! per = "principal_tool"            # one budget per (principal, tool)
+//! tools = ["kv_set"]
+//! calls = 5
+//! period_seconds = 1
+//! burst = 5
+//! ```
+//!
+//! Patterns are tool names where `*` stands for any run of characters (`kv_*`, `github__*`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use larkgate_store::Principal;
+use serde::{Deserialize, Serialize};
+
+/// The role that may do everything the default configuration allows.
+pub const ROLE_ADMIN: &str = "admin";
+/// The role that resolves approvals.
+pub const ROLE_APPROVER: &str = "approver";
+/// The role that publishes scripts.
+pub const ROLE_PUBLISHER: &str = "publisher";
+/// The role that saves and runs drafts.
+pub const ROLE_AUTHOR: &str = "author";
+
+/// A tool-name pattern: `*` matches any run of characters, everything else itself.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Pattern(String);
+
+impl Pattern {
+    /// Parses a pattern; only tool-name characters and `*` are allowed.
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        let valid = !pattern.is_empty()
+            && pattern
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '*'));
+        if valid {
+            Ok(Pattern(pattern.to_owned()))
+        } else {
+            Err(format!(
+                "{pattern:?} is not a tool pattern: use tool-name characters \
+                 (A-Z a-z 0-9 _ - .) and * for any run of them"
+            ))
+        }
+    }
+
+    /// Whether `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        glob(self.0.as_bytes(), name.as_bytes())
+    }
+}
+
+/// `*`-only glob matching, iterative with one backtrack point: linear in practice, never
+/// exponential.
+fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, n));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == name[n] {
+            p += 1;
+            n += 1;
+        } else if let Some((sp, sn)) = star {
+            p = sp + 1;
+            n = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+impl TryFrom<String> for Pattern {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, String> {
+        Pattern::new(&value)
+    }
+}
+
+impl From<Pattern> for String {
+    fn from(pattern: Pattern) -> Self {
+        pattern.0
+    }
+}
+
+impl fmt::Debug for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// What one role grants.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleRules {
+    /// Tools the role may see but not call (calling them is `forbidden`).
+    #[serde(default)]
+    pub list: Vec<Pattern>,
+    /// Tools the role may see and call.
+    #[serde(default)]
+    pub call: Vec<Pattern>,
+}
+
+/// Which calls need an approver's approval.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRules {
+    /// Tools whose every call needs an approval for its exact arguments.
+    #[serde(default)]
+    pub require: Vec<Pattern>,
+    /// How long an approval stays usable after it is granted.
+    #[serde(default = "default_ttl")]
+    pub ttl_seconds: u64,
+}
+
+fn default_ttl() -> u64 {
+    3600
+}
+
+impl Default for ApprovalRules {
+    fn default() -> Self {
+        ApprovalRules {
+            require: Vec::new(),
+            ttl_seconds: default_ttl(),
+        }
+    }
+}
+
+/// What a rate limit counts calls by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateScope {
+    /// One budget per principal, across every matching tool.
+    Principal,
+    /// One budget per (principal, tool).
+    PrincipalTool,
+}
+
+/// One rate limit: `calls` per `period_seconds`, with bursts of up to `burst` (default:
+/// `calls`), enforced as GCRA.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitRule {
+    /// What the budget is keyed by.
+    pub per: RateScope,
+    /// The tools it applies to (default: all).
+    #[serde(default = "all_tools")]
+    pub tools: Vec<Pattern>,
+    /// Calls allowed per period (at least 1).
+    pub calls: u32,
+    /// The period, in seconds (at least 1).
+    pub period_seconds: u64,
+    /// The largest burst; defaults to `calls`.
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+fn all_tools() -> Vec<Pattern> {
+    vec![Pattern("*".into())]
+}
+
+/// The whole policy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Role name to what it grants.
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleRules>,
+    /// Approval requirements.
+    #[serde(default)]
+    pub approvals: ApprovalRules,
+    /// Rate limits; every matching rule applies.
+    #[serde(default)]
+    pub rate_limits: Vec<RateLimitRule>,
+}
+
+impl Default for Policy {
+    /// The default policy: `admin` may list and call everything; nothing else is granted.
+    fn default() -> Self {
+        let mut roles = BTreeMap::new();
+        roles.insert(
+            ROLE_ADMIN.to_owned(),
+            RoleRules {
+                list: Vec::new(),
+                call: all_tools(),
+            },
+        );
+        Policy {
+            roles,
+            approvals: ApprovalRules::default(),
+            rate_limits: Vec::new(),
+        }
+    }
+}
+
+impl Policy {
+    /// Checks what serde cannot: positive rates and periods.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, rule) in self.rate_limits.iter().enumerate() {
+            if rule.calls == 0 || rule.period_seconds == 0 || rule.burst == Some(0) {
+                return Err(format!(
+                    "rate_limits[{i}]: calls, period_seconds and burst must be at least 1"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn rules<'a>(&'a self, principal: &'a Principal) -> impl Iterator<Item = &'a RoleRules> {
+        principal.roles.iter().filter_map(|r| self.roles.get(r))
+    }
+
+    /// Whether `principal` may call `tool`.
+    pub fn may_call(&self, principal: &Principal, tool: &str) -> bool {
+        self.rules(principal)
+            .any(|r| r.call.iter().any(|p| p.matches(tool)))
+    }
+
+    /// Whether `principal` may see `tool` (in listings, and to be told `forbidden` rather
+    /// than `not_found`).
+    pub fn may_see(&self, principal: &Principal, tool: &str) -> bool {
+        self.rules(principal)
+            .any(|r| r.call.iter().chain(&r.list).any(|p| p.matches(tool)))
+    }
+
+    /// Whether calls of `tool` need an approval.
+    pub fn requires_approval(&self, tool: &str) -> bool {
+        self.approvals.require.iter().any(|p| p.matches(tool))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use larkgate_store::PrincipalKind;
+
+    use super::*;
+
+    fn p(pattern: &str) -> Pattern {
+        Pattern::new(pattern).unwrap()
+    }
+
+    #[test]
+    fn patterns_match_whole_names_with_star_as_any_run() {
+        let table = [
+            ("*", "anything", true),
+            ("*", "", true),
+            ("kv_*", "kv_get", true),
+            ("kv_*", "kv_", true),
+            ("kv_*", "xkv_get", false),
+            ("kv_get", "kv_get", true),
+            ("kv_get", "kv_get2", false),
+            ("kv_get", "kv_ge", false),
+            ("*__search", "github__search", true),
+            ("*__search", "github__search_all", false),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("a**", "a", true),
+            ("github__*", "github__", true),
+        ];
+        for (pattern, name, expected) in table {
+            assert_eq!(p(pattern).matches(name), expected, "{pattern} ~ {name}");
+        }
+    }
+
+    #[test]
+    fn malformed_patterns_are_refused() {
+        for bad in ["", "kv get", "kv/get", "kv?", "[a-z]", "kv_get\n"] {
+            assert!(Pattern::new(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_pathological_pattern_does_not_backtrack_exponentially() {
+        let pattern = p(&"a*".repeat(50));
+        let name = "a".repeat(10_000) + "b";
+        assert!(!p(&(pattern.0.clone() + "c")).matches(&name));
+        assert!(pattern.matches(&name[..10_000]));
+    }
+
+    fn principal(roles: &[&str]) -> Principal {
+        Principal {
+            id: "x".into(),
+            kind: PrincipalKind::User,
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_default_policy_grants_admin_everything_and_others_nothing() {
+        let policy = Policy::default();
+        assert!(policy.may_call(&principal(&["admin"]), "kv_set"));
+        assert!(!policy.may_see(&principal(&["author"]), "kv_get"));
+        assert!(!policy.may_see(&principal(&[]), "kv_get"));
+        assert!(!policy.requires_approval("kv_set"));
+    }
+
+    #[test]
+    fn list_grants_visibility_and_call_grants_both() {
+        let policy: Policy = toml::from_str(
+            r#"
+            [roles.viewer]
+            list = ["*"]
+            call = ["kv_get"]
+            [approvals]
+            require = ["kv_delete"]
+            "#,
+        )
+        .unwrap();
+        let viewer = principal(&["viewer", "unknown-role"]);
+        assert!(policy.may_see(&viewer, "kv_set"));
+        assert!(!policy.may_call(&viewer, "kv_set"));
+        assert!(policy.may_call(&viewer, "kv_get"));
+        assert!(policy.requires_approval("kv_delete"));
+        assert_eq!(policy.approvals.ttl_seconds, 3600);
+    }
+
+    #[test]
+    fn configuration_errors_name_the_key() {
+        let err = toml::from_str::<Policy>("[roles.viewer]\ncall = [\"kv get\"]\n").unwrap_err();
+        assert!(err.to_string().contains("not a tool pattern"), "{err}");
+        let err = toml::from_str::<Policy>("[roles.viewer]\ncal = []\n").unwrap_err();
+        assert!(err.to_string().contains("unknown field `cal`"), "{err}");
+        let policy: Policy =
+            toml::from_str("[[rate_limits]]\nper = \"principal\"\ncalls = 0\nperiod_seconds = 1\n")
+                .unwrap();
+        assert!(policy.validate().unwrap_err().contains("rate_limits[0]"));
+    }
+}

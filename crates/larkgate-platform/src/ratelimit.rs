@@ -1,0 +1,320 @@
+//! Rate limiting: GCRA per key, with a bounded key table.
+//!
+//! Each [`RateLimitRule`] allows `calls` per `period` with bursts of up to `burst`, keyed by
+//! principal or by (principal, tool). GCRA keeps one number per key, its *theoretical arrival
+//! time* (TAT): a call at `now` is allowed when `TAT - now <= (burst - 1) * interval`, and then
+//! moves the TAT one interval on. A refused call learns exactly when it would be allowed.
+//!
+//! Why not `governor`: its keyed store can evict replenished keys but cannot refuse a *new*
+//! key when the table is full, so memory would grow with the number of keys. Here the table
+//! has a hard cap: when it is full, keys whose budget has fully replenished (indistinguishable
+//! from a fresh key) are evicted; if none can be, the new key is refused as `rate_limited`
+//! (fail closed) instead of growing the table.
+//!
+//! Time comes from an injected [`Clock`]; [`TokioClock`] follows tokio's clock, so tests drive
+//! it with `tokio::time::pause()` and `advance()`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::policy::{RateLimitRule, RateScope};
+
+/// A monotonic time source: the time since some fixed start.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The time since the clock's start.
+    fn now(&self) -> Duration;
+}
+
+/// Tokio's clock (pausable and advanceable in tests).
+#[derive(Debug)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock {
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+/// The default cap on keys per rule.
+pub const DEFAULT_MAX_KEYS: usize = 100_000;
+
+/// A refused call: when to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limited {
+    /// How long until the call would be allowed.
+    pub retry_after: Duration,
+}
+
+/// One rule's GCRA state.
+#[derive(Debug)]
+struct Bucket {
+    rule: RateLimitRule,
+    interval: Duration,
+    tolerance: Duration,
+    table: Mutex<Table>,
+}
+
+/// The keys of one rule and their TATs.
+#[derive(Debug, Default)]
+struct Table {
+    tats: HashMap<Key, Duration>,
+    /// A lower bound on the smallest TAT: before it, no key is evictable, so a full table
+    /// refuses a new key without scanning.
+    earliest: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Principal(String),
+    PrincipalTool(String, String),
+}
+
+/// The rate limiter for a policy's rules.
+#[derive(Debug)]
+pub struct RateLimiter {
+    buckets: Vec<Bucket>,
+    clock: Box<dyn Clock>,
+    max_keys: usize,
+}
+
+impl RateLimiter {
+    /// A limiter for `rules` (already validated: positive numbers) on `clock`.
+    pub fn new(rules: &[RateLimitRule], clock: Box<dyn Clock>, max_keys: usize) -> Self {
+        let buckets = rules
+            .iter()
+            .map(|rule| {
+                let interval = Duration::from_secs(rule.period_seconds) / rule.calls.max(1);
+                let burst = rule.burst.unwrap_or(rule.calls).max(1);
+                Bucket {
+                    rule: rule.clone(),
+                    interval,
+                    tolerance: interval * (burst - 1),
+                    table: Mutex::new(Table::default()),
+                }
+            })
+            .collect();
+        RateLimiter {
+            buckets,
+            clock,
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// Checks one call of `tool` by `principal` against every matching rule, charging each
+    /// only if all allow it. Refused: the longest wait among the rules that refuse.
+    pub fn check(&self, principal: &str, tool: &str) -> Result<(), Limited> {
+        let now = self.clock.now();
+        let matching: Vec<(&Bucket, Key)> = self
+            .buckets
+            .iter()
+            .filter(|b| b.rule.tools.iter().any(|p| p.matches(tool)))
+            .map(|b| {
+                let key = match b.rule.per {
+                    RateScope::Principal => Key::Principal(principal.to_owned()),
+                    RateScope::PrincipalTool => {
+                        Key::PrincipalTool(principal.to_owned(), tool.to_owned())
+                    }
+                };
+                (b, key)
+            })
+            .collect();
+        // First decide, then charge, so a call refused by one rule costs nothing in another.
+        let mut wait = None;
+        for (bucket, key) in &matching {
+            if let Err(limited) = bucket.decide(key, now, self.max_keys) {
+                wait = Some(wait.map_or(limited.retry_after, |w: Duration| {
+                    w.max(limited.retry_after)
+                }));
+            }
+        }
+        if let Some(retry_after) = wait {
+            return Err(Limited { retry_after });
+        }
+        for (bucket, key) in matching {
+            bucket.charge(key, now);
+        }
+        Ok(())
+    }
+
+    /// The number of keys held across all rules (for tests and metrics).
+    pub fn keys(&self) -> usize {
+        self.buckets.iter().map(|b| b.lock().tats.len()).sum()
+    }
+}
+
+impl Bucket {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        // The table holds plain numbers; a panic elsewhere cannot leave it inconsistent.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn decide(&self, key: &Key, now: Duration, max_keys: usize) -> Result<(), Limited> {
+        let mut table = self.lock();
+        match table.tats.get(key) {
+            Some(&tat) => {
+                let tat = tat.max(now);
+                if tat - now > self.tolerance {
+                    return Err(Limited {
+                        retry_after: tat - self.tolerance - now,
+                    });
+                }
+                Ok(())
+            }
+            None => {
+                if table.tats.len() >= max_keys {
+                    if now >= table.earliest {
+                        // Replenished keys carry no information: drop them.
+                        table.tats.retain(|_, tat| *tat > now);
+                        table.earliest = table.tats.values().min().copied().unwrap_or(now);
+                    }
+                    if table.tats.len() >= max_keys {
+                        // Room appears when the earliest held key replenishes.
+                        return Err(Limited {
+                            retry_after: (table.earliest.saturating_sub(now))
+                                .max(Duration::from_millis(1)),
+                        });
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn charge(&self, key: Key, now: Duration) {
+        let mut table = self.lock();
+        let tat = table.tats.get(&key).copied().unwrap_or(now).max(now) + self.interval;
+        if table.tats.is_empty() || tat < table.earliest {
+            table.earliest = tat;
+        }
+        table.tats.insert(key, tat);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::policy::Pattern;
+
+    /// A clock the test moves by hand.
+    #[derive(Debug, Default, Clone)]
+    struct Manual(Arc<AtomicU64>);
+
+    impl Manual {
+        fn advance(&self, by: Duration) {
+            self.0.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        }
+    }
+
+    impl Clock for Manual {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(self.0.load(Ordering::SeqCst))
+        }
+    }
+
+    fn rule(
+        per: RateScope,
+        tools: &[&str],
+        calls: u32,
+        secs: u64,
+        burst: Option<u32>,
+    ) -> RateLimitRule {
+        RateLimitRule {
+            per,
+            tools: tools.iter().map(|t| Pattern::new(t).unwrap()).collect(),
+            calls,
+            period_seconds: secs,
+            burst,
+        }
+    }
+
+    #[test]
+    fn a_burst_of_n_is_allowed_and_the_next_call_waits_one_interval() {
+        let clock = Manual::default();
+        let limiter = RateLimiter::new(
+            &[rule(RateScope::Principal, &["*"], 10, 1, Some(5))],
+            Box::new(clock.clone()),
+            100,
+        );
+        for i in 0..5 {
+            assert_eq!(limiter.check("alice", "kv_get"), Ok(()), "call {i}");
+        }
+        assert_eq!(
+            limiter.check("alice", "kv_get"),
+            Err(Limited {
+                retry_after: Duration::from_millis(100)
+            })
+        );
+        clock.advance(Duration::from_millis(99));
+        assert!(limiter.check("alice", "kv_get").is_err());
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(limiter.check("alice", "kv_get"), Ok(()));
+        assert!(
+            limiter.check("bob", "kv_get").is_ok(),
+            "other principals have their own budget"
+        );
+    }
+
+    #[test]
+    fn per_tool_rules_apply_only_to_their_tools_and_refusals_charge_nothing() {
+        let clock = Manual::default();
+        let limiter = RateLimiter::new(
+            &[
+                rule(RateScope::PrincipalTool, &["kv_set"], 1, 10, None),
+                rule(RateScope::Principal, &["*"], 3, 10, None),
+            ],
+            Box::new(clock.clone()),
+            100,
+        );
+        assert!(limiter.check("a", "kv_set").is_ok());
+        let refused = limiter.check("a", "kv_set").unwrap_err();
+        assert_eq!(refused.retry_after, Duration::from_secs(10));
+        // The refused kv_set did not spend the principal-wide budget: two calls remain.
+        assert!(limiter.check("a", "kv_get").is_ok());
+        assert!(limiter.check("a", "kv_get").is_ok());
+        assert!(limiter.check("a", "kv_get").is_err());
+    }
+
+    #[test]
+    fn the_key_table_stays_under_its_cap() {
+        let clock = Manual::default();
+        let cap = 1_000;
+        let limiter = RateLimiter::new(
+            &[rule(RateScope::PrincipalTool, &["*"], 1, 1, None)],
+            Box::new(clock.clone()),
+            cap,
+        );
+        let mut refused = 0;
+        for i in 0..1_000_000 {
+            if limiter.check(&format!("p{i}"), "t").is_err() {
+                refused += 1;
+            }
+            if i % 100_000 == 99_999 {
+                // Time passes: older keys replenish and become evictable.
+                clock.advance(Duration::from_secs(2));
+            }
+            assert!(limiter.keys() <= cap);
+        }
+        assert!(refused > 0, "a full table of live keys refuses new ones");
+        assert!(limiter.keys() <= cap);
+        clock.advance(Duration::from_secs(2));
+        assert!(
+            limiter.check("newcomer", "t").is_ok(),
+            "eviction makes room again"
+        );
+        assert!(limiter.keys() <= cap);
+    }
+}
