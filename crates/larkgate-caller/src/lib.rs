@@ -94,6 +94,8 @@ pub struct RefusalError {
     pub code: String,
     /// How long to wait before retrying, when the refusal says.
     pub retry_after: Option<Duration>,
+    /// For `approval_required` and `approval_denied`: the approval's id.
+    pub approval_id: Option<String>,
     /// The result's own text: what [`Display`](fmt::Display) shows.
     pub text: String,
 }

@@ -1,15 +1,20 @@
 //! The built-in capabilities: a small key-value store and a clock.
 //!
 //! Their names, input and output types and annotations are final; their handlers run on the
-//! store (see the platform's store module once it exists). Values in the key-value store are
+//! store ([`register`]). Values in the key-value store are
 //! strings: a script that needs structure stores `json.encode(...)` and reads it back with
 //! `json.decode(...)`.
+
+use std::sync::Arc;
 
 use larkgate_binding::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::capability::{Annotations, CapabilityInfo, Declared, Listing};
+use crate::capability::{Annotations, CapabilityInfo, Declared, Listing, TypedCapability};
+use crate::envelope::{Code, Refusal};
+use crate::registry::{Registry, RegistryError};
+use crate::session::CallContext;
 
 const READ: Annotations = Annotations {
     read_only: true,
@@ -191,4 +196,151 @@ pub fn listings() -> Result<Vec<Listing>> {
         kv_set()?.listing(),
         kv_delete()?.listing(),
     ])
+}
+
+/// The longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// The default and the largest `kv_list` page.
+pub const DEFAULT_PAGE: i64 = 100;
+/// The largest `kv_list` page.
+pub const MAX_PAGE: i64 = 1000;
+
+fn check_key(tool: &str, key: &str) -> std::result::Result<(), Refusal> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(Refusal::new(
+            Code::InvalidArguments,
+            format!(
+                "{tool}(): `key` must be 1 to {MAX_KEY_BYTES} bytes, got {}",
+                key.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn store_failed(e: larkgate_store::StoreError) -> Refusal {
+    Refusal::internal(format!("the key-value store failed: {e}"))
+}
+
+fn rfc3339(now: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(now).to_string()
+}
+
+/// Registers the built-in capabilities with their handlers on the store.
+pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryError> {
+    let invalid = |e: larkgate_binding::Error| RegistryError::InvalidShape {
+        name: "built-in capability".into(),
+        reason: e.to_string(),
+    };
+    TypedCapability::new(
+        kv_get().map_err(invalid)?,
+        Arc::new(|ctx: CallContext, input: KvGetInput| {
+            Box::pin(async move {
+                check_key("kv_get", &input.key)?;
+                let stored = ctx
+                    .services
+                    .store
+                    .kv_get(&input.key)
+                    .await
+                    .map_err(store_failed)?;
+                Ok(KvGetOutput {
+                    found: stored.is_some(),
+                    value: stored.or(input.default),
+                    key: input.key,
+                })
+            })
+        }),
+    )
+    .register(registry)?;
+    TypedCapability::new(
+        kv_list().map_err(invalid)?,
+        Arc::new(|ctx: CallContext, input: KvListInput| {
+            Box::pin(async move {
+                let limit = input.limit.unwrap_or(DEFAULT_PAGE);
+                if !(1..=MAX_PAGE).contains(&limit) {
+                    return Err(Refusal::new(
+                        Code::InvalidArguments,
+                        format!("kv_list(): `limit` must be 1 to {MAX_PAGE}, got {limit}"),
+                    ));
+                }
+                let limit = limit as usize;
+                let prefix = input.prefix.unwrap_or_default();
+                let mut rows = ctx
+                    .services
+                    .store
+                    .kv_list(&prefix, input.after.as_deref(), limit + 1)
+                    .await
+                    .map_err(store_failed)?;
+                let more = rows.len() > limit;
+                rows.truncate(limit);
+                Ok(KvListOutput {
+                    next_after: if more {
+                        rows.last().map(|(k, _)| k.clone())
+                    } else {
+                        None
+                    },
+                    entries: rows
+                        .into_iter()
+                        .map(|(key, value)| KvEntry { key, value })
+                        .collect(),
+                })
+            })
+        }),
+    )
+    .register(registry)?;
+    TypedCapability::new(
+        clock_now().map_err(invalid)?,
+        Arc::new(|_ctx: CallContext, _input: ClockNowInput| {
+            Box::pin(async move {
+                let now = std::time::SystemTime::now();
+                let unix_ms = now
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                Ok(ClockNowOutput {
+                    unix_ms,
+                    rfc3339: rfc3339(now),
+                })
+            })
+        }),
+    )
+    .register(registry)?;
+    TypedCapability::new(
+        kv_set().map_err(invalid)?,
+        Arc::new(|ctx: CallContext, input: KvSetInput| {
+            Box::pin(async move {
+                check_key("kv_set", &input.key)?;
+                let created = ctx
+                    .services
+                    .store
+                    .kv_set(&input.key, &input.value)
+                    .await
+                    .map_err(store_failed)?;
+                Ok(KvSetOutput {
+                    key: input.key,
+                    created,
+                })
+            })
+        }),
+    )
+    .register(registry)?;
+    TypedCapability::new(
+        kv_delete().map_err(invalid)?,
+        Arc::new(|ctx: CallContext, input: KvDeleteInput| {
+            Box::pin(async move {
+                check_key("kv_delete", &input.key)?;
+                let deleted = ctx
+                    .services
+                    .store
+                    .kv_delete(&input.key)
+                    .await
+                    .map_err(store_failed)?;
+                Ok(KvDeleteOutput {
+                    key: input.key,
+                    deleted,
+                })
+            })
+        }),
+    )
+    .register(registry)?;
+    Ok(())
 }

@@ -1,10 +1,18 @@
 //! What a capability is, independent of its handler: its name, description, MCP annotations
 //! and binding [`Plan`].
 
-use larkgate_binding::{FieldShape, Plan, Result};
+use std::sync::Arc;
+
+use larkgate_binding::{FieldShape, Map, Plan, Result};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::envelope::{Code, Refusal};
+use crate::registry::{
+    Origin, Registry, RegistryError, Source, ToolAnnotations, ToolHandler, ToolSpec,
+};
+use crate::session::CallContext;
 
 /// MCP tool annotations of a capability. For built-in capabilities these are statements by
 /// larkgate itself, so `read_only` also classifies the tool for the draft write barrier.
@@ -99,5 +107,112 @@ impl<I, O> Declared<I, O> {
             output_schema: self.plan.output_schema(),
             annotations: self.info.annotations,
         }
+    }
+}
+
+/// A capability's handler: typed input in, typed output or a refusal out.
+pub type HandlerFn<I, O> = Arc<
+    dyn Fn(CallContext, I) -> futures::future::BoxFuture<'static, Result<O, Refusal>> + Send + Sync,
+>;
+
+/// A capability with its handler, ready to register.
+pub struct TypedCapability<I, O> {
+    declared: Declared<I, O>,
+    handler: HandlerFn<I, O>,
+    /// For platform tools: the roles that may see and call it, whatever the policy says.
+    platform_roles: Option<&'static [&'static str]>,
+}
+
+impl<I, O> std::fmt::Debug for TypedCapability<I, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TypedCapability")
+            .field("info", &self.declared.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<I, O> TypedCapability<I, O>
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    /// Pairs a declaration with its handler.
+    pub fn new(declared: Declared<I, O>, handler: HandlerFn<I, O>) -> Self {
+        TypedCapability {
+            declared,
+            handler,
+            platform_roles: None,
+        }
+    }
+
+    /// Makes this a platform tool, visible and callable exactly by principals holding one of
+    /// `roles`.
+    pub fn platform(mut self, roles: &'static [&'static str]) -> Self {
+        self.platform_roles = Some(roles);
+        self
+    }
+
+    /// Registers the capability under its name.
+    pub fn register(self, registry: &mut Registry) -> Result<(), RegistryError> {
+        let listing = self.declared.listing();
+        let info = self.declared.info;
+        let as_object = |v: serde_json::Value| match v {
+            serde_json::Value::Object(o) => o,
+            _ => serde_json::Map::new(),
+        };
+        let spec = ToolSpec {
+            name: info.name.to_owned(),
+            title: Some(info.title.to_owned()),
+            description: info.description.to_owned(),
+            input_schema: as_object(listing.input_schema),
+            output_schema: Some(as_object(listing.output_schema)),
+            annotations: ToolAnnotations {
+                read_only: Some(info.annotations.read_only),
+                destructive: Some(info.annotations.destructive),
+                idempotent: Some(info.annotations.idempotent),
+                open_world: Some(info.annotations.open_world),
+            },
+            origin: Origin {
+                source: if self.platform_roles.is_some() {
+                    Source::Platform
+                } else {
+                    Source::Capability
+                },
+                alias: None,
+                original_name: info.name.to_owned(),
+            },
+            read_only: info.annotations.read_only,
+            input_shape: Some(listing.input_shape),
+            signature: Some(listing.signature),
+            roles: self.platform_roles,
+        };
+        registry.register(spec, Arc::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl<I, O> ToolHandler for TypedCapability<I, O>
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
+        let name = self.declared.info.name;
+        let (input, _) = self
+            .declared
+            .plan
+            .bind_value(name, &arguments)
+            .map_err(|e| crate::envelope::refuse_arguments(&e))?;
+        let limits = context.services.limits.values;
+        let output = (self.handler)(context.clone(), input).await?;
+        self.declared
+            .plan
+            .convert_output(&output, limits)
+            .map_err(|e| {
+                Refusal::new(
+                    Code::LimitExceeded,
+                    format!("the result of {name} is too large or unsupported: {e}"),
+                )
+            })
     }
 }

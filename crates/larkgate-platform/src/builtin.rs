@@ -1,0 +1,185 @@
+//! Platform tools: approvals as MCP tools for principals with the `approver` or `admin` role.
+//! The same operations back `larkgate approvals ...` on the command line.
+
+use std::sync::Arc;
+
+use larkgate_store::ApprovalStatus;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::capability::{Annotations, CapabilityInfo, Declared, TypedCapability};
+use crate::envelope::Refusal;
+use crate::policy::{ROLE_ADMIN, ROLE_APPROVER};
+use crate::registry::{Registry, RegistryError};
+use crate::session::CallContext;
+
+const APPROVERS: &[&str] = &[ROLE_APPROVER, ROLE_ADMIN];
+
+/// Input of `approvals_list`.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+pub struct ApprovalsListInput {
+    /// Only approvals with this status (`pending`, `approved`, `denied`, `used`); default
+    /// `pending`.
+    pub status: Option<String>,
+}
+
+/// One approval as listed.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApprovalView {
+    /// Its id.
+    pub id: String,
+    /// Who asked.
+    pub principal: String,
+    /// The tool.
+    pub tool: String,
+    /// SHA-256 of the canonical arguments.
+    pub args_hash: String,
+    /// Its status.
+    pub status: String,
+    /// When it was created (Unix ms).
+    pub created_at_ms: i64,
+    /// Who resolved it.
+    pub resolved_by: Option<String>,
+    /// Until when it may be used.
+    pub expires_at_ms: Option<i64>,
+}
+
+impl From<larkgate_store::Approval> for ApprovalView {
+    fn from(a: larkgate_store::Approval) -> Self {
+        ApprovalView {
+            id: a.id,
+            principal: a.principal,
+            tool: a.tool,
+            args_hash: a.args_hash,
+            status: a.status.as_str().to_owned(),
+            created_at_ms: a.created_at_ms,
+            resolved_by: a.resolved_by,
+            expires_at_ms: a.expires_at_ms,
+        }
+    }
+}
+
+/// Output of `approvals_list`.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApprovalsListOutput {
+    /// The approvals, newest first.
+    pub approvals: Vec<ApprovalView>,
+}
+
+/// Input of `approvals_approve` and `approvals_deny`.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+pub struct ApprovalIdInput {
+    /// The approval's id.
+    pub id: String,
+}
+
+/// Output of `approvals_approve` and `approvals_deny`.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct ApprovalResolved {
+    /// The approval as resolved.
+    pub approval: ApprovalView,
+}
+
+fn info(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+    read_only: bool,
+) -> CapabilityInfo {
+    CapabilityInfo {
+        name,
+        title,
+        description,
+        annotations: Annotations {
+            read_only,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+        },
+    }
+}
+
+fn invalid(e: larkgate_binding::Error) -> RegistryError {
+    RegistryError::InvalidShape {
+        name: "platform tool".into(),
+        reason: e.to_string(),
+    }
+}
+
+fn resolver(approve: bool) -> crate::capability::HandlerFn<ApprovalIdInput, ApprovalResolved> {
+    Arc::new(move |ctx: CallContext, input: ApprovalIdInput| {
+        Box::pin(async move {
+            let approval = ctx
+                .services
+                .resolve_approval(&ctx.identity.run.principal, &input.id, approve)
+                .await?;
+            Ok(ApprovalResolved {
+                approval: approval.into(),
+            })
+        })
+    })
+}
+
+/// Registers the platform tools.
+pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    TypedCapability::new(
+        Declared::new(info(
+            "approvals_list",
+            "List approvals",
+            "Lists approval requests, newest first: pending ones by default.",
+            true,
+        ))
+        .map_err(invalid)?,
+        Arc::new(|ctx: CallContext, input: ApprovalsListInput| {
+            Box::pin(async move {
+                let status = input.status.as_deref().unwrap_or("pending");
+                let status = ApprovalStatus::parse(status).ok_or_else(|| {
+                    Refusal::new(
+                        crate::envelope::Code::InvalidArguments,
+                        format!(
+                            "approvals_list(): `status` must be pending, approved, denied or used, got {status:?}"
+                        ),
+                    )
+                })?;
+                let approvals = ctx
+                    .services
+                    .store
+                    .approvals(Some(status))
+                    .await
+                    .map_err(|e| Refusal::internal(e.to_string()))?;
+                Ok(ApprovalsListOutput {
+                    approvals: approvals.into_iter().map(Into::into).collect(),
+                })
+            })
+        }),
+    )
+    .platform(APPROVERS)
+    .register(registry)?;
+    TypedCapability::new(
+        Declared::new(info(
+            "approvals_approve",
+            "Approve a call",
+            "Approves a pending request: the requesting principal may then make that one call, \
+             with exactly those arguments, once, before the approval expires. Nobody approves \
+             their own call.",
+            false,
+        ))
+        .map_err(invalid)?,
+        resolver(true),
+    )
+    .platform(APPROVERS)
+    .register(registry)?;
+    TypedCapability::new(
+        Declared::new(info(
+            "approvals_deny",
+            "Deny a call",
+            "Denies a pending request: the call is refused with approval_denied.",
+            false,
+        ))
+        .map_err(invalid)?,
+        resolver(false),
+    )
+    .platform(APPROVERS)
+    .register(registry)?;
+    Ok(())
+}

@@ -1,0 +1,296 @@
+//! The tool registry: every tool larkgate serves, under its MCP-facing name, with its origin
+//! and its write-barrier classification.
+//!
+//! Names: capabilities are bare (`kv_get`), upstream tools `<alias>__<tool>`, published scripts
+//! `script__<name>`. A final name must be at most 128 characters of `[A-Za-z0-9_-]` — inside
+//! both the MCP rule (`[A-Za-z0-9_.-]`) and what LLM function-calling APIs accept. The way
+//! from a name back to its origin is the [`Origin`] stored with it, never string splitting.
+//!
+//! Classification: a tool is read-only only when that is known (a capability larkgate wrote,
+//! or an upstream that declared `readOnlyHint: true`); anything unknown is a write, and
+//! script tools are always writes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use larkgate_binding::{FieldShape, Map};
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::Refusal;
+use crate::session::CallContext;
+
+/// `_meta` key of a listed tool's origin.
+pub const ORIGIN_META_KEY: &str = "larkgate/origin";
+/// `_meta` key of a listed tool's Starlark signature.
+pub const SIGNATURE_META_KEY: &str = "larkgate/signature";
+/// `_meta` key of a listed tool's input shape.
+pub const INPUT_SHAPE_META_KEY: &str = "larkgate/input_shape";
+
+/// The longest tool name.
+pub const MAX_TOOL_NAME: usize = 128;
+
+/// What kind of tool it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A typed capability built into larkgate.
+    Capability,
+    /// A platform tool (approvals, scripts, runs).
+    Platform,
+    /// A tool of a federated MCP server.
+    Upstream,
+    /// A published script.
+    Script,
+}
+
+/// Where a tool comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// What kind of tool it is.
+    pub source: Source,
+    /// The upstream alias or script name.
+    pub alias: Option<String>,
+    /// The name at the origin.
+    pub original_name: String,
+}
+
+/// MCP annotations as declared by whoever implements the tool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolAnnotations {
+    /// `readOnlyHint`
+    pub read_only: Option<bool>,
+    /// `destructiveHint`
+    pub destructive: Option<bool>,
+    /// `idempotentHint`
+    pub idempotent: Option<bool>,
+    /// `openWorldHint`
+    pub open_world: Option<bool>,
+}
+
+/// Everything about a tool except how to run it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// The MCP-facing name.
+    pub name: String,
+    /// A short human title.
+    pub title: Option<String>,
+    /// What it does.
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub input_schema: serde_json::Map<String, serde_json::Value>,
+    /// The JSON Schema of its structured result.
+    pub output_schema: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Annotations as declared.
+    pub annotations: ToolAnnotations,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// Write-barrier classification: `true` only when known read-only.
+    pub read_only: bool,
+    /// The input shape, for tools that bind through one (capabilities, platform tools).
+    pub input_shape: Option<Vec<FieldShape>>,
+    /// The Starlark signature, when there is one.
+    pub signature: Option<String>,
+    /// For platform tools: the roles that may see and call it (any one suffices), whatever
+    /// the policy says. `None`: the policy decides.
+    pub roles: Option<&'static [&'static str]>,
+}
+
+/// How a tool runs: arguments in (already bound to its shape, when it has one), a structured
+/// result or a refusal out.
+#[async_trait::async_trait]
+pub trait ToolHandler: Send + Sync {
+    /// Runs the tool.
+    async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal>;
+}
+
+/// A registered tool.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    /// Its description.
+    pub spec: ToolSpec,
+    /// How it runs.
+    pub handler: Arc<dyn ToolHandler>,
+    /// Its input shape, validated, when it has one.
+    pub input: Option<larkgate_binding::InputShape>,
+}
+
+impl std::fmt::Debug for RegisteredTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredTool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The name breaks the naming rules.
+    #[error("tool name {name:?} is invalid: {reason}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// Two tools claim one name.
+    #[error("two tools are named {0:?}: rename one (for upstreams, change the alias)")]
+    Collision(String),
+    /// The tool's input shape is not a valid one.
+    #[error("tool {name:?} has an invalid input shape: {reason}")]
+    InvalidShape {
+        /// The tool.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Checks a final tool name against the naming rules.
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if name.len() > MAX_TOOL_NAME {
+        return Err(format!("it is longer than {MAX_TOOL_NAME} characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-')))
+    {
+        return Err(format!(
+            "it contains {c:?}; tool names use only A-Z a-z 0-9 _ -"
+        ));
+    }
+    Ok(())
+}
+
+/// Every tool, by name.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Arc<RegisteredTool>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool; fails loudly on a bad name, a collision or a bad shape.
+    pub fn register(
+        &mut self,
+        spec: ToolSpec,
+        handler: Arc<dyn ToolHandler>,
+    ) -> Result<(), RegistryError> {
+        check_tool_name(&spec.name).map_err(|reason| RegistryError::InvalidName {
+            name: spec.name.clone(),
+            reason,
+        })?;
+        if self.tools.contains_key(&spec.name) {
+            return Err(RegistryError::Collision(spec.name));
+        }
+        let input = spec
+            .input_shape
+            .clone()
+            .map(larkgate_binding::InputShape::new)
+            .transpose()
+            .map_err(|e| RegistryError::InvalidShape {
+                name: spec.name.clone(),
+                reason: e.to_string(),
+            })?;
+        self.tools.insert(
+            spec.name.clone(),
+            Arc::new(RegisteredTool {
+                spec,
+                handler,
+                input,
+            }),
+        );
+        Ok(())
+    }
+
+    /// One tool.
+    pub fn get(&self, name: &str) -> Option<&Arc<RegisteredTool>> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<RegisteredTool>> {
+        self.tools.values()
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+impl RegisteredTool {
+    /// The MCP listing of this tool, with origin, signature and shape in `_meta`.
+    pub fn to_mcp(&self) -> rmcp::model::Tool {
+        let spec = &self.spec;
+        let mut tool = rmcp::model::Tool::new(
+            spec.name.clone(),
+            spec.description.clone(),
+            Arc::new(spec.input_schema.clone()),
+        );
+        if let Some(title) = &spec.title {
+            tool = tool.with_title(title.clone());
+        }
+        if let Some(schema) = &spec.output_schema {
+            tool = tool.with_raw_output_schema(Arc::new(schema.clone()));
+        }
+        let mut annotations = rmcp::model::ToolAnnotations::new();
+        annotations.read_only_hint = spec.annotations.read_only;
+        annotations.destructive_hint = spec.annotations.destructive;
+        annotations.idempotent_hint = spec.annotations.idempotent;
+        annotations.open_world_hint = spec.annotations.open_world;
+        tool = tool.with_annotations(annotations);
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(
+            ORIGIN_META_KEY.to_owned(),
+            serde_json::to_value(&spec.origin).unwrap_or_default(),
+        );
+        if let Some(signature) = &spec.signature {
+            meta.insert(SIGNATURE_META_KEY.to_owned(), signature.as_str().into());
+        }
+        if let Some(shape) = &spec.input_shape {
+            meta.insert(
+                INPUT_SHAPE_META_KEY.to_owned(),
+                serde_json::to_value(shape).unwrap_or_default(),
+            );
+        }
+        tool.with_meta(meta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_follow_the_rules() {
+        let table = [
+            ("kv_get", true),
+            ("github__search-issues", true),
+            ("script__digest", true),
+            ("a", true),
+            ("", false),
+            ("has space", false),
+            ("dotted.name", false),
+            ("slash/name", false),
+            ("ünicode", false),
+        ];
+        for (name, ok) in table {
+            assert_eq!(check_tool_name(name).is_ok(), ok, "{name:?}");
+        }
+        assert!(check_tool_name(&"a".repeat(128)).is_ok());
+        assert!(check_tool_name(&"a".repeat(129)).is_err());
+    }
+}

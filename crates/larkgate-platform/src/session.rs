@@ -1,0 +1,74 @@
+//! Who a call runs as, and what a handler may reach while it runs.
+//!
+//! Identity is decided in one place: whoever opens a session decides who it runs as, and binds
+//! a [`SessionIdentity`] to it when the session is created. Nothing a client puts in a request
+//! (extensions, `_meta`, `clientInfo`) reaches this type.
+
+use std::fmt;
+use std::sync::Arc;
+
+use larkgate_store::Principal;
+use serde::{Deserialize, Serialize};
+
+use crate::platform::Services;
+
+/// How a session's calls came about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// A client calling tools itself (an agent, a desktop app, the CLI).
+    Direct,
+    /// A draft script run: as its author, read-only tools only.
+    Draft,
+    /// A published script run: as `script:<name>` with the roles captured at publish time.
+    Published,
+}
+
+impl RunKind {
+    /// The name recorded in audit.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Direct => "direct",
+            RunKind::Draft => "draft",
+            RunKind::Published => "published",
+        }
+    }
+}
+
+impl fmt::Display for RunKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The context a session is opened with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunContext {
+    /// Who the session's calls run as, with the roles they carry.
+    pub principal: Principal,
+    /// The script run, for script sessions.
+    pub run_id: Option<String>,
+    /// How the calls came about.
+    pub kind: RunKind,
+    /// Script nesting depth: 0 for a direct session, 1 for a script it runs, and so on.
+    pub depth: u32,
+}
+
+/// A session's bound identity: its run context and the label that tells run kinds apart in
+/// logs and audit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionIdentity {
+    /// The run context.
+    pub run: RunContext,
+    /// The session's label (`cli`, `script-draft`, `script-published`, ...).
+    pub label: String,
+}
+
+/// What a handler sees of the call it serves.
+#[derive(Clone, Debug)]
+pub struct CallContext {
+    /// The caller.
+    pub identity: Arc<SessionIdentity>,
+    /// The platform's shared services.
+    pub services: Arc<Services>,
+}

@@ -1,0 +1,245 @@
+//! One in-memory MCP session per run, against the fully assembled platform server.
+//!
+//! [`connect`] opens a session bound to a [`RunContext`] — the identity the *launcher* of a
+//! run decided — and returns a [`SessionCaller`], the production [`Caller`]: every host call a
+//! script makes becomes an ordinary `tools/call` on this session and crosses the same pipeline
+//! an agent's call crosses, with no second implementation to keep in step. The session itself
+//! establishes no identity: the server binds the context when the session is created, and
+//! nothing the client sends can change it.
+//!
+//! Transport: a pair of typed channels carrying rmcp's message values (no JSON encoding), and
+//! the 2026-07-28 lifecycle (`server/discover`, no `initialize` handshake).
+
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::mpsc;
+use larkgate_binding::{Limits, Map, from_json_object};
+use larkgate_caller::{
+    Annotations, CallError, Caller, Origin, RefusalError, Source, TEXT_RESULT_KEY, ToolInfo,
+};
+use larkgate_platform::envelope::ENVELOPE_META_KEY;
+use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
+use larkgate_platform::{Platform, PlatformServer, RunContext, SessionIdentity};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, RunningService, serve_client_with_lifecycle};
+use rmcp::{RoleClient, RoleServer, ServiceExt};
+use tokio::sync::OnceCell;
+
+/// How many messages may queue in each direction.
+const CHANNEL_CAPACITY: usize = 64;
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("the in-memory session could not be opened: {0}")]
+pub struct ConnectError(String);
+
+/// The production [`Caller`]: one in-memory MCP session. See the crate documentation.
+#[derive(Clone, Debug)]
+pub struct SessionCaller {
+    peer: rmcp::Peer<RoleClient>,
+    listing: Arc<OnceCell<Vec<ToolInfo>>>,
+    limits: Limits,
+}
+
+/// The server end while it starts: rmcp's server settles its lifecycle only when the first
+/// real request arrives, so it is awaited at teardown, not at connect.
+type ServerTask = tokio::task::JoinHandle<
+    Result<RunningService<RoleServer, PlatformServer>, rmcp::service::ServerInitializeError>,
+>;
+
+/// Closes both ends of a session.
+#[derive(Debug)]
+pub struct Teardown {
+    client: RunningService<RoleClient, ()>,
+    server: ServerTask,
+}
+
+impl Teardown {
+    /// Closes the session: the client first (which ends the server's input), then the server.
+    pub async fn close(self) {
+        let _ = self.client.cancel().await;
+        match self.server.await {
+            Ok(Ok(server)) => {
+                let _ = server.cancel().await;
+            }
+            Ok(Err(error)) => tracing::debug!(%error, "the session's server never started"),
+            Err(error) => tracing::debug!(%error, "the session's server task failed"),
+        }
+    }
+}
+
+/// Opens an in-memory session against `platform`, bound to `run`, labelled `label` in logs and
+/// audit. Results are converted within `limits`.
+pub async fn connect(
+    platform: &Platform,
+    run: RunContext,
+    label: &str,
+    limits: Limits,
+) -> Result<(SessionCaller, Teardown), ConnectError> {
+    let identity = Arc::new(SessionIdentity {
+        run,
+        label: label.to_owned(),
+    });
+    connect_handler(
+        PlatformServer::new(platform.clone(), Some(identity)),
+        limits,
+    )
+    .await
+}
+
+/// Opens an in-memory session served by `handler` as it is — including one bound to no
+/// identity, whose every call is refused as `unauthenticated`.
+pub async fn connect_handler(
+    handler: PlatformServer,
+    limits: Limits,
+) -> Result<(SessionCaller, Teardown), ConnectError> {
+    let (client_tx, server_rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (server_tx, client_rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let server = tokio::spawn(async move { handler.serve((server_tx, server_rx)).await });
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = match serve_client_with_lifecycle((), (client_tx, client_rx), lifecycle).await {
+        Ok(client) => client,
+        Err(error) => {
+            server.abort();
+            return Err(ConnectError(error.to_string()));
+        }
+    };
+    let caller = SessionCaller {
+        peer: client.peer().clone(),
+        listing: Arc::new(OnceCell::new()),
+        limits,
+    };
+    Ok((caller, Teardown { client, server }))
+}
+
+impl SessionCaller {
+    async fn listing(&self) -> Result<&Vec<ToolInfo>, CallError> {
+        self.listing
+            .get_or_try_init(|| async {
+                let tools = self
+                    .peer
+                    .list_all_tools()
+                    .await
+                    .map_err(|e| CallError::Transport(e.to_string()))?;
+                Ok(tools.iter().map(tool_info).collect())
+            })
+            .await
+    }
+}
+
+fn tool_info(tool: &rmcp::model::Tool) -> ToolInfo {
+    let meta = tool.meta.as_ref();
+    let get = |key: &str| meta.and_then(|m| m.get(key));
+    let origin = get(ORIGIN_META_KEY)
+        .and_then(|v| serde_json::from_value::<Origin>(v.clone()).ok())
+        // A listing without an origin is not larkgate's own; treat it as foreign.
+        .unwrap_or(Origin {
+            source: Source::Upstream,
+            alias: None,
+            original_name: tool.name.to_string(),
+        });
+    let annotations = tool.annotations.as_ref();
+    ToolInfo {
+        name: tool.name.to_string(),
+        title: tool.title.clone(),
+        description: tool.description.as_ref().map(|d| d.to_string()),
+        input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+        input_shape: get(INPUT_SHAPE_META_KEY).and_then(|v| serde_json::from_value(v.clone()).ok()),
+        signature: get(SIGNATURE_META_KEY).and_then(|v| v.as_str().map(str::to_owned)),
+        annotations: Annotations {
+            read_only: annotations.and_then(|a| a.read_only_hint),
+            destructive: annotations.and_then(|a| a.destructive_hint),
+            idempotent: annotations.and_then(|a| a.idempotent_hint),
+            open_world: annotations.and_then(|a| a.open_world_hint),
+        },
+        origin,
+    }
+}
+
+/// The text of a result's text content blocks, joined.
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Reads a tool result as the engine sees it.
+fn read_result(result: CallToolResult, limits: Limits) -> Result<Map, CallError> {
+    if result.is_error == Some(true) {
+        let marked = result
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(ENVELOPE_META_KEY))
+            .is_some_and(|v| v == &serde_json::Value::Bool(true));
+        let envelope = result.structured_content.as_ref().filter(|_| marked);
+        let Some(envelope) = envelope else {
+            return Err(CallError::Transport(format!(
+                "the server returned an error result without larkgate's envelope: {}",
+                text_of(&result)
+            )));
+        };
+        return Err(CallError::Refused(RefusalError {
+            code: envelope
+                .get("code")
+                .and_then(|c| c.as_str())
+                .unwrap_or("internal")
+                .to_owned(),
+            retry_after: envelope
+                .get("retry_after_seconds")
+                .and_then(|s| s.as_u64())
+                .map(Duration::from_secs),
+            approval_id: envelope
+                .get("approval_id")
+                .and_then(|id| id.as_str())
+                .map(str::to_owned),
+            text: text_of(&result),
+        }));
+    }
+    match &result.structured_content {
+        Some(serde_json::Value::Object(object)) => from_json_object(object, limits)
+            .map_err(|e| CallError::Transport(format!("the result is unusable: {e}"))),
+        Some(other) => Err(CallError::Transport(format!(
+            "the structured result is not an object but {other}"
+        ))),
+        None => {
+            let mut map = Map::new();
+            map.insert(TEXT_RESULT_KEY.to_owned(), text_of(&result).into());
+            Ok(map)
+        }
+    }
+}
+
+impl Caller for SessionCaller {
+    async fn tools(&self) -> Result<Vec<ToolInfo>, CallError> {
+        self.listing().await.cloned()
+    }
+
+    async fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = Some(larkgate_binding::map_to_json(&arguments));
+        let result = self
+            .peer
+            .call_tool(params)
+            .await
+            .map_err(|e| CallError::Transport(e.to_string()))?;
+        read_result(result, self.limits)
+    }
+
+    async fn declares_read_only(&self, name: &str) -> (bool, bool) {
+        match self.listing().await {
+            Ok(tools) => match tools.iter().find(|t| t.name == name) {
+                Some(tool) => (tool.annotations.read_only == Some(true), true),
+                None => (false, false),
+            },
+            Err(_) => (false, false),
+        }
+    }
+}

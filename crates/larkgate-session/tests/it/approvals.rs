@@ -1,0 +1,195 @@
+//! Approvals through real sessions: bound to principal, tool and arguments; used once;
+//! resolved by someone else; kept when a later step refuses the call.
+
+use std::time::Duration;
+
+use larkgate_binding::{Map, Value};
+use larkgate_caller::Caller;
+use larkgate_store::Store;
+
+use crate::harness::{Harness, args, refusal};
+
+fn delete(key: &str) -> Map {
+    args(&[("key", Value::from(key))])
+}
+
+/// wes asks to delete `key`; returns the approval id from the refusal.
+async fn ask(caller: &larkgate_session::SessionCaller, key: &str) -> String {
+    let refused = refusal(caller, "kv_delete", delete(key)).await;
+    assert_eq!(refused.code, "approval_required");
+    assert!(
+        refused.text.contains("larkgate approvals approve"),
+        "{}",
+        refused.text
+    );
+    refused
+        .approval_id
+        .expect("approval_required carries the approval's id")
+}
+
+async fn approve(h: &Harness, approver: &str, id: &str) -> Result<Map, larkgate_caller::CallError> {
+    let (caller, _t) = h.session(approver).await;
+    caller
+        .call_tool("approvals_approve", args(&[("id", Value::from(id))]))
+        .await
+}
+
+#[tokio::test]
+async fn an_approved_call_runs_once() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    wes.call_tool(
+        "kv_set",
+        args(&[("key", "doomed".into()), ("value", "1".into())]),
+    )
+    .await
+    .unwrap();
+    let id = ask(&wes, "doomed").await;
+    // Asking again reuses the same pending approval.
+    assert_eq!(ask(&wes, "doomed").await, id);
+    approve(&h, "alice", &id).await.unwrap();
+    let deleted = wes.call_tool("kv_delete", delete("doomed")).await.unwrap();
+    assert_eq!(deleted.get("deleted"), Some(&Value::Bool(true)));
+    // Second use: a new approval is needed.
+    let again = ask(&wes, "doomed").await;
+    assert_ne!(again, id);
+}
+
+#[tokio::test]
+async fn an_approval_covers_only_its_arguments_and_its_principal() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    let id = ask(&wes, "a").await;
+    approve(&h, "alice", &id).await.unwrap();
+    assert_eq!(
+        refusal(&wes, "kv_delete", delete("b")).await.code,
+        "approval_required"
+    );
+    let (root, _t2) = h.session("root").await;
+    assert_eq!(
+        refusal(&root, "kv_delete", delete("a")).await.code,
+        "approval_required"
+    );
+    // The approved call itself still runs.
+    assert!(wes.call_tool("kv_delete", delete("a")).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_denied_call_retried_is_approval_denied() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    let id = ask(&wes, "k").await;
+    let (alice, _t2) = h.session("alice").await;
+    alice
+        .call_tool("approvals_deny", args(&[("id", Value::from(id.as_str()))]))
+        .await
+        .unwrap();
+    let refused = refusal(&wes, "kv_delete", delete("k")).await;
+    assert_eq!(refused.code, "approval_denied");
+    assert!(refused.text.contains("alice denied"), "{}", refused.text);
+}
+
+#[tokio::test]
+async fn nobody_approves_their_own_call_and_only_approvers_approve() {
+    let h = Harness::new().await;
+    let (root, _t) = h.session("root").await;
+    let id = ask(&root, "k").await;
+    let refused = refusal(
+        &root,
+        "approvals_approve",
+        args(&[("id", Value::from(id.as_str()))]),
+    )
+    .await;
+    assert_eq!(refused.code, "forbidden");
+    assert!(refused.text.contains("its own call"), "{}", refused.text);
+    // wes cannot even see the approval tools.
+    let (wes, _t2) = h.session("wes").await;
+    let hidden = refusal(
+        &wes,
+        "approvals_approve",
+        args(&[("id", Value::from(id.as_str()))]),
+    )
+    .await;
+    assert_eq!(hidden.code, "not_found");
+    // alice can.
+    assert!(approve(&h, "alice", &id).await.is_ok());
+    let (listing, _t3) = h.session("alice").await;
+    let approved = listing
+        .call_tool("approvals_list", args(&[("status", "approved".into())]))
+        .await
+        .unwrap();
+    assert_eq!(
+        approved
+            .get("approvals")
+            .and_then(Value::as_list)
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn an_expired_approval_does_not_admit_the_call() {
+    let h = Harness::with(|b| {
+        let mut policy: larkgate_platform::policy::Policy =
+            toml::from_str(crate::harness::POLICY).unwrap();
+        policy.approvals.ttl_seconds = 0;
+        b.policy(policy)
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    let id = ask(&wes, "k").await;
+    approve(&h, "alice", &id).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        refusal(&wes, "kv_delete", delete("k")).await.code,
+        "approval_required"
+    );
+    let stored = h.store.approval(&id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.status,
+        larkgate_store::ApprovalStatus::Approved,
+        "never used"
+    );
+}
+
+#[tokio::test]
+async fn a_call_refused_by_the_rate_limit_after_approval_keeps_the_approval() {
+    let h = Harness::with(|b| {
+        b.policy(
+            toml::from_str(
+                r#"
+                [roles.writer]
+                call = ["kv_*"]
+                [roles.approver]
+                [approvals]
+                require = ["kv_delete"]
+                [[rate_limits]]
+                per = "principal_tool"
+                tools = ["kv_delete"]
+                calls = 1
+                period_seconds = 10
+                "#,
+            )
+            .unwrap(),
+        )
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    let id = ask(&wes, "k").await; // spends the one rate-limit slot
+    approve(&h, "alice", &id).await.unwrap();
+    assert_eq!(
+        refusal(&wes, "kv_delete", delete("k")).await.code,
+        "rate_limited"
+    );
+    let stored = h.store.approval(&id).await.unwrap().unwrap();
+    assert_eq!(
+        stored.status,
+        larkgate_store::ApprovalStatus::Approved,
+        "not burnt"
+    );
+    h.clock.advance(Duration::from_secs(10));
+    assert!(wes.call_tool("kv_delete", delete("k")).await.is_ok());
+    let stored = h.store.approval(&id).await.unwrap().unwrap();
+    assert_eq!(stored.status, larkgate_store::ApprovalStatus::Used);
+}
