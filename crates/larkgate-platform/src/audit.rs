@@ -35,6 +35,8 @@ pub const GENESIS_HASH: &str = "000000000000000000000000000000000000000000000000
 
 /// The live journal. Rotated journals are named `audit.journal.<last sequence>`.
 const JOURNAL: &str = "audit.journal";
+/// Held (an exclusive file lock) by the one process that owns the chain.
+const LOCK: &str = "audit.lock";
 
 /// What a caller records; the log adds sequence, time and hashes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -74,6 +76,12 @@ pub enum AuditError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another process owns the audit chain in this directory.
+    #[error(
+        "another larkgate process is using the audit log in {0}; stop it or point this one at \
+         another data directory"
+    )]
+    Busy(String),
 }
 
 /// Where records go. [`AuditLog`] is the real one; tests substitute a failing one to prove the
@@ -120,7 +128,10 @@ pub struct AuditLog {
     dir: PathBuf,
     store: Arc<dyn Store>,
     options: AuditOptions,
-    wake: Notify,
+    /// The exclusive lock on `audit.lock`, held for the log's lifetime: two processes
+    /// appending to one chain would fork it.
+    _lock: File,
+    wake: Arc<Notify>,
     /// Serializes flushes (the background task and explicit [`AuditLog::flush`] calls).
     flushing: tokio::sync::Mutex<()>,
 }
@@ -185,6 +196,14 @@ impl AuditLog {
         options: AuditOptions,
     ) -> Result<Arc<Self>, AuditError> {
         std::fs::create_dir_all(dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK))?;
+        if lock.try_lock().is_err() {
+            return Err(AuditError::Busy(dir.display().to_string()));
+        }
         let mut left_behind = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
@@ -219,15 +238,18 @@ impl AuditLog {
             dir: dir.to_owned(),
             store,
             options,
-            wake: Notify::new(),
+            _lock: lock,
+            wake: Arc::new(Notify::new()),
             flushing: tokio::sync::Mutex::new(()),
         });
+        // The flusher holds the log only while it flushes, so dropping the last handle ends it.
         let weak = Arc::downgrade(&log);
+        let wake = Arc::clone(&log.wake);
+        let interval = options.flush_interval;
         tokio::spawn(async move {
             loop {
+                let _ = tokio::time::timeout(interval, wake.notified()).await;
                 let Some(log) = weak.upgrade() else { return };
-                let interval = log.options.flush_interval;
-                let _ = tokio::time::timeout(interval, log.wake.notified()).await;
                 if let Err(error) = log.flush().await {
                     tracing::error!(%error, "audit records could not be moved into the store; they stay in the journal");
                 }
@@ -278,6 +300,13 @@ impl AuditLog {
             seq: chain.seq,
             hash: chain.prev_hash.clone(),
         }
+    }
+}
+
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        // Let the flusher notice that the log is gone.
+        self.wake.notify_one();
     }
 }
 

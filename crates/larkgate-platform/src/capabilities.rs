@@ -222,8 +222,9 @@ fn store_failed(e: larkgate_store::StoreError) -> Refusal {
     Refusal::internal(format!("the key-value store failed: {e}"))
 }
 
-fn rfc3339(now: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_millis(now).to_string()
+/// An instant as RFC 3339 in UTC, to the millisecond.
+pub fn rfc3339_millis(at: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 /// Registers the built-in capabilities with their handlers on the store.
@@ -298,7 +299,7 @@ pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryErro
                     .map_or(0, |d| d.as_millis() as i64);
                 Ok(ClockNowOutput {
                     unix_ms,
-                    rfc3339: rfc3339(now),
+                    rfc3339: rfc3339_millis(now),
                 })
             })
         }),

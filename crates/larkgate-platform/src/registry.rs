@@ -26,6 +26,9 @@ pub const SIGNATURE_META_KEY: &str = "larkgate/signature";
 /// `_meta` key of a listed tool's input shape.
 pub const INPUT_SHAPE_META_KEY: &str = "larkgate/input_shape";
 
+/// rmcp's tool listing type, re-exported for callers that print listings.
+pub use rmcp::model::Tool as McpTool;
+
 /// The longest tool name.
 pub const MAX_TOOL_NAME: usize = 128;
 

@@ -1,6 +1,13 @@
 //! Command-line interface: one subcommand per module under `cli/`.
 
+mod approvals;
+mod audit;
+mod call;
 mod capabilities;
+mod context;
+mod principal;
+
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
@@ -9,18 +16,61 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "larkgate", version, about, long_about = None)]
 pub(crate) struct Cli {
+    /// The configuration file (default: ./larkgate.toml when it exists).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The data directory, overriding the configuration's `data_dir`.
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Act as this registered principal instead of the local operator.
+    #[arg(long = "as", global = true, value_name = "NAME")]
+    as_principal: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the built-in capabilities with their Starlark signatures and JSON schemas.
+    /// List the built-in tools with their Starlark signatures, annotations and JSON schemas.
     Capabilities(capabilities::Args),
+    /// Call one tool through the full pipeline, as the operator or `--as NAME`.
+    Call(call::Args),
+    /// Manage principals: who may call tools, with which roles.
+    #[command(subcommand)]
+    Principal(principal::Command),
+    /// List and resolve approval requests.
+    #[command(subcommand)]
+    Approvals(approvals::Command),
+    /// Read and verify the audit chain.
+    #[command(subcommand)]
+    Audit(audit::Command),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Capabilities(args) => capabilities::run(args, &mut std::io::stdout().lock()),
+    let out = &mut std::io::stdout().lock();
+    if let Command::Capabilities(args) = cli.command {
+        return capabilities::run(args, out);
     }
+    let options = context::Options {
+        config: cli.config,
+        data_dir: cli.data_dir,
+        as_principal: cli.as_principal,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let context = context::Context::open(options).await?;
+        let result = match cli.command {
+            Command::Capabilities(_) => Ok(()),
+            Command::Call(args) => call::run(args, &context, out).await,
+            Command::Principal(command) => principal::run(command, &context, out).await,
+            Command::Approvals(command) => approvals::run(command, &context, out).await,
+            Command::Audit(command) => audit::run(command, &context, out).await,
+        };
+        // Whatever the command appended to the audit chain is in the store before we exit.
+        context.close().await?;
+        result
+    })
 }

@@ -165,3 +165,17 @@ async fn journaled_records_not_yet_flushed_are_replayed_at_the_next_open() {
     log.flush().await.unwrap();
     assert!(verify(store.as_ref()).await.unwrap().intact());
 }
+
+#[tokio::test]
+async fn a_second_log_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log) = open(dir.path()).await;
+    let err = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("another larkgate process"),
+        "{err}"
+    );
+    drop(log);
+}

@@ -24,6 +24,8 @@ fn capabilities_lists_signatures_and_schemas_as_text() {
         "kv_set(*, key: str, value: str) -> dict",
         "  Write a key (write)",
         "  Read a key (read-only)",
+        "  annotations: readOnlyHint=false destructiveHint=true idempotentHint=true openWorldHint=false",
+        "approvals_approve(*, id: str) -> dict",
         r#"  input schema:  {"type":"object","properties":{"key":{"type":"string"}},"required":["key"],"additionalProperties":false}"#,
     ] {
         assert!(
@@ -46,12 +48,26 @@ fn capabilities_json_is_machine_readable() {
         .collect();
     assert_eq!(
         names,
-        ["kv_get", "kv_list", "clock_now", "kv_set", "kv_delete"]
+        [
+            "clock_now",
+            "kv_get",
+            "kv_list",
+            "kv_delete",
+            "kv_set",
+            "approvals_list",
+            "approvals_approve",
+            "approvals_deny"
+        ]
     );
-    assert_eq!(listing[0]["annotations"]["readOnlyHint"], true);
-    assert_eq!(listing[3]["annotations"]["destructiveHint"], true);
-    assert!(listing[0]["inputSchema"]["properties"]["key"].is_object());
-    assert!(listing[0]["outputSchema"]["properties"]["found"].is_object());
+    assert_eq!(listing[1]["annotations"]["readOnlyHint"], true);
+    assert_eq!(listing[4]["annotations"]["destructiveHint"], true);
+    assert!(listing[1]["inputSchema"]["properties"]["key"].is_object());
+    assert!(listing[1]["outputSchema"]["properties"]["found"].is_object());
+    assert_eq!(
+        listing[1]["_meta"]["larkgate/origin"]["source"],
+        "capability"
+    );
+    assert_eq!(listing[6]["_meta"]["larkgate/origin"]["source"], "platform");
 }
 
 #[test]

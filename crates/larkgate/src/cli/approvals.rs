@@ -1,0 +1,100 @@
+//! `larkgate approvals ...`: the same operations as the approval platform tools, as the local
+//! operator or `--as` an approver. Nobody resolves an approval of their own call.
+
+use std::io::Write;
+
+use larkgate_store::{ApprovalStatus, Store};
+
+use super::context::Context;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// List approval requests, newest first.
+    List {
+        /// Which ones: pending (default), approved, denied, used, or all.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending request: the requester may make that one call, once.
+    Approve {
+        /// The approval's id.
+        id: String,
+    },
+    /// Deny a pending request.
+    Deny {
+        /// The approval's id.
+        id: String,
+    },
+}
+
+pub(crate) async fn run(
+    command: Command,
+    context: &Context,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    match command {
+        Command::List { status, json } => {
+            let filter = match status.as_str() {
+                "all" => None,
+                other => Some(ApprovalStatus::parse(other).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--status must be pending, approved, denied, used or all, not {other:?}"
+                    )
+                })?),
+            };
+            let approvals = context.store.approvals(filter).await?;
+            if json {
+                serde_json::to_writer_pretty(&mut *out, &approvals)?;
+                writeln!(out)?;
+            } else if approvals.is_empty() {
+                writeln!(out, "no {status} approvals")?;
+            } else {
+                for a in approvals {
+                    writeln!(
+                        out,
+                        "{}  {:<8}  {:<16} {:<24} args {}",
+                        a.id,
+                        a.status.as_str(),
+                        a.principal,
+                        a.tool,
+                        &a.args_hash[..16.min(a.args_hash.len())]
+                    )?;
+                }
+            }
+        }
+        Command::Approve { id } => resolve(context, &id, true, out).await?,
+        Command::Deny { id } => resolve(context, &id, false, out).await?,
+    }
+    Ok(())
+}
+
+async fn resolve(
+    context: &Context,
+    id: &str,
+    approve: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let approval = context
+        .platform
+        .services()
+        .resolve_approval(&context.actor, id, approve)
+        .await
+        .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+    if approve {
+        writeln!(
+            out,
+            "approved {}: {} may call {} once with those arguments",
+            approval.id, approval.principal, approval.tool
+        )?;
+    } else {
+        writeln!(
+            out,
+            "denied {}: {}'s call of {} will be refused",
+            approval.id, approval.principal, approval.tool
+        )?;
+    }
+    Ok(())
+}

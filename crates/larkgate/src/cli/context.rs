@@ -1,0 +1,77 @@
+//! What every store-backed command opens: configuration, store, audit log, platform, and the
+//! principal the command acts as.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use larkgate_platform::Platform;
+use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
+
+use crate::config::Config;
+
+/// The local operator's principal id.
+pub(crate) const OPERATOR: &str = "operator";
+
+pub(crate) struct Options {
+    pub(crate) config: Option<PathBuf>,
+    pub(crate) data_dir: Option<PathBuf>,
+    pub(crate) as_principal: Option<String>,
+}
+
+pub(crate) struct Context {
+    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) audit: Arc<AuditLog>,
+    pub(crate) platform: Platform,
+    /// Who the command acts as: the operator, or `--as NAME`.
+    pub(crate) actor: Principal,
+}
+
+impl Context {
+    pub(crate) async fn open(options: Options) -> anyhow::Result<Self> {
+        let config = Config::load(options.config.as_deref())?;
+        let data_dir = options.data_dir.unwrap_or(config.data_dir);
+        let store = Arc::new(SqliteStore::open(&data_dir)?);
+        let audit = AuditLog::open(
+            &data_dir,
+            store.clone(),
+            AuditOptions {
+                fsync: config.audit.fsync,
+                ..AuditOptions::default()
+            },
+        )
+        .await?;
+        let platform = Platform::builder(store.clone(), audit.clone())?
+            .policy(config.policy)
+            .record_arguments(config.audit.record_arguments)
+            .build();
+        let actor = match options.as_principal {
+            None => Principal {
+                id: OPERATOR.to_owned(),
+                kind: PrincipalKind::User,
+                roles: vec![larkgate_platform::policy::ROLE_ADMIN.to_owned()],
+            },
+            Some(name) => store.principal(&name).await?.with_context(|| {
+                format!("there is no principal {name:?}; list them with `larkgate principal list`")
+            })?,
+        };
+        Ok(Context {
+            store,
+            audit,
+            platform,
+            actor,
+        })
+    }
+
+    /// Whether the actor holds `role`.
+    pub(crate) fn actor_has(&self, role: &str) -> bool {
+        self.actor.roles.iter().any(|r| r == role)
+    }
+
+    /// Flushes the audit log into the store.
+    pub(crate) async fn close(self) -> anyhow::Result<()> {
+        self.audit.flush().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,175 @@
+//! `larkgate principal ...`: register principals and their roles. Needs the `admin` role
+//! (the local operator has it). Every change is an audit event.
+
+use std::io::Write;
+
+use anyhow::bail;
+use larkgate_platform::audit::{AuditEntry, AuditSink};
+use larkgate_platform::policy::ROLE_ADMIN;
+use larkgate_store::{AuditKind, Principal, PrincipalKind, Store};
+
+use super::context::{Context, OPERATOR};
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Register a principal.
+    Add {
+        /// Its name: letters, digits, `_`, `-`, `.`, `@`, `:`.
+        name: String,
+        /// Its roles, comma-separated (`author,publisher`).
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<String>,
+        /// What kind of party it is.
+        #[arg(long, value_enum, default_value = "user")]
+        kind: Kind,
+    },
+    /// List principals and their roles.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace a principal's roles.
+    SetRoles {
+        /// The principal.
+        name: String,
+        /// The new roles, comma-separated (empty: none).
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<String>,
+    },
+    /// Remove a principal.
+    Remove {
+        /// The principal.
+        name: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum Kind {
+    User,
+    Service,
+}
+
+/// Checks a principal name: printable, no spaces, not the operator's.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '@'));
+    if !valid {
+        bail!(
+            "{name:?} is not a principal name: use 1 to 64 of A-Z a-z 0-9 _ - . @ \
+             (script principals are created by publishing)"
+        );
+    }
+    if name == OPERATOR {
+        bail!("{OPERATOR:?} is the built-in local operator");
+    }
+    Ok(())
+}
+
+fn check_roles(roles: &[String]) -> anyhow::Result<Vec<String>> {
+    let roles: Vec<String> = roles
+        .iter()
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty())
+        .collect();
+    for role in &roles {
+        let valid = role
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        if !valid {
+            bail!("{role:?} is not a role name: use a-z 0-9 _ -");
+        }
+    }
+    Ok(roles)
+}
+
+fn event(context: &Context, detail: String) -> anyhow::Result<()> {
+    context.audit.append(AuditEntry {
+        kind: Some(AuditKind::Event),
+        principal: context.actor.id.clone(),
+        code: Some("principal".to_owned()),
+        detail: Some(detail),
+        ..Default::default()
+    })?;
+    Ok(())
+}
+
+pub(crate) async fn run(
+    command: Command,
+    context: &Context,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    if !matches!(command, Command::List { .. }) && !context.actor_has(ROLE_ADMIN) {
+        bail!(
+            "{} may not manage principals: that needs the admin role",
+            context.actor.id
+        );
+    }
+    match command {
+        Command::Add { name, roles, kind } => {
+            check_name(&name)?;
+            let roles = check_roles(&roles)?;
+            let kind = match kind {
+                Kind::User => PrincipalKind::User,
+                Kind::Service => PrincipalKind::Service,
+            };
+            context
+                .store
+                .add_principal(Principal {
+                    id: name.clone(),
+                    kind,
+                    roles: roles.clone(),
+                })
+                .await?;
+            event(
+                context,
+                format!(
+                    "added principal {name} ({}) with roles [{}]",
+                    kind.as_str(),
+                    roles.join(",")
+                ),
+            )?;
+            writeln!(out, "added {name} with roles [{}]", roles.join(","))?;
+        }
+        Command::List { json } => {
+            let principals = context.store.principals().await?;
+            if json {
+                serde_json::to_writer_pretty(&mut *out, &principals)?;
+                writeln!(out)?;
+            } else if principals.is_empty() {
+                writeln!(
+                    out,
+                    "no principals; add one with `larkgate principal add NAME --roles ...`"
+                )?;
+            } else {
+                for p in principals {
+                    writeln!(
+                        out,
+                        "{:<24} {:<8} {}",
+                        p.id,
+                        p.kind.as_str(),
+                        p.roles.join(",")
+                    )?;
+                }
+            }
+        }
+        Command::SetRoles { name, roles } => {
+            let roles = check_roles(&roles)?;
+            context.store.set_roles(&name, roles.clone()).await?;
+            event(
+                context,
+                format!("set roles of {name} to [{}]", roles.join(",")),
+            )?;
+            writeln!(out, "{name} now has roles [{}]", roles.join(","))?;
+        }
+        Command::Remove { name } => {
+            context.store.remove_principal(&name).await?;
+            event(context, format!("removed principal {name}"))?;
+            writeln!(out, "removed {name}")?;
+        }
+    }
+    Ok(())
+}

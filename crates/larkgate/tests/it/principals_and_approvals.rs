@@ -1,0 +1,173 @@
+//! Principals, `--as`, calls and approvals from the command line, end to end.
+
+use crate::{fails, ok};
+
+const POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.writer]
+call = ["kv_*"]
+[policy.approvals]
+require = ["kv_delete"]
+"#;
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("larkgate.toml"), POLICY).unwrap();
+    ok(
+        dir.path(),
+        &["principal", "add", "wes", "--roles", "writer"],
+    );
+    ok(
+        dir.path(),
+        &["principal", "add", "alice", "--roles", "approver"],
+    );
+    dir
+}
+
+#[test]
+fn principals_are_added_listed_changed_and_removed() {
+    let dir = setup();
+    let list = ok(dir.path(), &["principal", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("wes") && l.ends_with("writer")),
+        "{list}"
+    );
+    ok(
+        dir.path(),
+        &["principal", "set-roles", "wes", "--roles", "writer,author"],
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(dir.path(), &["principal", "list", "--json"])).unwrap();
+    assert_eq!(json[1]["id"], "wes");
+    assert_eq!(json[1]["roles"], serde_json::json!(["author", "writer"]));
+    ok(dir.path(), &["principal", "remove", "alice"]);
+    assert!(!ok(dir.path(), &["principal", "list"]).contains("alice"));
+    assert!(fails(dir.path(), &["principal", "add", "wes"]).contains("already exists"));
+    assert!(fails(dir.path(), &["principal", "add", "has space"]).contains("not a principal name"));
+    assert!(fails(dir.path(), &["principal", "remove", "ghost"]).contains("does not exist"));
+    assert!(
+        fails(dir.path(), &["--as", "wes", "principal", "add", "x"])
+            .contains("needs the admin role")
+    );
+    assert!(fails(dir.path(), &["--as", "ghost", "principal", "list"]).contains("no principal"));
+}
+
+#[test]
+fn a_gated_call_runs_once_after_an_approver_approves_it_from_the_cli() {
+    let dir = setup();
+    ok(
+        dir.path(),
+        &[
+            "--as",
+            "wes",
+            "call",
+            "kv_set",
+            "--arg",
+            "key=doomed",
+            "--arg",
+            "value=1",
+        ],
+    );
+    let refused = fails(
+        dir.path(),
+        &["--as", "wes", "call", "kv_delete", "--arg", "key=doomed"],
+    );
+    assert!(refused.contains("(approval_required)"), "{refused}");
+    let pending = ok(dir.path(), &["approvals", "list"]);
+    let id = pending
+        .split_whitespace()
+        .next()
+        .expect("one pending approval")
+        .to_owned();
+    assert!(
+        pending.contains("wes") && pending.contains("kv_delete"),
+        "{pending}"
+    );
+    // wes cannot approve (no approver role); alice can.
+    assert!(
+        fails(dir.path(), &["--as", "wes", "approvals", "approve", &id])
+            .contains("may not resolve")
+    );
+    let approved = ok(dir.path(), &["--as", "alice", "approvals", "approve", &id]);
+    assert!(
+        approved.contains("wes may call kv_delete once"),
+        "{approved}"
+    );
+    let deleted = ok(
+        dir.path(),
+        &["--as", "wes", "call", "kv_delete", "--arg", "key=doomed"],
+    );
+    assert!(deleted.contains("\"deleted\": true"), "{deleted}");
+    let again = fails(
+        dir.path(),
+        &["--as", "wes", "call", "kv_delete", "--arg", "key=doomed"],
+    );
+    assert!(again.contains("(approval_required)"), "{again}");
+    assert!(ok(dir.path(), &["approvals", "list", "--status", "used"]).contains(&id));
+}
+
+#[test]
+fn nobody_approves_their_own_call_and_denials_stick() {
+    let dir = setup();
+    ok(
+        dir.path(),
+        &[
+            "principal",
+            "set-roles",
+            "wes",
+            "--roles",
+            "writer,approver",
+        ],
+    );
+    fails(
+        dir.path(),
+        &["--as", "wes", "call", "kv_delete", "--arg", "key=k"],
+    );
+    let id = ok(dir.path(), &["approvals", "list"])
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let own = fails(dir.path(), &["--as", "wes", "approvals", "approve", &id]);
+    assert!(own.contains("its own call"), "{own}");
+    ok(dir.path(), &["approvals", "deny", &id]);
+    let denied = fails(
+        dir.path(),
+        &["--as", "wes", "call", "kv_delete", "--arg", "key=k"],
+    );
+    assert!(denied.contains("(approval_denied)"), "{denied}");
+    assert!(fails(dir.path(), &["approvals", "approve", &id]).contains("already denied"));
+}
+
+#[test]
+fn call_arguments_are_checked_and_explained() {
+    let dir = setup();
+    let bad = fails(dir.path(), &["call", "kv_get", "--arg", "key"]);
+    assert!(bad.contains("must look like key=value"), "{bad}");
+    // A `str` field takes the text as it is...
+    let text = ok(dir.path(), &["call", "kv_get", "--arg", "key=3"]);
+    assert!(text.contains("\"key\": \"3\""), "{text}");
+    // ...and JSON says exactly what it says.
+    let wrong = fails(
+        dir.path(),
+        &["call", "kv_get", "--args-json", r#"{"key": 3}"#],
+    );
+    assert!(
+        wrong.contains("argument `key` must be str, got int"),
+        "{wrong}"
+    );
+    let json = ok(
+        dir.path(),
+        &[
+            "call",
+            "kv_get",
+            "--args-json",
+            r#"{"key": "3", "default": "none"}"#,
+        ],
+    );
+    assert!(json.contains("\"value\": \"none\""), "{json}");
+    let not_object = fails(dir.path(), &["call", "kv_get", "--args-json", "[1]"]);
+    assert!(not_object.contains("must be a JSON object"), "{not_object}");
+}
