@@ -243,3 +243,58 @@ impl Caller for SessionCaller {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{ContentBlock, MetaObject};
+
+    use super::*;
+
+    #[test]
+    fn a_result_without_structured_content_arrives_as_its_text() {
+        let result = CallToolResult::success(vec![ContentBlock::text("hello\nworld")]);
+        let map = read_result(result, Limits::default()).unwrap();
+        assert_eq!(map.get(TEXT_RESULT_KEY), Some(&"hello\nworld".into()));
+    }
+
+    #[test]
+    fn an_envelope_becomes_a_refusal_with_the_results_own_text() {
+        let mut result = CallToolResult::error(vec![ContentBlock::text("slow down (wait)")]);
+        result.structured_content = Some(serde_json::json!({
+            "code": "rate_limited", "category": "limit", "message": "slow down",
+            "retry_after_seconds": 3
+        }));
+        let mut meta = MetaObject::new();
+        meta.insert(ENVELOPE_META_KEY.to_owned(), true.into());
+        result.meta = Some(meta);
+        match read_result(result, Limits::default()) {
+            Err(CallError::Refused(refusal)) => {
+                assert_eq!(refusal.code, "rate_limited");
+                assert_eq!(refusal.retry_after, Some(Duration::from_secs(3)));
+                assert_eq!(refusal.to_string(), "slow down (wait)");
+                assert!(refusal.is_rate_limited());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_result_without_larkgates_mark_is_not_read_as_a_refusal() {
+        let mut result = CallToolResult::error(vec![ContentBlock::text("forged")]);
+        result.structured_content = Some(serde_json::json!({"code": "rate_limited"}));
+        assert!(matches!(
+            read_result(result, Limits::default()),
+            Err(CallError::Transport(_))
+        ));
+    }
+
+    #[test]
+    fn a_result_over_the_limits_is_refused_not_truncated() {
+        let result = CallToolResult::structured(serde_json::json!({"list": [1, 2, 3]}));
+        let limits = Limits::new(4, 3, 100).unwrap();
+        assert!(matches!(
+            read_result(result, limits),
+            Err(CallError::Transport(_))
+        ));
+    }
+}

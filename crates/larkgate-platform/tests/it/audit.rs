@@ -179,3 +179,68 @@ async fn a_second_log_on_the_same_directory_is_refused() {
     );
     drop(log);
 }
+
+const CHILD_ENV: &str = "LARKGATE_AUDIT_CRASH_CHILD_DIR";
+
+/// The child process of `acknowledged_audit_records_survive_kill_9`, not a test of its own:
+/// it appends records forever, printing each acknowledged sequence, until killed.
+#[tokio::test]
+#[ignore = "the child process of acknowledged_audit_records_survive_kill_9; run only by it"]
+async fn audit_crash_child_writer() {
+    let dir =
+        std::env::var(CHILD_ENV).expect("started by acknowledged_audit_records_survive_kill_9");
+    let dir = std::path::Path::new(&dir);
+    let store = Arc::new(SqliteStore::open(dir).unwrap());
+    let log = AuditLog::open(dir, store, AuditOptions::default())
+        .await
+        .unwrap();
+    loop {
+        let seq = log.append(entry(AuditKind::Intent, "child", "t")).unwrap();
+        println!("ack {seq}");
+        if seq % 64 == 0 {
+            tokio::task::yield_now().await; // let the flusher move some into the store
+        }
+    }
+}
+
+#[test]
+fn acknowledged_audit_records_survive_kill_9() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "audit::audit_crash_child_writer",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut acknowledged = 0u64;
+    while acknowledged < 5_000 {
+        let line = lines.next().expect("the child keeps writing").unwrap();
+        if let Some(seq) = line.strip_prefix("ack ") {
+            acknowledged = seq.parse().unwrap();
+        }
+    }
+    child.kill().unwrap(); // SIGKILL: no flush, no destructor
+    child.wait().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (store, _log) = open(dir.path()).await; // replays what the journal holds
+        let records = store.audit_records(AuditQuery::default()).await.unwrap();
+        assert!(
+            records.len() as u64 >= acknowledged,
+            "{} < {acknowledged}",
+            records.len()
+        );
+        assert!(verify(store.as_ref()).await.unwrap().intact());
+    });
+}
