@@ -10,6 +10,9 @@
 //! the envelope's code, its retry-after, and the result's own text, so a refusal the engine does
 //! not absorb reaches the script author in the tool's words. The engine acts on exactly one
 //! code, [`RATE_LIMITED`], and passes every other refusal through unchanged.
+//!
+//! [`Origin`], [`Source`] and [`Annotations`] are also the platform's own types for what it
+//! writes into a listing's `_meta`: one definition for the writer and the reader.
 
 #![forbid(unsafe_code)]
 

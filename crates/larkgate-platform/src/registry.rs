@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use larkgate_binding::{FieldShape, Map};
-use serde::{Deserialize, Serialize};
 
 use crate::envelope::Refusal;
 use crate::session::CallContext;
@@ -32,43 +31,9 @@ pub use rmcp::model::Tool as McpTool;
 /// The longest tool name.
 pub const MAX_TOOL_NAME: usize = 128;
 
-/// What kind of tool it is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// A typed capability built into larkgate.
-    Capability,
-    /// A platform tool (approvals, scripts, runs).
-    Platform,
-    /// A tool of a federated MCP server.
-    Upstream,
-    /// A published script.
-    Script,
-}
-
-/// Where a tool comes from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Origin {
-    /// What kind of tool it is.
-    pub source: Source,
-    /// The upstream alias or script name.
-    pub alias: Option<String>,
-    /// The name at the origin.
-    pub original_name: String,
-}
-
-/// MCP annotations as declared by whoever implements the tool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolAnnotations {
-    /// `readOnlyHint`
-    pub read_only: Option<bool>,
-    /// `destructiveHint`
-    pub destructive: Option<bool>,
-    /// `idempotentHint`
-    pub idempotent: Option<bool>,
-    /// `openWorldHint`
-    pub open_world: Option<bool>,
-}
+// The origin and annotation types are the wire contract of a listing's `_meta`, shared with
+// the sessions that read it.
+pub use larkgate_caller::{Annotations as ToolAnnotations, Origin, Source};
 
 /// Everything about a tool except how to run it.
 #[derive(Clone, Debug, PartialEq)]

@@ -122,7 +122,9 @@ fn bench(c: &mut Criterion) {
         tool: Arc::clone(&tool),
         context: context.clone(),
     };
-    let (bare_client, _bare_server_task) = runtime.block_on(bare_session(bare_server));
+    let (bare_client, _bare_server_task) = runtime
+        .block_on(larkgate_session::serve_in_memory(bare_server))
+        .unwrap();
 
     let mut group = c.benchmark_group("clock_now_per_call");
     group.bench_function("direct handler", |b| {
@@ -193,33 +195,6 @@ fn bench(c: &mut Criterion) {
         f50.saturating_sub(b50)
     );
     runtime.block_on(full_teardown.close());
-}
-
-async fn bare_session(
-    server: BareServer,
-) -> (
-    rmcp::service::RunningService<rmcp::RoleClient, ()>,
-    tokio::task::JoinHandle<()>,
-) {
-    use futures::channel::mpsc;
-    use rmcp::ServiceExt;
-    let (client_tx, server_rx) = mpsc::channel(64);
-    let (server_tx, client_rx) = mpsc::channel(64);
-    let task = tokio::spawn(async move {
-        if let Ok(running) = server.serve((server_tx, server_rx)).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = rmcp::service::serve_client_with_lifecycle(
-        (),
-        (client_tx, client_rx),
-        rmcp::service::ClientLifecycleMode::Discover {
-            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .unwrap();
-    (client, task)
 }
 
 criterion_group!(benches, bench);

@@ -46,15 +46,15 @@ pub struct SessionCaller {
 
 /// The server end while it starts: rmcp's server settles its lifecycle only when the first
 /// real request arrives, so it is awaited at teardown, not at connect.
-type ServerTask = tokio::task::JoinHandle<
-    Result<RunningService<RoleServer, PlatformServer>, rmcp::service::ServerInitializeError>,
+pub type ServerTask<H> = tokio::task::JoinHandle<
+    Result<RunningService<RoleServer, H>, rmcp::service::ServerInitializeError>,
 >;
 
 /// Closes both ends of a session.
 #[derive(Debug)]
 pub struct Teardown {
     client: RunningService<RoleClient, ()>,
-    server: ServerTask,
+    server: ServerTask<PlatformServer>,
 }
 
 impl Teardown {
@@ -96,25 +96,34 @@ pub async fn connect_handler(
     handler: PlatformServer,
     limits: Limits,
 ) -> Result<(SessionCaller, Teardown), ConnectError> {
-    let (client_tx, server_rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (server_tx, client_rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let server = tokio::spawn(async move { handler.serve((server_tx, server_rx)).await });
-    let lifecycle = ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-    };
-    let client = match serve_client_with_lifecycle((), (client_tx, client_rx), lifecycle).await {
-        Ok(client) => client,
-        Err(error) => {
-            server.abort();
-            return Err(ConnectError(error.to_string()));
-        }
-    };
+    let (client, server) = serve_in_memory(handler).await?;
     let caller = SessionCaller {
         peer: client.peer().clone(),
         listing: Arc::new(OnceCell::new()),
         limits,
     };
     Ok((caller, Teardown { client, server }))
+}
+
+/// Serves any rmcp server handler over a pair of typed channels and connects a plain rmcp
+/// client to it with the 2026-07-28 lifecycle. The building block of [`connect`], public for
+/// tests and benchmarks that need to speak rmcp directly.
+pub async fn serve_in_memory<H: rmcp::ServerHandler>(
+    handler: H,
+) -> Result<(RunningService<RoleClient, ()>, ServerTask<H>), ConnectError> {
+    let (client_tx, server_rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (server_tx, client_rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let server = tokio::spawn(async move { handler.serve((server_tx, server_rx)).await });
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    match serve_client_with_lifecycle((), (client_tx, client_rx), lifecycle).await {
+        Ok(client) => Ok((client, server)),
+        Err(error) => {
+            server.abort();
+            Err(ConnectError(error.to_string()))
+        }
+    }
 }
 
 impl SessionCaller {

@@ -98,10 +98,8 @@ async fn raw_client(
     h: &Harness,
 ) -> (
     rmcp::service::RunningService<rmcp::RoleClient, ()>,
-    tokio::task::JoinHandle<()>,
+    larkgate_session::ServerTask<PlatformServer>,
 ) {
-    use futures::channel::mpsc;
-    use rmcp::ServiceExt;
     let principal = h.store.principal("vera").await.unwrap().unwrap();
     let identity = std::sync::Arc::new(larkgate_platform::SessionIdentity {
         run: larkgate_platform::RunContext {
@@ -113,23 +111,7 @@ async fn raw_client(
         label: "raw".into(),
     });
     let handler = PlatformServer::new(h.platform.clone(), Some(identity));
-    let (client_tx, server_rx) = mpsc::channel(8);
-    let (server_tx, client_rx) = mpsc::channel(8);
-    let server = tokio::spawn(async move {
-        if let Ok(running) = handler.serve((server_tx, server_rx)).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = rmcp::service::serve_client_with_lifecycle(
-        (),
-        (client_tx, client_rx),
-        rmcp::service::ClientLifecycleMode::Discover {
-            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
-        },
-    )
-    .await
-    .unwrap();
-    (client, server)
+    larkgate_session::serve_in_memory(handler).await.unwrap()
 }
 
 #[tokio::test]
