@@ -133,6 +133,89 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest upstream alias or script name.
+pub const MAX_ALIAS: usize = 32;
+
+/// Names a script sees as globals (Starlark's own and larkgate's engine's), plus `script`:
+/// none of them may become an upstream alias or a script name, which would shadow it.
+pub const RESERVED_ALIASES: &[&str] = &[
+    // larkgate's engine
+    "call",
+    "try_call",
+    "tools",
+    "help",
+    "print",
+    "json",
+    "struct",
+    "fail",
+    "main",
+    "script",
+    "load",
+    // Starlark's built-ins
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "bytes",
+    "dict",
+    "dir",
+    "enumerate",
+    "float",
+    "getattr",
+    "hasattr",
+    "hash",
+    "int",
+    "isinstance",
+    "len",
+    "list",
+    "max",
+    "min",
+    "range",
+    "repr",
+    "reversed",
+    "sorted",
+    "str",
+    "tuple",
+    "type",
+    "zip",
+    "set",
+    "record",
+    "enum",
+    "field",
+    "partial",
+    "debug",
+    "breakpoint",
+    "none",
+    "true",
+    "false",
+];
+
+/// Checks an upstream alias or a script name: `[a-z][a-z0-9_]*`, at most 32 characters, no
+/// `__` (the separator of prefixed names), not ending in `_`, a Starlark identifier, and not
+/// reserved ([`RESERVED_ALIASES`]). Capability names are checked by
+/// [`Registry::check_alias`].
+pub fn check_alias_syntax(alias: &str) -> Result<(), String> {
+    let mut chars = alias.chars();
+    let starts_well = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !starts_well || !rest_ok {
+        return Err("use a lowercase letter, then lowercase letters, digits and _".to_owned());
+    }
+    if alias.len() > MAX_ALIAS {
+        return Err(format!("it is longer than {MAX_ALIAS} characters"));
+    }
+    if alias.contains("__") {
+        return Err("`__` separates an alias from a tool name".to_owned());
+    }
+    if alias.ends_with('_') {
+        return Err("it ends in `_`, which would run into the `__` separator".to_owned());
+    }
+    if !larkgate_binding::valid_identifier(alias) || RESERVED_ALIASES.contains(&alias) {
+        return Err("it is a reserved word or a name scripts already use".to_owned());
+    }
+    Ok(())
+}
+
 /// Every tool, by name.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
@@ -175,6 +258,20 @@ impl Registry {
                 input,
             }),
         );
+        Ok(())
+    }
+
+    /// Checks an upstream alias or script name against the syntax rules and every
+    /// capability's name.
+    pub fn check_alias(&self, alias: &str) -> Result<(), String> {
+        check_alias_syntax(alias)?;
+        let taken = self.tools.values().any(|t| {
+            matches!(t.spec.origin.source, Source::Capability | Source::Platform)
+                && t.spec.name == alias
+        });
+        if taken {
+            return Err("a built-in tool has this name".to_owned());
+        }
         Ok(())
     }
 
@@ -260,5 +357,41 @@ mod tests {
         }
         assert!(check_tool_name(&"a".repeat(128)).is_ok());
         assert!(check_tool_name(&"a".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn aliases_follow_the_rules() {
+        let table = [
+            ("github", true),
+            ("gh2", true),
+            ("my_server", true),
+            ("a", true),
+            ("", false),
+            ("GitHub", false),
+            ("2fa", false),
+            ("_hidden", false),
+            ("my__server", false),
+            ("server_", false),
+            ("my-server", false),
+            ("def", false),
+            ("while", false),
+            ("print", false),
+            ("json", false),
+            ("script", false),
+            ("call", false),
+            ("len", false),
+        ];
+        for (alias, ok) in table {
+            assert_eq!(check_alias_syntax(alias).is_ok(), ok, "{alias:?}");
+        }
+        assert!(check_alias_syntax(&"a".repeat(32)).is_ok());
+        assert!(check_alias_syntax(&"a".repeat(33)).is_err());
+        let mut registry = Registry::new();
+        crate::capabilities::register(&mut registry).unwrap();
+        assert!(
+            registry.check_alias("kv_get").is_err(),
+            "a capability's name is reserved"
+        );
+        assert!(registry.check_alias("github").is_ok());
     }
 }

@@ -110,9 +110,19 @@ fn bench(c: &mut Criterion) {
         identity: identity(),
         services: Arc::clone(platform.services()),
     };
-    let (full, full_teardown) = runtime.block_on(async {
-        larkgate_session::connect_handler(
-            PlatformServer::new(platform.clone(), Some(identity())),
+    // Both sessions are driven by the same raw rmcp client, so the difference between them
+    // is the server side: the pipeline and its audit records.
+    let (full, _full_server_task) = runtime
+        .block_on(larkgate_session::serve_in_memory(PlatformServer::new(
+            platform.clone(),
+            Some(identity()),
+        )))
+        .unwrap();
+    let (session, session_teardown) = runtime.block_on(async {
+        larkgate_session::connect(
+            &platform,
+            identity().run.clone(),
+            "bench",
             Limits::default(),
         )
         .await
@@ -142,8 +152,17 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.bench_function("full pipeline + durable audit", |b| {
+        b.to_async(&runtime).iter(|| async {
+            black_box(
+                full.call_tool(CallToolRequestParams::new("clock_now"))
+                    .await
+                    .unwrap(),
+            )
+        })
+    });
+    group.bench_function("SessionCaller (full pipeline, results as Map)", |b| {
         b.to_async(&runtime)
-            .iter(|| async { black_box(full.call_tool("clock_now", Map::new()).await.unwrap()) })
+            .iter(|| async { black_box(session.call_tool("clock_now", Map::new()).await.unwrap()) })
     });
     group.finish();
 
@@ -168,7 +187,11 @@ fn bench(c: &mut Criterion) {
             }
             for _ in 0..50 {
                 let t = Instant::now();
-                black_box(full.call_tool("clock_now", Map::new()).await.unwrap());
+                black_box(
+                    full.call_tool(CallToolRequestParams::new("clock_now"))
+                        .await
+                        .unwrap(),
+                );
                 piped.push(t.elapsed());
             }
         }
@@ -194,7 +217,7 @@ fn bench(c: &mut Criterion) {
         "  pipeline cost over the bare session: p50 {:.2?}",
         f50.saturating_sub(b50)
     );
-    runtime.block_on(full_teardown.close());
+    runtime.block_on(session_teardown.close());
 }
 
 criterion_group!(benches, bench);

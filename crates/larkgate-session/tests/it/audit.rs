@@ -96,3 +96,28 @@ async fn records_name_the_principal_run_kind_session_and_tool() {
     assert_eq!(refusal.code.as_deref(), Some("write_barrier"));
     assert_eq!(refusal.tool.as_deref(), Some("kv_set"));
 }
+
+#[tokio::test]
+async fn canonical_arguments_are_recorded_only_when_configured() {
+    let h = Harness::with(|b| b.record_arguments(true)).await;
+    let (caller, _t) = h.session("wes").await;
+    caller
+        .call_tool(
+            "kv_set",
+            args(&[("value", "v".into()), ("key", "k".into())]),
+        )
+        .await
+        .unwrap();
+    h.audit.flush().await.unwrap();
+    let records = h.store.audit_records(AuditQuery::default()).await.unwrap();
+    let intent = records
+        .iter()
+        .find(|r| r.kind == AuditKind::Intent)
+        .unwrap();
+    assert_eq!(intent.args.as_deref(), Some(r#"{"key":"k","value":"v"}"#));
+    let hash = larkgate_platform::pipeline::arguments_hash(&args(&[
+        ("key", "k".into()),
+        ("value", "v".into()),
+    ]));
+    assert_eq!(intent.args_hash.as_deref(), Some(hash.as_str()));
+}
