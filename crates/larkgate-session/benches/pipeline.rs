@@ -63,6 +63,21 @@ fn admin() -> Principal {
 struct Setup {
     _dir: tempfile::TempDir,
     platform: Platform,
+    /// The same platform with audit records discarded: attributes the audit's share.
+    unaudited: Platform,
+}
+
+/// Discards every record (never in production: the pipeline would run unaudited).
+#[derive(Debug)]
+struct Discard;
+
+impl larkgate_platform::audit::AuditSink for Discard {
+    fn append(
+        &self,
+        _: larkgate_platform::audit::AuditEntry,
+    ) -> Result<u64, larkgate_platform::audit::AuditError> {
+        Ok(0)
+    }
 }
 
 async fn setup() -> Setup {
@@ -71,10 +86,12 @@ async fn setup() -> Setup {
     let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
         .await
         .unwrap();
-    let platform = Platform::builder(store, audit).unwrap().build();
+    let platform = Platform::builder(store.clone(), audit).unwrap().build();
+    let unaudited = Platform::builder(store, Arc::new(Discard)).unwrap().build();
     Setup {
         _dir: dir,
         platform,
+        unaudited,
     }
 }
 
@@ -115,6 +132,12 @@ fn bench(c: &mut Criterion) {
     let (full, _full_server_task) = runtime
         .block_on(larkgate_session::serve_in_memory(PlatformServer::new(
             platform.clone(),
+            Some(identity()),
+        )))
+        .unwrap();
+    let (unaudited, _unaudited_server_task) = runtime
+        .block_on(larkgate_session::serve_in_memory(PlatformServer::new(
+            setup.unaudited.clone(),
             Some(identity()),
         )))
         .unwrap();
@@ -160,6 +183,16 @@ fn bench(c: &mut Criterion) {
             )
         })
     });
+    group.bench_function("pipeline, audit discarded", |b| {
+        b.to_async(&runtime).iter(|| async {
+            black_box(
+                unaudited
+                    .call_tool(CallToolRequestParams::new("clock_now"))
+                    .await
+                    .unwrap(),
+            )
+        })
+    });
     group.bench_function("SessionCaller (full pipeline, results as Map)", |b| {
         b.to_async(&runtime)
             .iter(|| async { black_box(session.call_tool("clock_now", Map::new()).await.unwrap()) })
@@ -167,7 +200,8 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     // Medians and p99s from interleaved batches, so all three see the same conditions.
-    let (mut direct, mut bare, mut piped) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut direct, mut bare, mut piped, mut no_audit) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     runtime.block_on(async {
         for _ in 0..200 {
             for _ in 0..50 {
@@ -194,16 +228,28 @@ fn bench(c: &mut Criterion) {
                 );
                 piped.push(t.elapsed());
             }
+            for _ in 0..50 {
+                let t = Instant::now();
+                black_box(
+                    unaudited
+                        .call_tool(CallToolRequestParams::new("clock_now"))
+                        .await
+                        .unwrap(),
+                );
+                no_audit.push(t.elapsed());
+            }
         }
     });
     let (d50, d99) = stats(direct);
     let (b50, b99) = stats(bare);
     let (f50, f99) = stats(piped);
+    let (n50, n99) = stats(no_audit);
     println!();
-    println!("clock_now, 10,000 calls each, interleaved:");
+    println!("clock_now, 10,000 calls of each kind, interleaved in batches of 50:");
     println!("  (a) direct handler:               p50 {d50:>9.2?}  p99 {d99:>9.2?}");
     println!("  (b) bare session, pipeline off:   p50 {b50:>9.2?}  p99 {b99:>9.2?}");
     println!("  full pipeline + durable audit:    p50 {f50:>9.2?}  p99 {f99:>9.2?}");
+    println!("  pipeline, audit discarded:        p50 {n50:>9.2?}  p99 {n99:>9.2?}");
     println!(
         "  ratio full / bare session: p50 {:.2}x  p99 {:.2}x  (target: p50 at most 2x)",
         f50.as_secs_f64() / b50.as_secs_f64(),
