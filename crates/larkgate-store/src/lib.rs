@@ -14,8 +14,8 @@ mod model;
 mod sqlite;
 
 pub use model::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Principal,
-    PrincipalKind,
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
+    PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -118,6 +118,46 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn approval(&self, id: &str) -> Result<Option<Approval>>;
     /// Approvals, newest first, optionally only those with `status`.
     async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>>;
+
+    // ---- scripts and runs ----
+
+    /// Saves a draft as `author`: creates it, or replaces its source if `author` wrote it.
+    /// [`StoreError::Conflict`] if another principal owns a draft of that name.
+    async fn save_draft(
+        &self,
+        name: &str,
+        source: &str,
+        author: &str,
+        now_ms: i64,
+    ) -> Result<Draft>;
+    /// One draft.
+    async fn draft(&self, name: &str) -> Result<Option<Draft>>;
+    /// All drafts, by name.
+    async fn drafts(&self) -> Result<Vec<Draft>>;
+    /// Publishes the draft `name` as its next version, in one transaction: `source` (which the
+    /// caller checked, and which must still be the draft's source), its `hash`, the draft
+    /// author's roles as they are now (read from the principals table in the same
+    /// transaction), and `publisher`. [`StoreError::Missing`] without a draft;
+    /// [`StoreError::Invalid`] if the draft changed since it was checked or its author is no
+    /// longer registered.
+    async fn publish(
+        &self,
+        name: &str,
+        source: &str,
+        hash: &str,
+        publisher: &str,
+        now_ms: i64,
+    ) -> Result<ScriptVersion>;
+    /// Every version of a script, oldest first.
+    async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>>;
+    /// The latest version of every published script, by name.
+    async fn latest_versions(&self) -> Result<Vec<ScriptVersion>>;
+    /// Records a run as it starts.
+    async fn start_run(&self, run: Run) -> Result<()>;
+    /// Records how a run ended; [`StoreError::Missing`] for an unknown id.
+    async fn finish_run(&self, run: Run) -> Result<()>;
+    /// One run.
+    async fn run(&self, id: &str) -> Result<Option<Run>>;
 
     // ---- audit ----
 

@@ -206,3 +206,114 @@ pub struct AuditQuery {
     /// Only records of this tool.
     pub tool: Option<String>,
 }
+
+/// A script's editable draft: one per name, owned by its author.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Draft {
+    /// The script's name.
+    pub name: String,
+    /// The Starlark source.
+    pub source: String,
+    /// Who wrote it: the only principal that may change or run it.
+    pub author: String,
+    /// When it was last saved (Unix ms).
+    pub updated_at_ms: i64,
+}
+
+/// An immutable published version of a script.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScriptVersion {
+    /// The script's name.
+    pub name: String,
+    /// 1, 2, 3, … per name.
+    pub version: u32,
+    /// The Starlark source, as published.
+    pub source: String,
+    /// SHA-256 (hex) of the source.
+    pub hash: String,
+    /// The draft's author.
+    pub author: String,
+    /// The author's roles when the version was published: the roles its runs carry.
+    pub author_roles: Vec<String>,
+    /// Who published it (recorded, never copied into the run's authority).
+    pub publisher: String,
+    /// When (Unix ms).
+    pub published_at_ms: i64,
+}
+
+/// Where a run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Started, not finished.
+    Running,
+    /// Returned a result.
+    Succeeded,
+    /// Failed: refused, limited, or the script raised.
+    Failed,
+}
+
+impl RunStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses the stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => RunStatus::Running,
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// What a run used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStats {
+    /// Tool calls made.
+    pub tool_calls: u64,
+    /// Times the run waited out a `rate_limited` refusal.
+    pub paces: u64,
+    /// Wall time, in milliseconds.
+    pub duration_ms: u64,
+    /// Peak memory, in bytes, when known.
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// One script run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// The run's id.
+    pub id: String,
+    /// The script's name, for a saved draft or a published version.
+    pub script: Option<String>,
+    /// The published version, for published runs.
+    pub version: Option<u32>,
+    /// SHA-256 (hex) of the source that ran.
+    pub hash: String,
+    /// `draft` or `published`.
+    pub kind: String,
+    /// Who the run ran as.
+    pub principal: String,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// The result, as JSON, when it succeeded.
+    pub result: Option<String>,
+    /// The refusal or error code, when it failed.
+    pub error_code: Option<String>,
+    /// The error's message, when it failed.
+    pub error: Option<String>,
+    /// What it used.
+    pub stats: RunStats,
+    /// When it started (Unix ms).
+    pub started_at_ms: i64,
+    /// When it finished.
+    pub finished_at_ms: Option<i64>,
+}

@@ -8,6 +8,7 @@
 //! All access goes through one connection behind a mutex, on tokio's blocking pool.
 
 mod migrations;
+mod scripts;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Principal,
-    PrincipalKind, Result, Store, StoreError,
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
+    PrincipalKind, Result, Run, ScriptVersion, Store, StoreError,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -440,6 +441,123 @@ impl Store for SqliteStore {
             let rows =
                 statement.query_map(params![status.map(|s| s.as_str())], approval_from_row)?;
             Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn save_draft(
+        &self,
+        name: &str,
+        source: &str,
+        author: &str,
+        now_ms: i64,
+    ) -> Result<Draft> {
+        let (name, source, author) = (name.to_owned(), source.to_owned(), author.to_owned());
+        self.with(move |c| scripts::save_draft(c, &name, &source, &author, now_ms))
+            .await
+    }
+
+    async fn draft(&self, name: &str) -> Result<Option<Draft>> {
+        let name = name.to_owned();
+        self.with(move |c| {
+            Ok(c.query_row(
+                "SELECT name, source, author, updated_at_ms FROM script_drafts WHERE name = ?1",
+                params![name],
+                scripts::draft_from_row,
+            )
+            .optional()?)
+        })
+        .await
+    }
+
+    async fn drafts(&self) -> Result<Vec<Draft>> {
+        self.with(|c| {
+            let mut statement = c.prepare(
+                "SELECT name, source, author, updated_at_ms FROM script_drafts ORDER BY name",
+            )?;
+            let rows = statement.query_map([], scripts::draft_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn publish(
+        &self,
+        name: &str,
+        source: &str,
+        hash: &str,
+        publisher: &str,
+        now_ms: i64,
+    ) -> Result<ScriptVersion> {
+        let (name, source, hash, publisher) = (
+            name.to_owned(),
+            source.to_owned(),
+            hash.to_owned(),
+            publisher.to_owned(),
+        );
+        self.with(move |c| scripts::publish(c, &name, &source, &hash, &publisher, now_ms))
+            .await
+    }
+
+    async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>> {
+        let name = name.to_owned();
+        self.with(move |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {} FROM script_versions WHERE name = ?1 ORDER BY version",
+                scripts::VERSION_COLUMNS
+            ))?;
+            let rows = statement.query_map(params![name], scripts::version_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn latest_versions(&self) -> Result<Vec<ScriptVersion>> {
+        self.with(|c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {} FROM script_versions AS v WHERE version =                  (SELECT MAX(version) FROM script_versions WHERE name = v.name) ORDER BY name",
+                scripts::VERSION_COLUMNS
+            ))?;
+            let rows = statement.query_map([], scripts::version_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+        .await
+    }
+
+    async fn start_run(&self, run: Run) -> Result<()> {
+        self.with(move |c| {
+            scripts::write_run(c, &run, true).map_err(|e| match e {
+                StoreError::Database(rusqlite::Error::SqliteFailure(f, _))
+                    if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                {
+                    StoreError::Conflict(format!("run {:?}", run.id))
+                }
+                other => other,
+            })?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn finish_run(&self, run: Run) -> Result<()> {
+        self.with(move |c| {
+            if scripts::write_run(c, &run, false)? == 0 {
+                return Err(StoreError::Missing(format!("run {:?}", run.id)));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run(&self, id: &str) -> Result<Option<Run>> {
+        let id = id.to_owned();
+        self.with(move |c| {
+            Ok(c.query_row(
+                &format!("SELECT {} FROM runs WHERE id = ?1", scripts::RUN_COLUMNS),
+                params![id],
+                scripts::run_from_row,
+            )
+            .optional()?)
         })
         .await
     }

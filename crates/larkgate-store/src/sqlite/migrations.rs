@@ -56,6 +56,42 @@ const MIGRATIONS: &[&str] = &[
         seq INTEGER NOT NULL,
         hash TEXT NOT NULL
     ) STRICT;",
+    // 2: script drafts, published versions and runs.
+    "CREATE TABLE script_drafts (
+        name TEXT PRIMARY KEY,
+        source TEXT NOT NULL,
+        author TEXT NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE script_versions (
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        author TEXT NOT NULL,
+        author_roles TEXT NOT NULL,
+        publisher TEXT NOT NULL,
+        published_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (name, version)
+    ) STRICT;
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        script TEXT,
+        version INTEGER,
+        hash TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        principal TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'succeeded', 'failed')),
+        result TEXT,
+        error_code TEXT,
+        error TEXT,
+        tool_calls INTEGER NOT NULL,
+        paces INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        peak_memory_bytes INTEGER,
+        started_at_ms INTEGER NOT NULL,
+        finished_at_ms INTEGER
+    ) STRICT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

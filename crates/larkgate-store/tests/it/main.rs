@@ -5,6 +5,7 @@ mod audit;
 mod crash;
 mod kv;
 mod principals;
+mod scripts;
 
 use larkgate_store::SqliteStore;
 

@@ -1,0 +1,191 @@
+//! Script drafts, published versions and runs in SQLite.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::{join_roles, signed, split_roles};
+use crate::{Draft, Result, Run, RunStats, RunStatus, ScriptVersion, StoreError};
+
+pub(super) fn draft_from_row(row: &Row<'_>) -> rusqlite::Result<Draft> {
+    Ok(Draft {
+        name: row.get(0)?,
+        source: row.get(1)?,
+        author: row.get(2)?,
+        updated_at_ms: row.get(3)?,
+    })
+}
+
+pub(super) const VERSION_COLUMNS: &str =
+    "name, version, source, hash, author, author_roles, publisher, published_at_ms";
+
+pub(super) fn version_from_row(row: &Row<'_>) -> rusqlite::Result<ScriptVersion> {
+    let roles: String = row.get(5)?;
+    Ok(ScriptVersion {
+        name: row.get(0)?,
+        version: row.get::<_, i64>(1)? as u32,
+        source: row.get(2)?,
+        hash: row.get(3)?,
+        author: row.get(4)?,
+        author_roles: split_roles(&roles),
+        publisher: row.get(6)?,
+        published_at_ms: row.get(7)?,
+    })
+}
+
+pub(super) fn save_draft(
+    c: &mut Connection,
+    name: &str,
+    source: &str,
+    author: &str,
+    now_ms: i64,
+) -> Result<Draft> {
+    let tx = c.transaction()?;
+    let owner: Option<String> = tx
+        .query_row(
+            "SELECT author FROM script_drafts WHERE name = ?1",
+            params![name],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(owner) = owner.filter(|o| o != author) {
+        return Err(StoreError::Conflict(format!(
+            "a draft named {name:?} by {owner}"
+        )));
+    }
+    tx.execute(
+        "INSERT INTO script_drafts (name, source, author, updated_at_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (name) DO UPDATE SET source = excluded.source,
+             updated_at_ms = excluded.updated_at_ms",
+        params![name, source, author, now_ms],
+    )?;
+    tx.commit()?;
+    Ok(Draft {
+        name: name.to_owned(),
+        source: source.to_owned(),
+        author: author.to_owned(),
+        updated_at_ms: now_ms,
+    })
+}
+
+pub(super) fn publish(
+    c: &mut Connection,
+    name: &str,
+    source: &str,
+    hash: &str,
+    publisher: &str,
+    now_ms: i64,
+) -> Result<ScriptVersion> {
+    let tx = c.transaction()?;
+    let draft = tx
+        .query_row(
+            "SELECT name, source, author, updated_at_ms FROM script_drafts WHERE name = ?1",
+            params![name],
+            draft_from_row,
+        )
+        .optional()?
+        .ok_or_else(|| StoreError::Missing(format!("a draft named {name:?}")))?;
+    if draft.source != source {
+        return Err(StoreError::Invalid(format!(
+            "the draft {name:?} changed while it was being published; publish again"
+        )));
+    }
+    let roles: String = tx
+        .query_row(
+            "SELECT roles FROM principals WHERE id = ?1",
+            params![draft.author],
+            |r| r.get(0),
+        )
+        .optional()?
+        .ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "the draft's author {:?} is no longer a registered principal, so there are no \
+                 roles to capture",
+                draft.author
+            ))
+        })?;
+    let version: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(version), 0) + 1 FROM script_versions WHERE name = ?1",
+        params![name],
+        |r| r.get(0),
+    )?;
+    let roles = join_roles(split_roles(&roles))?;
+    tx.execute(
+        &format!("INSERT INTO script_versions ({VERSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+        params![name, version, source, hash, draft.author, roles, publisher, now_ms],
+    )?;
+    tx.commit()?;
+    Ok(ScriptVersion {
+        name: name.to_owned(),
+        version: version as u32,
+        source: source.to_owned(),
+        hash: hash.to_owned(),
+        author: draft.author,
+        author_roles: split_roles(&roles),
+        publisher: publisher.to_owned(),
+        published_at_ms: now_ms,
+    })
+}
+
+pub(super) const RUN_COLUMNS: &str = "id, script, version, hash, kind, principal, status, result, \
+     error_code, error, tool_calls, paces, duration_ms, peak_memory_bytes, started_at_ms, \
+     finished_at_ms";
+
+pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
+    let status: String = row.get(6)?;
+    Ok(Run {
+        id: row.get(0)?,
+        script: row.get(1)?,
+        version: row.get::<_, Option<i64>>(2)?.map(|v| v as u32),
+        hash: row.get(3)?,
+        kind: row.get(4)?,
+        principal: row.get(5)?,
+        // An unknown status reads as failed: never as a success.
+        status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+        result: row.get(7)?,
+        error_code: row.get(8)?,
+        error: row.get(9)?,
+        stats: RunStats {
+            tool_calls: row.get::<_, i64>(10)? as u64,
+            paces: row.get::<_, i64>(11)? as u64,
+            duration_ms: row.get::<_, i64>(12)? as u64,
+            peak_memory_bytes: row.get::<_, Option<i64>>(13)?.map(|b| b as u64),
+        },
+        started_at_ms: row.get(14)?,
+        finished_at_ms: row.get(15)?,
+    })
+}
+
+pub(super) fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize> {
+    let sql = if insert {
+        format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+        )
+    } else {
+        "UPDATE runs SET script = ?2, version = ?3, hash = ?4, kind = ?5, principal = ?6, \
+         status = ?7, result = ?8, error_code = ?9, error = ?10, tool_calls = ?11, paces = ?12, \
+         duration_ms = ?13, peak_memory_bytes = ?14, started_at_ms = ?15, finished_at_ms = ?16 \
+         WHERE id = ?1"
+            .to_owned()
+    };
+    Ok(c.execute(
+        &sql,
+        params![
+            run.id,
+            run.script,
+            run.version.map(i64::from),
+            run.hash,
+            run.kind,
+            run.principal,
+            run.status.as_str(),
+            run.result,
+            run.error_code,
+            run.error,
+            signed(run.stats.tool_calls),
+            signed(run.stats.paces),
+            signed(run.stats.duration_ms),
+            run.stats.peak_memory_bytes.map(signed),
+            run.started_at_ms,
+            run.finished_at_ms,
+        ],
+    )?)
+}

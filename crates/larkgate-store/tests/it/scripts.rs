@@ -1,0 +1,167 @@
+//! Script drafts, published versions (with the author's roles captured at publish time) and
+//! runs.
+
+use larkgate_store::{Principal, PrincipalKind, Run, RunStats, RunStatus, Store, StoreError};
+
+use crate::fresh;
+
+async fn with_author(store: &larkgate_store::SqliteStore) {
+    store
+        .add_principal(Principal {
+            id: "ada".into(),
+            kind: PrincipalKind::User,
+            roles: vec!["author".into(), "writer".into()],
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_draft_belongs_to_its_author() {
+    let (_dir, store) = fresh();
+    store
+        .save_draft("digest", "def main():\n    pass\n", "ada", 1)
+        .await
+        .unwrap();
+    store
+        .save_draft("digest", "def main():\n    return 1\n", "ada", 2)
+        .await
+        .unwrap();
+    let draft = store.draft("digest").await.unwrap().unwrap();
+    assert_eq!(draft.source, "def main():\n    return 1\n");
+    assert_eq!(draft.updated_at_ms, 2);
+    let err = store
+        .save_draft("digest", "x", "mallory", 3)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict(ref m) if m.contains("by ada")),
+        "{err}"
+    );
+    assert_eq!(store.draft("digest").await.unwrap().unwrap().author, "ada");
+    assert_eq!(store.drafts().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
+    let (_dir, store) = fresh();
+    with_author(&store).await;
+    store.save_draft("digest", "v1", "ada", 1).await.unwrap();
+    let v1 = store
+        .publish("digest", "v1", "h1", "pat", 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (v1.version, v1.author.as_str(), v1.publisher.as_str()),
+        (1, "ada", "pat")
+    );
+    assert_eq!(v1.author_roles, ["author", "writer"]);
+    // The author's roles change; a new version captures the new ones, the old one keeps its.
+    store.set_roles("ada", vec!["author".into()]).await.unwrap();
+    store.save_draft("digest", "v2", "ada", 11).await.unwrap();
+    let v2 = store
+        .publish("digest", "v2", "h2", "pat", 20)
+        .await
+        .unwrap();
+    assert_eq!(v2.version, 2);
+    assert_eq!(v2.author_roles, ["author"]);
+    let history = store.versions("digest").await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        history[0].author_roles,
+        ["author", "writer"],
+        "versions are immutable"
+    );
+    assert_eq!(history[0].source, "v1");
+    let latest = store.latest_versions().await.unwrap();
+    assert_eq!(latest.len(), 1);
+    assert_eq!(latest[0].version, 2);
+}
+
+#[tokio::test]
+async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_author() {
+    let (_dir, store) = fresh();
+    assert!(matches!(
+        store.publish("nope", "x", "h", "pat", 1).await,
+        Err(StoreError::Missing(_))
+    ));
+    with_author(&store).await;
+    store
+        .save_draft("digest", "checked", "ada", 1)
+        .await
+        .unwrap();
+    store
+        .save_draft("digest", "changed since", "ada", 2)
+        .await
+        .unwrap();
+    let err = store
+        .publish("digest", "checked", "h", "pat", 3)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("changed while it was being published"),
+        "{err}"
+    );
+    store.remove_principal("ada").await.unwrap();
+    let err = store
+        .publish("digest", "changed since", "h", "pat", 4)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no longer a registered principal"),
+        "{err}"
+    );
+    assert!(store.versions("digest").await.unwrap().is_empty());
+}
+
+fn run(id: &str) -> Run {
+    Run {
+        id: id.into(),
+        script: Some("digest".into()),
+        version: Some(1),
+        hash: "h".into(),
+        kind: "published".into(),
+        principal: "script:digest".into(),
+        status: RunStatus::Running,
+        result: None,
+        error_code: None,
+        error: None,
+        stats: RunStats::default(),
+        started_at_ms: 5,
+        finished_at_ms: None,
+    }
+}
+
+#[tokio::test]
+async fn runs_are_recorded_when_they_start_and_when_they_end() {
+    let (_dir, store) = fresh();
+    store.start_run(run("r1")).await.unwrap();
+    assert_eq!(
+        store.run("r1").await.unwrap().unwrap().status,
+        RunStatus::Running
+    );
+    assert!(matches!(
+        store.start_run(run("r1")).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let finished = Run {
+        status: RunStatus::Succeeded,
+        result: Some(r#"{"n":1}"#.into()),
+        stats: RunStats {
+            tool_calls: 3,
+            paces: 1,
+            duration_ms: 40,
+            peak_memory_bytes: Some(1 << 20),
+        },
+        finished_at_ms: Some(45),
+        ..run("r1")
+    };
+    store.finish_run(finished.clone()).await.unwrap();
+    assert_eq!(store.run("r1").await.unwrap().unwrap(), finished);
+    assert!(matches!(
+        store.finish_run(run("ghost")).await,
+        Err(StoreError::Missing(_))
+    ));
+    assert_eq!(store.run("ghost").await.unwrap(), None);
+}
