@@ -1,0 +1,25 @@
+//! The envelope of every refusal code, as clients receive it (snapshot).
+
+use std::time::Duration;
+
+use larkgate_platform::{Code, Refusal};
+
+#[test]
+fn every_code_has_a_stable_envelope() {
+    let envelopes: Vec<serde_json::Value> = Code::ALL
+        .iter()
+        .map(|&code| {
+            let mut refusal =
+                Refusal::new(code, format!("a {} refusal", code.as_str())).with_hint("a hint");
+            if code == Code::RateLimited {
+                refusal.retry_after = Some(Duration::from_millis(1500));
+            }
+            if matches!(code, Code::ApprovalRequired | Code::ApprovalDenied) {
+                refusal.approval_id = Some("0123456789abcdef".into());
+            }
+            let result = refusal.to_result();
+            serde_json::to_value(&result).unwrap()
+        })
+        .collect();
+    insta::assert_json_snapshot!("refusal_results", envelopes);
+}
