@@ -1,0 +1,12 @@
+//! larkgate's Starlark engine.
+//!
+//! Scripts are Starlark programs with one entry point, `def main(*, ...)`, whose keyword-only
+//! parameters form the script's input shape under the binding rules. The engine sees tools only
+//! through `larkgate_caller::Caller`. This crate is being built up; today it holds the dialect
+//! and the entry point ([`entry`]).
+
+#![forbid(unsafe_code)]
+
+pub mod entry;
+
+pub use entry::{EntryPoint, ScriptError, dialect, entry_point, parse};
