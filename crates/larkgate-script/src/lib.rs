@@ -3,10 +3,12 @@
 //! Scripts are Starlark programs with one entry point, `def main(*, ...)`, whose keyword-only
 //! parameters form the script's input shape under the binding rules. The engine sees tools only
 //! through `larkgate_caller::Caller`. This crate is being built up; today it holds the dialect
-//! and the entry point ([`entry`]).
+//! and the entry point ([`entry`]), and an in-process runner for trusted use ([`run`]).
 
 #![forbid(unsafe_code)]
 
 pub mod entry;
+pub mod run;
 
 pub use entry::{EntryPoint, ScriptError, dialect, entry_point, parse};
+pub use run::{RunError, RunOutput, ScriptLimits, run_in_process};

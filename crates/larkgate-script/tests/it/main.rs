@@ -1,3 +1,4 @@
 //! Integration tests of the script engine.
 
 mod entry;
+mod run;
