@@ -4,15 +4,19 @@
 //! operations ignore cancellation (`'a' * 2000000000`), so untrusted scripts must run in a
 //! worker process with an address-space limit and a deadline kill (the worker is not built
 //! yet). This mode enforces only what the interpreter itself can: ticks, heap, call stack,
-//! printed bytes and the result's size — and it calls no tools. `serve` must never use it.
+//! wall time (checked between steps), tool calls, printed bytes and the result's size.
+//! `serve` must never use it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use larkgate_binding::{Limits, Map, Value, from_starlark, to_starlark};
 use starlark::PrintHandler;
 use starlark::environment::{Globals, LibraryExtension, Module};
 use starlark::eval::Evaluator;
 
+use crate::bindings::{Host, Namespace, RunState, ToolFn, host_globals, host_limit_of, refusal_of};
 use crate::entry::{ScriptError, entry_point, parse};
 
 /// The limits of one run (defaults from larkgate's limits table).
@@ -26,6 +30,10 @@ pub struct ScriptLimits {
     pub max_call_stack: usize,
     /// Bytes printed by `print`.
     pub max_print_bytes: usize,
+    /// Tool calls (retries after pacing count).
+    pub max_tool_calls: u64,
+    /// Wall time.
+    pub max_wall_time: Duration,
     /// Limits on the arguments and the result.
     pub values: Limits,
 }
@@ -37,6 +45,8 @@ impl Default for ScriptLimits {
             max_heap_bytes: 256 * 1024 * 1024,
             max_call_stack: 200,
             max_print_bytes: 1024 * 1024,
+            max_tool_calls: 10_000,
+            max_wall_time: Duration::from_secs(30),
             values: Limits::default(),
         }
     }
@@ -51,6 +61,10 @@ pub struct RunOutput {
     pub printed: String,
     /// Ticks used.
     pub ticks: u64,
+    /// Tool calls made.
+    pub tool_calls: u64,
+    /// Times the run waited out a `rate_limited` refusal.
+    pub paces: u64,
 }
 
 /// Why a run failed.
@@ -70,9 +84,29 @@ pub enum RunError {
         /// Details.
         message: String,
     },
+    /// A tool refused a call and the script did not handle it.
+    #[error("{text} [{code}]")]
+    Refused {
+        /// The refusal code.
+        code: String,
+        /// The tool's own text.
+        text: String,
+    },
     /// The script raised an error (`fail(...)`, a type error, ...).
     #[error("the script failed: {0}")]
     Failed(String),
+}
+
+impl RunError {
+    /// The envelope code a failed run maps to.
+    pub fn code(&self) -> &str {
+        match self {
+            RunError::Script(_) | RunError::InvalidArguments(_) => "invalid_arguments",
+            RunError::Limit { .. } => "limit_exceeded",
+            RunError::Refused { code, .. } => code,
+            RunError::Failed(_) => "internal",
+        }
+    }
 }
 
 /// Collects printed lines up to a byte cap.
@@ -99,21 +133,43 @@ impl PrintHandler for Printed {
 }
 
 fn globals() -> Globals {
-    Globals::extended_by(&[
+    starlark::environment::GlobalsBuilder::extended_by(&[
         LibraryExtension::StructType,
         LibraryExtension::Json,
         LibraryExtension::Print,
         LibraryExtension::Typing,
     ])
+    .with(host_globals)
+    .build()
 }
 
-/// Runs `source`'s `main` with `arguments`, in this process. See the module documentation.
+/// A run's tools: the host and whether the run is a draft (read-only tools only).
+pub struct Tools {
+    /// Where calls go.
+    pub host: Arc<dyn Host>,
+    /// Draft runs may call only tools that declare `readOnlyHint: true`.
+    pub draft: bool,
+}
+
+impl std::fmt::Debug for Tools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tools")
+            .field("draft", &self.draft)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `source`'s `main` with `arguments`, in this process, with `tools` (or none). See the
+/// module documentation.
 pub fn run_in_process(
     filename: &str,
     source: &str,
     arguments: &Map,
     limits: &ScriptLimits,
+    tools: Option<Tools>,
 ) -> Result<RunOutput, RunError> {
+    let started = Instant::now();
+    let deadline = started + limits.max_wall_time;
     let ast = parse(filename, source)?;
     let entry = entry_point(&ast)?;
     let bound = entry
@@ -126,9 +182,34 @@ pub fn run_in_process(
         overflowed: RefCell::new(false),
     };
     let globals = globals();
+    let state = match tools {
+        Some(tools) => {
+            let listing = tools.host.tools().map_err(|e| {
+                RunError::Failed(format!("the run's tools could not be listed: {e}"))
+            })?;
+            Some(RunState {
+                host: tools.host,
+                listing,
+                draft: tools.draft,
+                values: limits.values,
+                max_tool_calls: limits.max_tool_calls,
+                deadline,
+                tool_calls: Cell::new(0),
+                paces: Cell::new(0),
+            })
+        }
+        None => None,
+    };
     let outcome = Module::with_temp_heap(|module| {
+        if let Some(state) = &state {
+            bind_tools(&module, state);
+        }
         let mut eval = Evaluator::new(&module);
         eval.set_print_handler(&printed);
+        eval.set_check_cancelled(Box::new(move || Instant::now() >= deadline));
+        if let Some(state) = &state {
+            eval.extra = Some(state);
+        }
         let configured = eval
             .set_max_tick_count(limits.max_ticks.max(1))
             .and_then(|()| eval.set_max_heap_size(limits.max_heap_bytes.max(1)))
@@ -160,15 +241,57 @@ pub fn run_in_process(
                 &error,
                 ticks > limits.max_ticks,
                 *printed.overflowed.borrow(),
+                Instant::now() >= deadline,
             )),
         }
     });
     let (result, ticks) = outcome?;
+    let (tool_calls, paces) = state
+        .as_ref()
+        .map_or((0, 0), |s| (s.tool_calls.get(), s.paces.get()));
     Ok(RunOutput {
         result,
         printed: printed.text.into_inner(),
         ticks,
+        tool_calls,
+        paces,
     })
+}
+
+/// Makes the run's tools reachable: capabilities and platform tools as globals, upstream and
+/// script tools in a namespace per alias.
+fn bind_tools<'v>(module: &Module<'v>, state: &RunState) {
+    use larkgate_caller::Source;
+    let heap = module.heap();
+    let mut namespaces: std::collections::BTreeMap<String, Vec<(String, String)>> =
+        std::collections::BTreeMap::new();
+    for tool in &state.listing {
+        match (&tool.origin.source, &tool.origin.alias) {
+            (Source::Upstream | Source::Script, Some(alias)) => namespaces
+                .entry(alias.clone())
+                .or_default()
+                .push((tool.origin.original_name.clone(), tool.name.clone())),
+            _ => {
+                if larkgate_binding::valid_identifier(&tool.name) {
+                    module.set(
+                        &tool.name,
+                        heap.alloc(ToolFn {
+                            name: tool.name.clone(),
+                        }),
+                    );
+                }
+            }
+        }
+    }
+    for (alias, members) in namespaces {
+        module.set(
+            &alias,
+            heap.alloc(Namespace {
+                alias: alias.clone(),
+                members,
+            }),
+        );
+    }
 }
 
 /// A result that could not leave the script.
@@ -179,8 +302,25 @@ struct ResultError(String);
 /// Names the limit that stopped a run, or reports the script's own failure. The heap and
 /// call-stack cases are recognised by starlark's own messages (pinned by the hostile-script
 /// tests).
-fn classify(error: &starlark::Error, ticks_over: bool, printed_over: bool) -> RunError {
+fn classify(
+    error: &starlark::Error,
+    ticks_over: bool,
+    printed_over: bool,
+    past_deadline: bool,
+) -> RunError {
     let message = error.to_string();
+    if let Some(refused) = refusal_of(error) {
+        return RunError::Refused {
+            code: refused.code.clone(),
+            text: refused.text.clone(),
+        };
+    }
+    if let Some(limit) = host_limit_of(error) {
+        return RunError::Limit {
+            limit: limit.limit,
+            message: limit.message.clone(),
+        };
+    }
     let limit = |limit: &'static str| RunError::Limit {
         limit,
         message: first_line(&message),
@@ -196,6 +336,9 @@ fn classify(error: &starlark::Error, ticks_over: bool, printed_over: bool) -> Ru
     }
     if message.contains("call stack overflow") {
         return limit("call stack");
+    }
+    if past_deadline || message.contains("Evaluation cancelled") {
+        return limit("wall time");
     }
     if let Some(result) = error_source::<ResultError>(error) {
         return RunError::Limit {

@@ -12,6 +12,7 @@ fn small() -> ScriptLimits {
         max_call_stack: 50,
         max_print_bytes: 1024,
         values: Limits::new(16, 1_000, 64 * 1024).unwrap(),
+        ..ScriptLimits::default()
     }
 }
 
@@ -20,7 +21,7 @@ fn run(source: &str, args: &[(&str, Value)]) -> Result<larkgate_script::RunOutpu
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    run_in_process("test.star", source, &args, &small())
+    run_in_process("test.star", source, &args, &small(), None)
 }
 
 fn limit_of(source: &str) -> &'static str {
@@ -101,7 +102,7 @@ fn a_growing_heap_stops_on_the_heap_limit() {
         max_ticks: 100_000_000,
         ..small()
     };
-    match run_in_process("heap.star", source, &Map::new(), &limits) {
+    match run_in_process("heap.star", source, &Map::new(), &limits, None) {
         Err(RunError::Limit { limit: "heap", .. }) => {}
         other => panic!("expected the heap limit, got {other:?}"),
     }
