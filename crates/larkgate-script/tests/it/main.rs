@@ -2,4 +2,5 @@
 
 mod entry;
 mod run;
+mod session;
 mod tools;
