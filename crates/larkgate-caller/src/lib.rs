@@ -70,7 +70,7 @@ pub struct Annotations {
 }
 
 /// One tool of a session's listing: only tools this session may call are listed.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolInfo {
     /// The MCP-facing name.
     pub name: String,

@@ -12,8 +12,11 @@
 #[allow(unsafe_code)]
 pub mod bindings;
 pub mod entry;
+pub mod parent;
 pub mod run;
+pub mod worker;
 
 pub use bindings::{Blocking, Host, ToolRefused};
 pub use entry::{EntryPoint, ScriptError, dialect, entry_point, parse};
+pub use parent::{WorkerCommand, run_in_worker};
 pub use run::{RunError, RunOutput, ScriptLimits, Tools, run_in_process};

@@ -20,7 +20,7 @@ use crate::bindings::{Host, Namespace, RunState, ToolFn, host_globals, host_limi
 use crate::entry::{ScriptError, entry_point, parse};
 
 /// The limits of one run (defaults from larkgate's limits table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScriptLimits {
     /// Interpreter ticks (roughly, statements and expressions executed).
     pub max_ticks: u64,

@@ -4,3 +4,4 @@ mod entry;
 mod run;
 mod session;
 mod tools;
+mod worker;

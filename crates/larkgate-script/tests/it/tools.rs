@@ -10,8 +10,8 @@ use larkgate_script::{Blocking, RunError, ScriptLimits, Tools, run_in_process};
 
 /// A caller with a fixed listing that records calls and answers from a script of replies.
 #[derive(Default)]
-struct Scripted {
-    calls: Mutex<Vec<(String, Map)>>,
+pub(crate) struct Scripted {
+    pub(crate) calls: Mutex<Vec<(String, Map)>>,
     /// How many times each call is refused as rate-limited before it succeeds.
     rate_limited: Mutex<u32>,
     refuse_with: Mutex<Option<RefusalError>>,
@@ -47,7 +47,7 @@ fn tool(
     }
 }
 
-fn listing() -> Vec<ToolInfo> {
+pub(crate) fn listing() -> Vec<ToolInfo> {
     let mut kv_get = tool("kv_get", Source::Capability, None, "kv_get", true);
     kv_get.input_shape = Some(vec![
         FieldShape::new("key", "str", true),

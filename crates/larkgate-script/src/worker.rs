@@ -1,0 +1,353 @@
+//! Runs in a worker process: the threat model and the protocol.
+//!
+//! A script is untrusted code holding someone's authority. starlark-rust aborts the process on
+//! some allocations and ignores cancellation in some operations, so every run executes in a
+//! single-use worker process — the same program re-executed with [`WORKER_ARG`] — that:
+//! - takes the worker branch in `main` before any async runtime starts (single thread,
+//!   blocking pipe I/O);
+//! - limits its own address space (`RLIMIT_AS`) and disables core dumps, through `rustix`;
+//! - runs with `MALLOC_ARENA_MAX=1` (set by the parent), so the address-space limit is not
+//!   eaten by per-thread arenas;
+//! - talks to the parent only through length-prefixed JSON frames on stdin/stdout.
+//!
+//! The parent owns the run's MCP session. It caps every frame, re-binds every call's
+//! arguments against the tool's input shape (the worker's binding is never authoritative),
+//! counts tool calls itself, and kills the worker at the deadline. Any abnormal exit — a
+//! signal, a stack overflow, the rlimit — becomes `limit_exceeded` with its reason.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use larkgate_binding::{Limits, Map, from_json, map_to_json};
+use larkgate_caller::{CallError, RefusalError, ToolInfo};
+use serde::{Deserialize, Serialize};
+
+use crate::bindings::Host;
+use crate::run::{RunError, RunOutput, ScriptLimits, Tools, run_in_process};
+
+/// The argument that makes the program a worker.
+pub const WORKER_ARG: &str = "__larkgate-worker";
+/// The environment variable carrying the worker's address-space limit, in bytes.
+pub const ADDRESS_SPACE_ENV: &str = "LARKGATE_WORKER_ADDRESS_SPACE";
+/// The default worker address space.
+pub const DEFAULT_ADDRESS_SPACE: u64 = 1024 * 1024 * 1024;
+/// The largest frame either side accepts.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Parent → worker: what to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Start {
+    /// The script's file name, for messages.
+    pub filename: String,
+    /// The source.
+    pub source: String,
+    /// The run's arguments, as a JSON object.
+    pub arguments: serde_json::Value,
+    /// The run's limits.
+    pub limits: ScriptLimits,
+    /// Whether this is a draft run.
+    pub draft: bool,
+    /// The session's listing.
+    pub listing: Vec<ToolInfo>,
+}
+
+/// Worker → parent.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// A host call.
+    Call {
+        /// The tool.
+        name: String,
+        /// Its arguments as the worker bound them (the parent binds again).
+        arguments: serde_json::Value,
+    },
+    /// The run ended.
+    Done(Outcome),
+}
+
+/// Parent → worker: a host call's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum CallAnswer {
+    /// The structured result.
+    Ok(serde_json::Value),
+    /// A refusal: code, text, retry-after in milliseconds.
+    Refused {
+        /// The code.
+        code: String,
+        /// The text.
+        text: String,
+        /// When to retry.
+        retry_after_ms: Option<u64>,
+    },
+}
+
+/// How a run ended, on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The result, or the error.
+    pub result: Result<serde_json::Value, WireError>,
+    /// What was printed.
+    pub printed: String,
+    /// Ticks used.
+    pub ticks: u64,
+    /// Tool calls the worker made.
+    pub tool_calls: u64,
+    /// Paces.
+    pub paces: u64,
+}
+
+/// A [`RunError`] on the wire.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum WireError {
+    /// Unusable script.
+    Script(String),
+    /// Arguments that do not fit `main`.
+    InvalidArguments(String),
+    /// A limit.
+    Limit {
+        /// Its name.
+        limit: String,
+        /// Details.
+        message: String,
+    },
+    /// An unhandled refusal.
+    Refused {
+        /// The code.
+        code: String,
+        /// The text.
+        text: String,
+    },
+    /// The script failed.
+    Failed(String),
+}
+
+/// The names of the limits a run can hit, so a wire name maps back to a static one.
+const LIMIT_NAMES: &[&str] = &[
+    "ticks",
+    "heap",
+    "call stack",
+    "printed bytes",
+    "result",
+    "tool calls",
+    "wall time",
+    "address space",
+    "pipe frame",
+    "worker",
+];
+
+/// The static name of a limit.
+pub(crate) fn limit_name(name: &str) -> &'static str {
+    LIMIT_NAMES
+        .iter()
+        .find(|n| **n == name)
+        .copied()
+        .unwrap_or("worker")
+}
+
+impl From<&RunError> for WireError {
+    fn from(error: &RunError) -> Self {
+        match error {
+            RunError::Script(e) => WireError::Script(e.to_string()),
+            RunError::InvalidArguments(m) => WireError::InvalidArguments(m.clone()),
+            RunError::Limit { limit, message } => WireError::Limit {
+                limit: (*limit).to_owned(),
+                message: message.clone(),
+            },
+            RunError::Refused { code, text } => WireError::Refused {
+                code: code.clone(),
+                text: text.clone(),
+            },
+            RunError::Failed(m) => WireError::Failed(m.clone()),
+        }
+    }
+}
+
+impl From<WireError> for RunError {
+    fn from(error: WireError) -> Self {
+        match error {
+            WireError::Script(m) => RunError::Script(crate::ScriptError::EntryPoint(m)),
+            WireError::InvalidArguments(m) => RunError::InvalidArguments(m),
+            WireError::Limit { limit, message } => RunError::Limit {
+                limit: limit_name(&limit),
+                message,
+            },
+            WireError::Refused { code, text } => RunError::Refused { code, text },
+            WireError::Failed(m) => RunError::Failed(m),
+        }
+    }
+}
+
+/// Writes one frame: a 4-byte big-endian length, then JSON.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::Result<()> {
+    let body = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    if body.len() > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "a frame of {} bytes exceeds the {MAX_FRAME}-byte pipe frame limit",
+            body.len()
+        )));
+    }
+    out.write_all(&(body.len() as u32).to_be_bytes())?;
+    out.write_all(&body)?;
+    out.flush()
+}
+
+/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> std::io::Result<T> {
+    let mut length = [0u8; 4];
+    input.read_exact(&mut length)?;
+    let length = u32::from_be_bytes(length) as usize;
+    if length > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "a frame of {length} bytes exceeds the {MAX_FRAME}-byte pipe frame limit"
+        )));
+    }
+    let mut body = vec![0; length];
+    input.read_exact(&mut body)?;
+    serde_json::from_slice(&body).map_err(std::io::Error::other)
+}
+
+/// The worker's host: every call is a frame to the parent and a frame back.
+struct PipeHost {
+    pipes: Mutex<(std::io::Stdin, std::io::Stdout)>,
+    listing: Vec<ToolInfo>,
+    limits: Limits,
+}
+
+impl Host for PipeHost {
+    fn tools(&self) -> Result<Vec<ToolInfo>, CallError> {
+        Ok(self.listing.clone())
+    }
+
+    fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
+        let mut pipes = self.pipes.lock().unwrap_or_else(|p| p.into_inner());
+        let (input, output) = &mut *pipes;
+        let call = FromWorker::Call {
+            name: name.to_owned(),
+            arguments: serde_json::Value::Object(map_to_json(&arguments)),
+        };
+        write_frame(output, &call).map_err(|e| CallError::Transport(e.to_string()))?;
+        match read_frame::<CallAnswer>(&mut input.lock()) {
+            Ok(CallAnswer::Ok(value)) => match from_json(&value, self.limits) {
+                Ok(larkgate_binding::Value::Map(map)) => Ok(map),
+                Ok(_) => Err(CallError::Transport(
+                    "a result that is not an object".into(),
+                )),
+                Err(e) => Err(CallError::Transport(e.to_string())),
+            },
+            Ok(CallAnswer::Refused {
+                code,
+                text,
+                retry_after_ms,
+            }) => Err(CallError::Refused(RefusalError {
+                code,
+                retry_after: retry_after_ms.map(Duration::from_millis),
+                approval_id: None,
+                text,
+            })),
+            Err(e) => Err(CallError::Transport(e.to_string())),
+        }
+    }
+
+    fn pause(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
+}
+
+/// Limits this process's address space and turns off core dumps.
+fn limit_self(address_space: u64) -> std::io::Result<()> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    setrlimit(
+        Resource::Core,
+        Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    )?;
+    setrlimit(
+        Resource::As,
+        Rlimit {
+            current: Some(address_space),
+            maximum: Some(address_space),
+        },
+    )?;
+    Ok(())
+}
+
+/// The worker's whole life: limit itself, read one [`Start`], run, answer [`FromWorker::Done`].
+/// Call it from `main` when the first argument is [`WORKER_ARG`], before anything else.
+pub fn worker_main() -> std::process::ExitCode {
+    let address_space = std::env::var(ADDRESS_SPACE_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_ADDRESS_SPACE);
+    if let Err(error) = limit_self(address_space) {
+        eprintln!("larkgate worker: cannot limit itself: {error}");
+        return std::process::ExitCode::from(3);
+    }
+    let start: Start = match read_frame(&mut std::io::stdin().lock()) {
+        Ok(start) => start,
+        Err(error) => {
+            eprintln!("larkgate worker: no start frame: {error}");
+            return std::process::ExitCode::from(4);
+        }
+    };
+    let arguments = match from_json(&start.arguments, start.limits.values) {
+        Ok(larkgate_binding::Value::Map(map)) => map,
+        _ => Map::new(),
+    };
+    let host = Arc::new(PipeHost {
+        pipes: Mutex::new((std::io::stdin(), std::io::stdout())),
+        listing: start.listing,
+        limits: start.limits.values,
+    });
+    let result = run_in_process(
+        &start.filename,
+        &start.source,
+        &arguments,
+        &start.limits,
+        Some(Tools {
+            host: host.clone(),
+            draft: start.draft,
+        }),
+    );
+    let outcome = outcome_of(result);
+    let mut out = std::io::stdout().lock();
+    match write_frame(&mut out, &FromWorker::Done(outcome)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // The result itself is over the frame limit: say so in a frame that fits.
+            let outcome = Outcome {
+                result: Err(WireError::Limit {
+                    limit: "pipe frame".into(),
+                    message: error.to_string(),
+                }),
+                printed: String::new(),
+                ticks: 0,
+                tool_calls: 0,
+                paces: 0,
+            };
+            let _ = write_frame(&mut out, &FromWorker::Done(outcome));
+            std::process::ExitCode::SUCCESS
+        }
+    }
+}
+
+fn outcome_of(result: Result<RunOutput, RunError>) -> Outcome {
+    match result {
+        Ok(out) => Outcome {
+            result: Ok(larkgate_binding::to_json(&out.result)),
+            printed: out.printed,
+            ticks: out.ticks,
+            tool_calls: out.tool_calls,
+            paces: out.paces,
+        },
+        Err(error) => Outcome {
+            result: Err(WireError::from(&error)),
+            printed: String::new(),
+            ticks: 0,
+            tool_calls: 0,
+            paces: 0,
+        },
+    }
+}

@@ -1,0 +1,188 @@
+//! Runs in a real worker process: results, host calls through the parent, and hostile scripts
+//! that must end as a clean `limit_exceeded` while the parent lives on and serves the next run.
+
+use std::time::Duration;
+
+use larkgate_binding::{Limits, Map};
+use larkgate_caller::{CallError, Caller, ToolInfo};
+use larkgate_script::{RunError, ScriptLimits, WorkerCommand, run_in_worker};
+
+use crate::tools::Scripted;
+
+fn command() -> WorkerCommand {
+    WorkerCommand {
+        program: env!("CARGO_BIN_EXE_larkgate-script-worker").into(),
+        address_space: 512 * 1024 * 1024,
+    }
+}
+
+fn limits() -> ScriptLimits {
+    ScriptLimits {
+        max_ticks: 5_000_000,
+        max_tool_calls: 100,
+        max_wall_time: Duration::from_secs(20),
+        values: Limits::default(),
+        ..ScriptLimits::default()
+    }
+}
+
+async fn run(caller: &impl Caller, source: &str) -> Result<larkgate_script::RunOutput, RunError> {
+    run_in_worker(
+        &command(),
+        caller,
+        "w.star",
+        source,
+        &Map::new(),
+        &limits(),
+        false,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_worker_runs_main_and_its_tool_calls_go_through_the_parent() {
+    let caller = Scripted::default();
+    let out = run(
+        &caller,
+        "def main():\n    print('hi')\n    return kv_get(key = 'k')['args']\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.result.to_string(), r#"{"key":"k"}"#);
+    assert_eq!(out.printed, "hi\n");
+    assert_eq!(out.tool_calls, 1);
+    assert_eq!(
+        caller.calls.lock().unwrap().len(),
+        1,
+        "the parent made the call"
+    );
+}
+
+fn limit_of(result: Result<larkgate_script::RunOutput, RunError>) -> (&'static str, String) {
+    match result {
+        Err(RunError::Limit { limit, message }) => (limit, message),
+        other => panic!("expected a limit, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn hostile_scripts_end_as_limits_and_the_parent_serves_the_next_run() {
+    let caller = Scripted::default();
+    let table = [
+        (
+            "def main():\n    return len([0] * 2000000000)\n",
+            &["worker", "heap"][..],
+        ),
+        (
+            "def main():\n    return len('a' * 2000000000)\n",
+            &["worker", "heap"][..],
+        ),
+        (
+            "def main():\n    return len(('a' * 100000) * 100000)\n",
+            &["worker", "heap"][..],
+        ),
+        (
+            "def main():\n    s = 'ab'\n    for _ in range(40):\n        s = s + s\n    return len(s)\n",
+            &["worker", "heap"][..],
+        ),
+        (
+            "def main():\n    d = {}\n    for i in range(10000000):\n        d[i] = i\n    return len(d)\n",
+            &["ticks", "heap", "worker", "wall time"][..],
+        ),
+        // One multiplication of huge integers is one tick: the deadline kill stops it.
+        (
+            "def main():\n    x = 7\n    for _ in range(100):\n        x = x * x\n    return 1\n",
+            &["wall time", "heap", "worker"][..],
+        ),
+        (
+            "def main():\n    for _ in range(2000000000):\n        for _ in range(2000000000):\n            pass\n",
+            &["ticks"][..],
+        ),
+        (
+            "def f(n):\n    return f(n + 1)\ndef main():\n    return f(0)\n",
+            &["call stack"][..],
+        ),
+        (
+            "def main():\n    for _ in range(1000000):\n        print('x' * 100)\n",
+            &["printed bytes"][..],
+        ),
+        (
+            "def main():\n    return ['x' * 1000] * 60000\n",
+            &["result", "pipe frame"][..],
+        ),
+        (
+            "def main():\n    for _ in range(1000000):\n        kv_get(key = 'k')\n",
+            &["tool calls"][..],
+        ),
+    ];
+    let limits = ScriptLimits {
+        max_wall_time: Duration::from_secs(3),
+        ..limits()
+    };
+    for (source, expected) in table {
+        let result = run_in_worker(
+            &command(),
+            &caller,
+            "hostile.star",
+            source,
+            &Map::new(),
+            &limits,
+            false,
+        )
+        .await;
+        let (limit, message) = limit_of(result);
+        assert!(expected.contains(&limit), "{source:?}: {limit}: {message}");
+    }
+    // Still serving.
+    assert!(run(&caller, "def main():\n    return 1\n").await.is_ok());
+}
+
+#[tokio::test]
+async fn a_list_nested_200000_deep_then_str_ends_cleanly() {
+    let caller = Scripted::default();
+    let source = "def main():\n    x = []\n    for _ in range(200000):\n        x = [x]\n    return len(str(x))\n";
+    match run(&caller, source).await {
+        Err(RunError::Limit { .. }) | Err(RunError::Failed(_)) => {}
+        Ok(out) => panic!("a 200,000-deep list printed as {:?}", out.result),
+        Err(other) => panic!("{other:?}"),
+    }
+    assert!(run(&caller, "def main():\n    return 2\n").await.is_ok());
+}
+
+/// A caller whose every call takes longer than any run may.
+struct Slow;
+
+impl Caller for Slow {
+    async fn tools(&self) -> Result<Vec<ToolInfo>, CallError> {
+        Ok(crate::tools::listing())
+    }
+    async fn call_tool(&self, _: &str, _: Map) -> Result<Map, CallError> {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok(Map::new())
+    }
+    async fn declares_read_only(&self, _: &str) -> (bool, bool) {
+        (true, true)
+    }
+}
+
+#[tokio::test]
+async fn a_run_past_its_deadline_is_killed() {
+    let limits = ScriptLimits {
+        max_wall_time: Duration::from_millis(500),
+        ..limits()
+    };
+    let started = std::time::Instant::now();
+    let result = run_in_worker(
+        &command(),
+        &Slow,
+        "slow.star",
+        "def main():\n    return kv_get(key = 'k')\n",
+        &Map::new(),
+        &limits,
+        false,
+    )
+    .await;
+    let (limit, _) = limit_of(result);
+    assert_eq!(limit, "wall time");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
