@@ -6,6 +6,8 @@ mod call;
 mod capabilities;
 mod context;
 mod principal;
+mod run;
+mod script;
 
 use std::path::PathBuf;
 
@@ -44,6 +46,11 @@ enum Command {
     /// Read and verify the audit chain.
     #[command(subcommand)]
     Audit(audit::Command),
+    /// Run a script: a file as a draft, or `--script NAME`'s latest published version.
+    Run(run::Args),
+    /// Save, publish and list scripts.
+    #[command(subcommand)]
+    Script(script::Command),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -68,6 +75,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Principal(command) => principal::run(command, &context, out).await,
             Command::Approvals(command) => approvals::run(command, &context, out).await,
             Command::Audit(command) => audit::run(command, &context, out).await,
+            Command::Run(args) => run::run(args, &context, out).await,
+            Command::Script(command) => script::run(command, &context, out).await,
         };
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;

@@ -10,6 +10,14 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // A script worker re-executes this binary. Its branch comes first: before argument
+    // parsing, before any runtime or thread starts.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == larkgate_script::worker::WORKER_ARG)
+    {
+        return larkgate_script::worker::worker_main();
+    }
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -26,9 +26,13 @@ pub(crate) struct Args {
 
 /// Builds the argument map from `--args-json` and `--arg`; `shape` (the tool's input shape,
 /// when it has one) tells which fields are strings.
-fn arguments(args: &Args, shape: Option<&[FieldShape]>) -> anyhow::Result<Map> {
+pub(crate) fn arguments_from(
+    args_json: Option<&str>,
+    pairs: &[String],
+    shape: Option<&[FieldShape]>,
+) -> anyhow::Result<Map> {
     let limits = Limits::default();
-    let mut map = match &args.args_json {
+    let mut map = match args_json {
         Some(json) => match from_json_slice(json.as_bytes(), limits)
             .context("--args-json is not usable JSON")?
         {
@@ -40,7 +44,7 @@ fn arguments(args: &Args, shape: Option<&[FieldShape]>) -> anyhow::Result<Map> {
         },
         None => Map::new(),
     };
-    for pair in &args.args {
+    for pair in pairs {
         let Some((key, raw)) = pair.split_once('=') else {
             bail!("--arg {pair:?} must look like key=value");
         };
@@ -72,7 +76,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             .iter()
             .find(|t| t.name == args.tool)
             .and_then(|t| t.input_shape.as_deref());
-        let arguments = arguments(&args, shape)?;
+        let arguments = arguments_from(args.args_json.as_deref(), &args.args, shape)?;
         anyhow::Ok(caller.call_tool(&args.tool, arguments).await)
     }
     .await;

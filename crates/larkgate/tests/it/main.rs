@@ -3,6 +3,7 @@
 mod audit;
 mod capabilities;
 mod principals_and_approvals;
+mod scripts;
 
 use std::path::Path;
 use std::process::{Command, Output};

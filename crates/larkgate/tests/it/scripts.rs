@@ -1,0 +1,141 @@
+//! `larkgate run` and `larkgate script ...` as a user runs them: drafts in a worker process,
+//! publishing with the author's roles, published runs as `script:NAME`.
+
+use crate::{fails, larkgate_in, ok, stderr, stdout};
+
+const POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.writer]
+call = ["kv_*", "clock_now"]
+"#;
+
+const GREET: &str = r#"
+def main(*, name: str):
+    """Greets, and tries to remember it."""
+    seen = kv_get(key = name, default = "0")["value"]
+    saved = try_call("kv_set", key = name, value = str(int(seen) + 1))
+    print("saved" if saved.ok else "not saved: " + saved.error.code)
+    return {"hello": name, "saved": saved.ok}
+"#;
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(dir.path().join("greet.star"), GREET).unwrap();
+    ok(
+        dir.path(),
+        &["principal", "add", "ada", "--roles", "author,writer"],
+    );
+    ok(
+        dir.path(),
+        &["principal", "add", "pat", "--roles", "publisher"],
+    );
+    dir
+}
+
+#[test]
+fn a_file_runs_as_a_draft_that_may_only_read() {
+    let dir = setup();
+    let output = larkgate_in(
+        dir.path(),
+        &["--as", "ada", "run", "greet.star", "--arg", "name=Ada"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let result: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+    assert_eq!(result, serde_json::json!({"hello": "Ada", "saved": false}));
+    let err = stderr(&output);
+    assert!(err.contains("not saved: write_barrier"), "{err}");
+    assert!(err.contains("succeeded as ada, 1 tool calls"), "{err}");
+}
+
+#[test]
+fn publishing_captures_the_authors_roles_and_the_script_runs_as_itself() {
+    let dir = setup();
+    assert!(
+        fails(dir.path(), &["script", "save", "greet", "greet.star"]).contains("registered author")
+    );
+    ok(
+        dir.path(),
+        &["--as", "ada", "script", "save", "greet", "greet.star"],
+    );
+    assert!(
+        fails(dir.path(), &["--as", "ada", "script", "publish", "greet"])
+            .contains("publisher role")
+    );
+    let published = ok(dir.path(), &["--as", "pat", "script", "publish", "greet"]);
+    assert!(
+        published.contains("runs as script:greet with ada's roles [author,writer]"),
+        "{published}"
+    );
+    let output = larkgate_in(
+        dir.path(),
+        &["run", "--script", "greet", "--arg", "name=Ada"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("\"saved\": true"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(
+        stderr(&output).contains("succeeded as script:greet"),
+        "{}",
+        stderr(&output)
+    );
+    let history = ok(dir.path(), &["script", "history", "greet"]);
+    assert!(
+        history.starts_with("v1") && history.contains("published by pat"),
+        "{history}"
+    );
+    let tail = ok(
+        dir.path(),
+        &["audit", "tail", "--principal", "script:greet"],
+    );
+    assert!(tail.contains("kv_set -> ok [published]"), "{tail}");
+}
+
+#[test]
+fn bad_scripts_are_refused_before_they_are_saved() {
+    let dir = setup();
+    std::fs::write(dir.path().join("bad.star"), "def main(city):\n    pass\n").unwrap();
+    let err = fails(
+        dir.path(),
+        &["--as", "ada", "script", "save", "bad", "bad.star"],
+    );
+    assert!(err.contains("must be keyword-only"), "{err}");
+    let err = fails(
+        dir.path(),
+        &["--as", "ada", "script", "save", "Bad-Name", "greet.star"],
+    );
+    assert!(err.contains("is not a script name"), "{err}");
+    let err = fails(
+        dir.path(),
+        &["--as", "ada", "script", "save", "kv_get", "greet.star"],
+    );
+    assert!(err.contains("a built-in tool has this name"), "{err}");
+}
+
+#[test]
+fn a_hostile_run_fails_cleanly_and_the_next_run_works() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("boom.star"),
+        "def main():\n    return len([0] * 2000000000)\n",
+    )
+    .unwrap();
+    let err = fails(dir.path(), &["run", "boom.star"]);
+    assert!(err.contains("the run failed (limit_exceeded)"), "{err}");
+    let err = fails(dir.path(), &["run", "greet.star"]);
+    assert!(
+        err.contains("missing the required argument `name`"),
+        "{err}"
+    );
+    assert!(
+        ok(
+            dir.path(),
+            &["--as", "ada", "run", "greet.star", "--arg", "name=x"]
+        )
+        .contains("hello")
+    );
+}
