@@ -133,3 +133,46 @@ async fn a_draft_reads_but_cannot_write_and_a_published_run_can() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_calling_a_hidden_tool_gets_the_same_refusal_as_for_a_missing_one() {
+    let setup = setup().await;
+    let run = RunContext {
+        principal: setup.ada.clone(),
+        run_id: None,
+        kind: RunKind::Draft,
+        depth: 1,
+    };
+    let (caller, teardown) =
+        larkgate_session::connect(&setup.platform, run, "script-draft", Limits::default())
+            .await
+            .unwrap();
+    let host = Arc::new(Blocking(caller));
+    let source = r#"
+def main():
+    hidden = try_call("approvals_list")
+    missing = try_call("approvals_lisst")
+    return [hidden.error.code, hidden.error.message, missing.error.code, missing.error.message]
+"#;
+    let out = tokio::task::spawn_blocking(move || {
+        run_in_process(
+            "d.star",
+            source,
+            &Map::new(),
+            &ScriptLimits::default(),
+            Some(Tools { host, draft: true }),
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    teardown.close().await;
+    let items = out.result.as_list().unwrap().to_vec();
+    assert_eq!(items[0], Value::from("not_found"));
+    assert_eq!(items[2], Value::from("not_found"));
+    let strip = |v: &Value, name: &str| v.as_str().unwrap().replace(name, "<tool>");
+    assert_eq!(
+        strip(&items[1], "approvals_list"),
+        strip(&items[3], "approvals_lisst")
+    );
+}
