@@ -95,9 +95,95 @@ fn limit(limit: &'static str, message: impl Into<String>) -> RunError {
     }
 }
 
+/// Workers started ahead of time, so a run does not wait for a process to start. Each worker
+/// serves exactly one run; taking one starts its replacement in the background.
+#[derive(Debug)]
+pub struct WorkerPool {
+    command: WorkerCommand,
+    idle: std::sync::Mutex<std::collections::VecDeque<Child>>,
+    size: usize,
+}
+
+impl WorkerPool {
+    /// A pool keeping `size` workers started (on the current tokio runtime).
+    pub fn new(command: WorkerCommand, size: usize) -> std::sync::Arc<Self> {
+        let pool = std::sync::Arc::new(WorkerPool {
+            command,
+            idle: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            size,
+        });
+        for _ in 0..size {
+            pool.refill();
+        }
+        pool
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Child>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many started workers are waiting.
+    pub fn idle(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn refill(&self) {
+        if self.lock().len() >= self.size {
+            return;
+        }
+        match self.command.spawn() {
+            Ok(child) => self.lock().push_back(child),
+            Err(error) => eprintln!("larkgate: a script worker could not start: {error}"),
+        }
+    }
+
+    /// A started worker (or a new one if none is waiting), replaced in the pool.
+    fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Child> {
+        let child = self.lock().pop_front();
+        let pool = std::sync::Arc::clone(self);
+        tokio::task::spawn_blocking(move || pool.refill());
+        match child {
+            Some(child) => Ok(child),
+            None => self.command.spawn(),
+        }
+    }
+
+    /// Runs a script in a pre-started worker. See [`run_in_worker`].
+    pub async fn run<C: Caller>(
+        self: &std::sync::Arc<Self>,
+        caller: &C,
+        filename: &str,
+        source: &str,
+        arguments: &Map,
+        limits: &ScriptLimits,
+        draft: bool,
+    ) -> Result<RunOutput, RunError> {
+        let child = self
+            .take()
+            .map_err(|e| RunError::Failed(format!("the worker could not start: {e}")))?;
+        drive(child, caller, filename, source, arguments, limits, draft).await
+    }
+}
+
 /// Runs a script in a fresh worker process, its host calls going through `caller`.
 pub async fn run_in_worker<C: Caller>(
     command: &WorkerCommand,
+    caller: &C,
+    filename: &str,
+    source: &str,
+    arguments: &Map,
+    limits: &ScriptLimits,
+    draft: bool,
+) -> Result<RunOutput, RunError> {
+    let child = command
+        .spawn()
+        .map_err(|e| RunError::Failed(format!("the worker could not start: {e}")))?;
+    drive(child, caller, filename, source, arguments, limits, draft).await
+}
+
+/// Feeds one worker one run and reads how it ended.
+async fn drive<C: Caller>(
+    mut child: Child,
     caller: &C,
     filename: &str,
     source: &str,
@@ -110,9 +196,6 @@ pub async fn run_in_worker<C: Caller>(
         .tools()
         .await
         .map_err(|e| RunError::Failed(format!("the run's tools could not be listed: {e}")))?;
-    let mut child = command
-        .spawn()
-        .map_err(|e| RunError::Failed(format!("the worker could not start: {e}")))?;
     let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(RunError::Failed("the worker has no pipes".into()));
     };

@@ -186,3 +186,36 @@ async fn a_run_past_its_deadline_is_killed() {
     assert_eq!(limit, "wall time");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_keeps_workers_started_and_uses_each_once() {
+    let pool = larkgate_script::WorkerPool::new(command(), 2);
+    let caller = Scripted::default();
+    for i in 0..5 {
+        let source = format!("def main():\n    return {i}\n");
+        let out = pool
+            .run(&caller, "p.star", &source, &Map::new(), &limits(), false)
+            .await
+            .unwrap();
+        assert_eq!(out.result, larkgate_binding::Value::Int(i));
+    }
+    // A hostile run takes a worker like any other; the pool is refilled.
+    let boom = pool
+        .run(
+            &caller,
+            "b.star",
+            "def main():\n    return len([0] * 2000000000)\n",
+            &Map::new(),
+            &limits(),
+            false,
+        )
+        .await;
+    assert!(matches!(boom, Err(RunError::Limit { .. })), "{boom:?}");
+    for _ in 0..50 {
+        if pool.idle() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pool.idle(), 2, "the pool refills to its size");
+}
