@@ -1,0 +1,219 @@
+//! Script-engine figures, each against a baseline measured in the same run:
+//!
+//! 1. A script making 10,000 `clock_now` calls: per-call median in worker mode and in
+//!    in-process mode, against the in-memory session round trip and a bare pipe round trip
+//!    between two processes. Target: worker mode adds at most 1.2 × the pipe round trip to the
+//!    in-process figure.
+//! 2. Request-to-result latency of a trivial script with a warm pool, against spawning a fresh
+//!    worker. Target: ≤ 2 ms p50.
+//! 3. A 10^6-iteration loop against CPython running the same loop (context, not a target).
+//!
+//! Runs as plain timed loops (medians of repeated runs) rather than criterion groups: each
+//! sample is a whole script run.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use larkgate_binding::{Limits, Map};
+use larkgate_caller::Caller;
+use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_platform::{Platform, RunContext, RunKind};
+use larkgate_script::{
+    Blocking, ScriptLimits, Tools, WorkerCommand, WorkerPool, run_in_process, run_in_worker,
+};
+use larkgate_store::{Principal, PrincipalKind, SqliteStore};
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn command() -> WorkerCommand {
+    WorkerCommand {
+        program: env!("CARGO_BIN_EXE_larkgate-script-worker").into(),
+        address_space: 1024 * 1024 * 1024,
+    }
+}
+
+/// A bare round trip of 8 bytes through `cat` in another process.
+fn pipe_round_trip() -> Duration {
+    let mut child = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = child.stdout.take().unwrap();
+    let mut samples = Vec::new();
+    let mut buf = [0u8; 8];
+    for _ in 0..20_000 {
+        let t = Instant::now();
+        input.write_all(b"12345678").unwrap();
+        output.read_exact(&mut buf).unwrap();
+        samples.push(t.elapsed());
+    }
+    drop(input);
+    let _ = child.wait();
+    median(samples)
+}
+
+const CALLS: &str = "def main():\n    for _ in range(10000):\n        clock_now()\n    return 1\n";
+const TRIVIAL: &str = "def main():\n    return 1\n";
+const LOOP: &str =
+    "def main():\n    n = 0\n    for i in range(1000000):\n        n += i\n    return n\n";
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let platform = runtime.block_on(async {
+        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
+            .await
+            .unwrap();
+        Platform::builder(store, audit).unwrap().build()
+    });
+    let run_context = || RunContext {
+        principal: Principal {
+            id: "bench".into(),
+            kind: PrincipalKind::Service,
+            roles: vec!["admin".into()],
+        },
+        run_id: None,
+        kind: RunKind::Published,
+        depth: 1,
+    };
+    let limits = ScriptLimits {
+        max_tool_calls: 100_000,
+        max_ticks: 1_000_000_000,
+        ..ScriptLimits::default()
+    };
+    let (caller, _teardown) = runtime
+        .block_on(larkgate_session::connect(
+            &platform,
+            run_context(),
+            "bench",
+            Limits::default(),
+        ))
+        .unwrap();
+
+    // 1. Per-call cost.
+    let pipe = pipe_round_trip();
+    let session = runtime.block_on(async {
+        let mut samples = Vec::new();
+        for _ in 0..10_000 {
+            let t = Instant::now();
+            caller.call_tool("clock_now", Map::new()).await.unwrap();
+            samples.push(t.elapsed());
+        }
+        median(samples)
+    });
+    let mut in_process = Vec::new();
+    let mut worker = Vec::new();
+    for _ in 0..5 {
+        let host = Arc::new(Blocking(caller.clone()));
+        let limits_copy = limits;
+        let t = Instant::now();
+        runtime
+            .block_on(tokio::task::spawn_blocking(move || {
+                run_in_process(
+                    "calls.star",
+                    CALLS,
+                    &Map::new(),
+                    &limits_copy,
+                    Some(Tools { host, draft: false }),
+                )
+            }))
+            .unwrap()
+            .unwrap();
+        in_process.push(t.elapsed() / 10_000);
+        let t = Instant::now();
+        runtime
+            .block_on(run_in_worker(
+                &command(),
+                &caller,
+                "calls.star",
+                CALLS,
+                &Map::new(),
+                &limits,
+                false,
+            ))
+            .unwrap();
+        worker.push(t.elapsed() / 10_000);
+    }
+    let (in_process, worker) = (median(in_process), median(worker));
+    println!("1. a script making 10,000 clock_now calls, per call (median of 5 runs):");
+    println!("   bare pipe round trip (two processes): {pipe:>10.2?}");
+    println!("   in-memory session round trip:         {session:>10.2?}");
+    println!("   in-process script:                    {in_process:>10.2?}");
+    println!("   worker script:                        {worker:>10.2?}");
+    let added = worker.saturating_sub(in_process);
+    println!(
+        "   worker adds {added:.2?} per call = {:.2}x the pipe round trip (target: at most 1.2x)",
+        added.as_secs_f64() / pipe.as_secs_f64()
+    );
+
+    // 2. Request-to-result latency of a trivial script.
+    let pool = runtime.block_on(async { WorkerPool::new(command(), 2) });
+    std::thread::sleep(Duration::from_millis(500)); // let the pool start its workers
+    let mut warm = Vec::new();
+    let mut fresh = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        runtime
+            .block_on(pool.run(&caller, "t.star", TRIVIAL, &Map::new(), &limits, false))
+            .unwrap();
+        warm.push(t.elapsed());
+        std::thread::sleep(Duration::from_millis(30)); // the pool refills between requests
+        let t = Instant::now();
+        runtime
+            .block_on(run_in_worker(
+                &command(),
+                &caller,
+                "t.star",
+                TRIVIAL,
+                &Map::new(),
+                &limits,
+                false,
+            ))
+            .unwrap();
+        fresh.push(t.elapsed());
+    }
+    let (warm, fresh) = (median(warm), median(fresh));
+    println!("2. request to result, trivial script (median of 50):");
+    println!("   warm pool: {warm:>10.2?}  (target: at most 2 ms)");
+    println!(
+        "   fresh worker: {fresh:>10.2?}  ratio fresh / warm {:.1}x",
+        fresh.as_secs_f64() / warm.as_secs_f64()
+    );
+
+    // 3. A 10^6-iteration loop, against CPython.
+    let mut ours = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        run_in_process("loop.star", LOOP, &Map::new(), &limits, None).unwrap();
+        ours.push(t.elapsed());
+    }
+    let ours = median(ours);
+    let python = Command::new("python3")
+        .args(["-c", "import time\nt=time.perf_counter()\nn=0\nfor i in range(1000000):\n    n += i\nprint(time.perf_counter()-t)"])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok());
+    println!("3. a 10^6-iteration loop:");
+    println!("   larkgate (in-process): {ours:>10.2?}");
+    match python {
+        Some(seconds) => println!(
+            "   CPython: {:>10.2?}  ratio larkgate / CPython {:.2}x (context, not a target)",
+            Duration::from_secs_f64(seconds),
+            ours.as_secs_f64() / seconds
+        ),
+        None => println!("   CPython: not available"),
+    }
+}
