@@ -120,7 +120,7 @@ fn main() {
         let limits_copy = limits;
         let t = Instant::now();
         runtime
-            .block_on(tokio::task::spawn_blocking(move || {
+            .block_on(runtime.spawn_blocking(move || {
                 run_in_process(
                     "calls.star",
                     CALLS,
