@@ -137,11 +137,9 @@ impl WorkerPool {
         }
     }
 
-    /// A started worker (or a new one if none is waiting), replaced in the pool.
-    fn take(self: &std::sync::Arc<Self>) -> std::io::Result<Child> {
+    /// A started worker, or a new one if none is waiting.
+    fn take(&self) -> std::io::Result<Child> {
         let child = self.lock().pop_front();
-        let pool = std::sync::Arc::clone(self);
-        tokio::task::spawn_blocking(move || pool.refill());
         match child {
             Some(child) => Ok(child),
             None => self.command.spawn(),
@@ -161,7 +159,12 @@ impl WorkerPool {
         let child = self
             .take()
             .map_err(|e| RunError::Failed(format!("the worker could not start: {e}")))?;
-        drive(child, caller, filename, source, arguments, limits, draft).await
+        let result = drive(child, caller, filename, source, arguments, limits, draft).await;
+        // Replace the worker once the run is answered: starting a process while the run is
+        // still going would compete with it for the CPU.
+        let pool = std::sync::Arc::clone(self);
+        tokio::task::spawn_blocking(move || pool.refill());
+        result
     }
 }
 

@@ -132,7 +132,9 @@ impl PrintHandler for Printed {
     }
 }
 
-fn globals() -> Globals {
+/// The globals every script sees (Starlark's, plus `call`, `try_call`, `tools`, `help`).
+/// Building them takes a while; a worker builds them before its run arrives.
+pub fn globals() -> Globals {
     starlark::environment::GlobalsBuilder::extended_by(&[
         LibraryExtension::StructType,
         LibraryExtension::Json,
@@ -168,6 +170,18 @@ pub fn run_in_process(
     limits: &ScriptLimits,
     tools: Option<Tools>,
 ) -> Result<RunOutput, RunError> {
+    run_with_globals(&globals(), filename, source, arguments, limits, tools)
+}
+
+/// [`run_in_process`] with globals built beforehand (see [`globals`]).
+pub fn run_with_globals(
+    globals: &Globals,
+    filename: &str,
+    source: &str,
+    arguments: &Map,
+    limits: &ScriptLimits,
+    tools: Option<Tools>,
+) -> Result<RunOutput, RunError> {
     let started = Instant::now();
     let deadline = started + limits.max_wall_time;
     let ast = parse(filename, source)?;
@@ -181,7 +195,6 @@ pub fn run_in_process(
         cap: limits.max_print_bytes,
         overflowed: RefCell::new(false),
     };
-    let globals = globals();
     let state = match tools {
         Some(tools) => {
             let listing = tools.host.tools().map_err(|e| {
@@ -218,7 +231,7 @@ pub fn run_in_process(
             return Err(RunError::Failed(error.to_string()));
         }
         let result: starlark::Result<Value> = (|| {
-            eval.eval_module(ast, &globals)?;
+            eval.eval_module(ast, globals)?;
             let main = module
                 .get("main")
                 .ok_or_else(|| starlark::Error::new_other(std::io::Error::other("no main")))?;

@@ -24,7 +24,7 @@ use larkgate_caller::{CallError, RefusalError, ToolInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Host;
-use crate::run::{RunError, RunOutput, ScriptLimits, Tools, run_in_process};
+use crate::run::{RunError, RunOutput, ScriptLimits, Tools, globals, run_with_globals};
 
 /// The argument that makes the program a worker.
 pub const WORKER_ARG: &str = "__larkgate-worker";
@@ -285,6 +285,9 @@ pub fn worker_main() -> std::process::ExitCode {
         eprintln!("larkgate worker: cannot limit itself: {error}");
         return std::process::ExitCode::from(3);
     }
+    // Everything that does not depend on the run is done before the run arrives: a pooled
+    // worker waits here, ready.
+    let globals = globals();
     let start: Start = match read_frame(&mut std::io::stdin().lock()) {
         Ok(start) => start,
         Err(error) => {
@@ -301,7 +304,8 @@ pub fn worker_main() -> std::process::ExitCode {
         listing: start.listing,
         limits: start.limits.values,
     });
-    let result = run_in_process(
+    let result = run_with_globals(
+        &globals,
         &start.filename,
         &start.source,
         &arguments,
