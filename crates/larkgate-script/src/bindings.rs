@@ -195,36 +195,23 @@ fn bind(state: &RunState, name: &str, args: &CallArgs<'_>) -> starlark::Result<M
     let tool = state.tool(name);
     if let Some(shape) = tool.and_then(|t| t.input_shape.clone()) {
         let shape = InputShape::new(shape).map_err(|e| other(e.to_string()))?;
-        return shape.bind_starlark(name, positional, &named).map_err(|e| {
-            starlark::Error::new_other(ToolRefused {
-                code: "invalid_arguments".into(),
-                text: e.to_string(),
-            })
-        });
+        return shape
+            .bind_starlark(name, positional, &named)
+            .map_err(|e| invalid_arguments(e.to_string()));
     }
     if !positional.is_empty() {
-        return Err(starlark::Error::new_other(ToolRefused {
-            code: "invalid_arguments".into(),
-            text: format!("{name}() takes keyword arguments only"),
-        }));
+        return Err(invalid_arguments(format!(
+            "{name}() takes keyword arguments only"
+        )));
     }
     let mut map = Map::new();
     for (key, value) in named {
-        let value = from_starlark(value, state.values).map_err(|e| {
-            starlark::Error::new_other(ToolRefused {
-                code: "invalid_arguments".into(),
-                text: format!("{name}(): argument `{key}`: {e}"),
-            })
-        })?;
+        let value = from_starlark(value, state.values)
+            .map_err(|e| invalid_arguments(format!("{name}(): argument `{key}`: {e}")))?;
         map.insert(key.to_owned(), value);
     }
     if let Some(schema) = tool.map(|t| &t.input_schema) {
-        check_schema(name, schema, &map).map_err(|text| {
-            starlark::Error::new_other(ToolRefused {
-                code: "invalid_arguments".into(),
-                text,
-            })
-        })?;
+        check_schema(name, schema, &map).map_err(invalid_arguments)?;
     }
     Ok(map)
 }
@@ -335,27 +322,29 @@ fn call_trying<'v>(
             ("value", value),
             ("error", SValue::new_none()),
         ]))),
-        Err(error) => match refusal_of(&error) {
+        Err(error) => match error_source::<ToolRefused>(&error) {
             Some(r) => Ok(refused(r.code.clone(), r.text.clone(), None)),
             None => Err(error),
         },
     }
 }
 
-/// The [`ToolRefused`] behind a starlark error, if that is what it is.
-pub(crate) fn refusal_of(error: &starlark::Error) -> Option<&ToolRefused> {
+/// The `E` a starlark error wraps, if that is what it wraps.
+pub(crate) fn error_source<E: std::error::Error + Send + Sync + 'static>(
+    error: &starlark::Error,
+) -> Option<&E> {
     match error.kind() {
-        starlark::ErrorKind::Other(inner) => inner.downcast_ref::<ToolRefused>(),
+        starlark::ErrorKind::Other(inner) => inner.downcast_ref::<E>(),
         _ => None,
     }
 }
 
-/// The [`HostLimit`] behind a starlark error, if that is what it is.
-pub(crate) fn host_limit_of(error: &starlark::Error) -> Option<&HostLimit> {
-    match error.kind() {
-        starlark::ErrorKind::Other(inner) => inner.downcast_ref::<HostLimit>(),
-        _ => None,
-    }
+/// An `invalid_arguments` refusal raised before the call leaves the engine.
+fn invalid_arguments(text: String) -> starlark::Error {
+    starlark::Error::new_other(ToolRefused {
+        code: "invalid_arguments".into(),
+        text,
+    })
 }
 
 /// A tool as a Starlark callable.

@@ -16,7 +16,9 @@ use starlark::PrintHandler;
 use starlark::environment::{Globals, LibraryExtension, Module};
 use starlark::eval::Evaluator;
 
-use crate::bindings::{Host, Namespace, RunState, ToolFn, host_globals, host_limit_of, refusal_of};
+use crate::bindings::{
+    Host, HostLimit, Namespace, RunState, ToolFn, ToolRefused, error_source, host_globals,
+};
 use crate::entry::{ScriptError, entry_point, parse};
 
 /// The limits of one run (defaults from larkgate's limits table).
@@ -322,13 +324,13 @@ fn classify(
     past_deadline: bool,
 ) -> RunError {
     let message = error.to_string();
-    if let Some(refused) = refusal_of(error) {
+    if let Some(refused) = error_source::<ToolRefused>(error) {
         return RunError::Refused {
             code: refused.code.clone(),
             text: refused.text.clone(),
         };
     }
-    if let Some(limit) = host_limit_of(error) {
+    if let Some(limit) = error_source::<HostLimit>(error) {
         return RunError::Limit {
             limit: limit.limit,
             message: limit.message.clone(),
@@ -364,14 +366,4 @@ fn classify(
 
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_owned()
-}
-
-/// The `E` behind a starlark error, if that is what it wraps.
-fn error_source<E: std::error::Error + Send + Sync + 'static>(
-    error: &starlark::Error,
-) -> Option<&E> {
-    match error.kind() {
-        starlark::ErrorKind::Other(inner) => inner.downcast_ref::<E>(),
-        _ => None,
-    }
 }
