@@ -130,6 +130,7 @@ fn main() {
                 )
             }))
             .unwrap()
+            .outcome
             .unwrap();
         in_process.push(t.elapsed() / 10_000);
         let t = Instant::now();
@@ -143,6 +144,7 @@ fn main() {
                 &limits,
                 false,
             ))
+            .outcome
             .unwrap();
         worker.push(t.elapsed() / 10_000);
     }
@@ -167,6 +169,7 @@ fn main() {
         let t = Instant::now();
         runtime
             .block_on(pool.run(&caller, "t.star", TRIVIAL, &Map::new(), &limits, false))
+            .outcome
             .unwrap();
         warm.push(t.elapsed());
         std::thread::sleep(Duration::from_millis(30)); // the pool refills between requests
@@ -181,6 +184,7 @@ fn main() {
                 &limits,
                 false,
             ))
+            .outcome
             .unwrap();
         fresh.push(t.elapsed());
     }
@@ -196,7 +200,9 @@ fn main() {
     let mut ours = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        run_in_process("loop.star", LOOP, &Map::new(), &limits, None).unwrap();
+        run_in_process("loop.star", LOOP, &Map::new(), &limits, None)
+            .outcome
+            .unwrap();
         ours.push(t.elapsed());
     }
     let ours = median(ours);

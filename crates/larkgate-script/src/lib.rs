@@ -2,8 +2,10 @@
 //!
 //! Scripts are Starlark programs with one entry point, `def main(*, ...)`, whose keyword-only
 //! parameters form the script's input shape under the binding rules. The engine sees tools only
-//! through `larkgate_caller::Caller`. This crate is being built up; today it holds the dialect
-//! and the entry point ([`entry`]), and an in-process runner for trusted use ([`run`]).
+//! through `larkgate_caller::Caller`: the dialect and the entry point ([`entry`]), tools as
+//! Starlark callables ([`bindings`]), the runner ([`run`]), and worker isolation — the worker's
+//! side ([`worker`]) and the parent's ([`parent`]). Untrusted scripts run in a worker;
+//! [`run_in_process`] is for trusted use and benchmarks.
 
 // `deny`, not `forbid`: starlark's `ProvidesStaticType` derive expands to an `unsafe impl`,
 // allowed in exactly one module (`bindings`). No hand-written unsafe code exists here.
@@ -19,4 +21,4 @@ pub mod worker;
 pub use bindings::{Blocking, Host, ToolRefused};
 pub use entry::{EntryPoint, ScriptError, dialect, entry_point, parse};
 pub use parent::{WorkerCommand, WorkerPool, run_in_worker};
-pub use run::{RunError, RunOutput, ScriptLimits, Tools, run_in_process};
+pub use run::{RunError, RunOutput, RunReport, RunUsage, ScriptLimits, Tools, run_in_process};

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
-use crate::run::{RunError, RunOutput, ScriptLimits};
+use crate::run::{RunError, RunReport, RunUsage, ScriptLimits};
 use crate::worker::{
     ADDRESS_SPACE_ENV, CallAnswer, DEFAULT_ADDRESS_SPACE, FromWorker, MAX_FRAME, Start, WORKER_ARG,
 };
@@ -155,10 +155,11 @@ impl WorkerPool {
         arguments: &Map,
         limits: &ScriptLimits,
         draft: bool,
-    ) -> Result<RunOutput, RunError> {
-        let child = self
-            .take()
-            .map_err(|e| RunError::Failed(format!("the worker could not start: {e}")))?;
+    ) -> RunReport {
+        let child = match self.take() {
+            Ok(child) => child,
+            Err(e) => return cannot_start(&e),
+        };
         let result = drive(child, caller, filename, source, arguments, limits, draft).await;
         // Replace the worker once the run is answered: starting a process while the run is
         // still going would compete with it for the CPU.
@@ -177,11 +178,18 @@ pub async fn run_in_worker<C: Caller>(
     arguments: &Map,
     limits: &ScriptLimits,
     draft: bool,
-) -> Result<RunOutput, RunError> {
-    let child = command
-        .spawn()
-        .map_err(|e| RunError::Failed(format!("the worker could not start: {e}")))?;
+) -> RunReport {
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return cannot_start(&e),
+    };
     drive(child, caller, filename, source, arguments, limits, draft).await
+}
+
+fn cannot_start(error: &std::io::Error) -> RunReport {
+    RunReport::failed(RunError::Failed(format!(
+        "the worker could not start: {error}"
+    )))
 }
 
 /// Feeds one worker one run and reads how it ended.
@@ -193,14 +201,19 @@ async fn drive<C: Caller>(
     arguments: &Map,
     limits: &ScriptLimits,
     draft: bool,
-) -> Result<RunOutput, RunError> {
+) -> RunReport {
+    let failed = RunReport::failed;
     let deadline = tokio::time::Instant::now() + limits.max_wall_time;
-    let listing = caller
-        .tools()
-        .await
-        .map_err(|e| RunError::Failed(format!("the run's tools could not be listed: {e}")))?;
+    let listing = match caller.tools().await {
+        Ok(listing) => listing,
+        Err(e) => {
+            return failed(RunError::Failed(format!(
+                "the run's tools could not be listed: {e}"
+            )));
+        }
+    };
     let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err(RunError::Failed("the worker has no pipes".into()));
+        return failed(RunError::Failed("the worker has no pipes".into()));
     };
     let start = Start {
         filename: filename.to_owned(),
@@ -217,7 +230,7 @@ async fn drive<C: Caller>(
         let mut tool_calls = 0u64;
         loop {
             match read_frame::<FromWorker>(&mut stdout).await? {
-                FromWorker::Done(outcome) => return Ok(outcome),
+                FromWorker::Done(outcome) => return Ok((outcome, tool_calls)),
                 FromWorker::Call { name, arguments } => {
                     tool_calls += 1;
                     let answer = if tool_calls > limits.max_tool_calls {
@@ -240,7 +253,7 @@ async fn drive<C: Caller>(
     match ended {
         Err(_elapsed) => {
             let _ = child.kill().await;
-            Err(limit(
+            failed(limit(
                 "wall time",
                 format!(
                     "the run took longer than {:?} and was stopped",
@@ -248,22 +261,24 @@ async fn drive<C: Caller>(
                 ),
             ))
         }
-        Ok(Ok(outcome)) => {
+        Ok(Ok((outcome, tool_calls))) => {
             let _ = child.wait().await;
-            let result = outcome.result.map_err(RunError::from)?;
-            let result =
-                from_json(&result, limits.values).map_err(|e| limit("result", e.to_string()))?;
-            Ok(RunOutput {
-                result,
+            let result = outcome.result.map_err(RunError::from).and_then(|result| {
+                from_json(&result, limits.values).map_err(|e| limit("result", e.to_string()))
+            });
+            RunReport {
+                outcome: result,
                 printed: outcome.printed,
-                ticks: outcome.ticks,
-                tool_calls: outcome.tool_calls,
-                paces: outcome.paces,
-            })
+                usage: RunUsage {
+                    // The parent's own count: a worker cannot under-report its calls.
+                    tool_calls: tool_calls.max(outcome.usage.tool_calls),
+                    ..outcome.usage
+                },
+            }
         }
         Ok(Err(FrameError::TooLarge(length))) => {
             let _ = child.kill().await;
-            Err(limit(
+            failed(limit(
                 "pipe frame",
                 format!(
                     "the worker sent a frame of {length} bytes, over the {MAX_FRAME}-byte limit"
@@ -272,11 +287,11 @@ async fn drive<C: Caller>(
         }
         Ok(Err(FrameError::Garbled(why))) => {
             let _ = child.kill().await;
-            Err(RunError::Failed(format!(
+            failed(RunError::Failed(format!(
                 "the worker broke the protocol: {why}"
             )))
         }
-        Ok(Err(FrameError::Closed)) => Err(abnormal_exit(&mut child).await),
+        Ok(Err(FrameError::Closed)) => failed(abnormal_exit(&mut child).await),
     }
 }
 

@@ -69,6 +69,55 @@ pub struct RunOutput {
     pub paces: u64,
 }
 
+/// What a run used, whether it succeeded or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunUsage {
+    /// Ticks used.
+    pub ticks: u64,
+    /// Tool calls made.
+    pub tool_calls: u64,
+    /// Times the run waited out a `rate_limited` refusal.
+    pub paces: u64,
+    /// The worker process's peak resident memory (`VmHWM`), when the run had its own process
+    /// and the worker lived to report it.
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// How a run ended, with what it printed and used on the way — kept on failure too, so a
+/// script's own `print` output helps explain why it failed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunReport {
+    /// `main`'s return value, or why the run failed.
+    pub outcome: Result<Value, RunError>,
+    /// Everything printed, one line per `print` (empty when the worker was killed).
+    pub printed: String,
+    /// What the run used.
+    pub usage: RunUsage,
+}
+
+impl RunReport {
+    /// A run that failed before it could print or use anything.
+    pub fn failed(error: RunError) -> Self {
+        RunReport {
+            outcome: Err(error),
+            printed: String::new(),
+            usage: RunUsage::default(),
+        }
+    }
+
+    /// The report as a `Result`, dropping what a failed run printed.
+    pub fn into_result(self) -> Result<RunOutput, RunError> {
+        let result = self.outcome?;
+        Ok(RunOutput {
+            result,
+            printed: self.printed,
+            ticks: self.usage.ticks,
+            tool_calls: self.usage.tool_calls,
+            paces: self.usage.paces,
+        })
+    }
+}
+
 /// Why a run failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
@@ -171,7 +220,7 @@ pub fn run_in_process(
     arguments: &Map,
     limits: &ScriptLimits,
     tools: Option<Tools>,
-) -> Result<RunOutput, RunError> {
+) -> RunReport {
     run_with_globals(&globals(), filename, source, arguments, limits, tools)
 }
 
@@ -183,39 +232,18 @@ pub fn run_with_globals(
     arguments: &Map,
     limits: &ScriptLimits,
     tools: Option<Tools>,
-) -> Result<RunOutput, RunError> {
-    let started = Instant::now();
-    let deadline = started + limits.max_wall_time;
-    let ast = parse(filename, source)?;
-    let entry = entry_point(&ast)?;
-    let bound = entry
-        .input
-        .bind_map("main", arguments)
-        .map_err(|e| RunError::InvalidArguments(e.to_string()))?;
+) -> RunReport {
+    let deadline = Instant::now() + limits.max_wall_time;
+    let (ast, bound, state) = match prepare(filename, source, arguments, limits, tools, deadline) {
+        Ok(prepared) => prepared,
+        Err(error) => return RunReport::failed(error),
+    };
     let printed = Printed {
         text: RefCell::new(String::new()),
         cap: limits.max_print_bytes,
         overflowed: RefCell::new(false),
     };
-    let state = match tools {
-        Some(tools) => {
-            let listing = tools.host.tools().map_err(|e| {
-                RunError::Failed(format!("the run's tools could not be listed: {e}"))
-            })?;
-            Some(RunState {
-                host: tools.host,
-                listing,
-                draft: tools.draft,
-                values: limits.values,
-                max_tool_calls: limits.max_tool_calls,
-                deadline,
-                tool_calls: Cell::new(0),
-                paces: Cell::new(0),
-            })
-        }
-        None => None,
-    };
-    let outcome = Module::with_temp_heap(|module| {
+    let (outcome, ticks) = Module::with_temp_heap(|module| {
         if let Some(state) = &state {
             bind_tools(&module, state);
         }
@@ -230,7 +258,7 @@ pub fn run_with_globals(
             .and_then(|()| eval.set_max_heap_size(limits.max_heap_bytes.max(1)))
             .and_then(|()| eval.set_max_callstack_size(limits.max_call_stack.max(1)));
         if let Err(error) = configured {
-            return Err(RunError::Failed(error.to_string()));
+            return (Err(RunError::Failed(error.to_string())), 0);
         }
         let result: starlark::Result<Value> = (|| {
             eval.eval_module(ast, globals)?;
@@ -250,27 +278,66 @@ pub fn run_with_globals(
                 .map_err(|e| starlark::Error::new_other(ResultError(e.to_string())))
         })();
         let ticks = eval.get_total_tick_count();
-        match result {
-            Ok(value) => Ok((value, ticks)),
-            Err(error) => Err(classify(
+        let outcome = result.map_err(|error| {
+            classify(
                 &error,
                 ticks > limits.max_ticks,
                 *printed.overflowed.borrow(),
                 Instant::now() >= deadline,
-            )),
-        }
+            )
+        });
+        (outcome, ticks)
     });
-    let (result, ticks) = outcome?;
     let (tool_calls, paces) = state
         .as_ref()
         .map_or((0, 0), |s| (s.tool_calls.get(), s.paces.get()));
-    Ok(RunOutput {
-        result,
+    RunReport {
+        outcome,
         printed: printed.text.into_inner(),
-        ticks,
-        tool_calls,
-        paces,
-    })
+        usage: RunUsage {
+            ticks,
+            tool_calls,
+            paces,
+            peak_memory_bytes: None,
+        },
+    }
+}
+
+/// Everything a run needs before the interpreter starts: the parsed script, the arguments
+/// bound to `main`, and the run's tools.
+fn prepare(
+    filename: &str,
+    source: &str,
+    arguments: &Map,
+    limits: &ScriptLimits,
+    tools: Option<Tools>,
+    deadline: Instant,
+) -> Result<(starlark::syntax::AstModule, Map, Option<RunState>), RunError> {
+    let ast = parse(filename, source)?;
+    let entry = entry_point(&ast)?;
+    let bound = entry
+        .input
+        .bind_map("main", arguments)
+        .map_err(|e| RunError::InvalidArguments(e.to_string()))?;
+    let state = match tools {
+        Some(tools) => {
+            let listing = tools.host.tools().map_err(|e| {
+                RunError::Failed(format!("the run's tools could not be listed: {e}"))
+            })?;
+            Some(RunState {
+                host: tools.host,
+                listing,
+                draft: tools.draft,
+                values: limits.values,
+                max_tool_calls: limits.max_tool_calls,
+                deadline,
+                tool_calls: Cell::new(0),
+                paces: Cell::new(0),
+            })
+        }
+        None => None,
+    };
+    Ok((ast, bound, state))
 }
 
 /// Makes the run's tools reachable: capabilities and platform tools as globals, upstream and

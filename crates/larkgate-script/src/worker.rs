@@ -24,7 +24,7 @@ use larkgate_caller::{CallError, RefusalError, ToolInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Host;
-use crate::run::{RunError, RunOutput, ScriptLimits, Tools, globals, run_with_globals};
+use crate::run::{RunError, RunReport, RunUsage, ScriptLimits, Tools, globals, run_with_globals};
 
 /// The argument that makes the program a worker.
 pub const WORKER_ARG: &str = "__larkgate-worker";
@@ -87,14 +87,10 @@ pub enum CallAnswer {
 pub struct Outcome {
     /// The result, or the error.
     pub result: Result<serde_json::Value, WireError>,
-    /// What was printed.
+    /// What was printed, on success and on failure.
     pub printed: String,
-    /// Ticks used.
-    pub ticks: u64,
-    /// Tool calls the worker made.
-    pub tool_calls: u64,
-    /// Paces.
-    pub paces: u64,
+    /// What the run used, as the worker counted it.
+    pub usage: RunUsage,
 }
 
 /// A [`RunError`] on the wire.
@@ -327,9 +323,10 @@ pub fn worker_main() -> std::process::ExitCode {
                     message: error.to_string(),
                 }),
                 printed: String::new(),
-                ticks: 0,
-                tool_calls: 0,
-                paces: 0,
+                usage: RunUsage {
+                    peak_memory_bytes: peak_memory_bytes(),
+                    ..RunUsage::default()
+                },
             };
             let _ = write_frame(&mut out, &FromWorker::Done(outcome));
             std::process::ExitCode::SUCCESS
@@ -337,21 +334,30 @@ pub fn worker_main() -> std::process::ExitCode {
     }
 }
 
-fn outcome_of(result: Result<RunOutput, RunError>) -> Outcome {
-    match result {
-        Ok(out) => Outcome {
-            result: Ok(larkgate_binding::to_json(&out.result)),
-            printed: out.printed,
-            ticks: out.ticks,
-            tool_calls: out.tool_calls,
-            paces: out.paces,
+fn outcome_of(report: RunReport) -> Outcome {
+    Outcome {
+        result: match &report.outcome {
+            Ok(value) => Ok(larkgate_binding::to_json(value)),
+            Err(error) => Err(WireError::from(error)),
         },
-        Err(error) => Outcome {
-            result: Err(WireError::from(&error)),
-            printed: String::new(),
-            ticks: 0,
-            tool_calls: 0,
-            paces: 0,
+        printed: report.printed,
+        usage: RunUsage {
+            peak_memory_bytes: peak_memory_bytes(),
+            ..report.usage
         },
     }
+}
+
+/// This process's peak resident memory, from `VmHWM` in `/proc/self/status` (Linux), in bytes.
+fn peak_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
 }

@@ -7,6 +7,7 @@ mod capabilities;
 mod context;
 mod principal;
 mod run;
+mod runs;
 mod script;
 
 use std::path::PathBuf;
@@ -46,8 +47,12 @@ enum Command {
     /// Read and verify the audit chain.
     #[command(subcommand)]
     Audit(audit::Command),
-    /// Run a script: a file as a draft, or `--script NAME`'s latest published version.
+    /// Run a script: a file or a saved draft as a draft, or `--script NAME`'s latest
+    /// published version.
     Run(run::Args),
+    /// Read run records.
+    #[command(subcommand)]
+    Runs(runs::Command),
     /// Save, publish and list scripts.
     #[command(subcommand)]
     Script(script::Command),
@@ -76,6 +81,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Approvals(command) => approvals::run(command, &context, out).await,
             Command::Audit(command) => audit::run(command, &context, out).await,
             Command::Run(args) => run::run(args, &context, out).await,
+            Command::Runs(command) => runs::run(command, &context, out).await,
             Command::Script(command) => script::run(command, &context, out).await,
         };
         // Whatever the command appended to the audit chain is in the store before we exit.

@@ -50,7 +50,7 @@ async fn a_forged_call_is_bound_again_by_the_parent_and_refused() {
 start = read()
 write({"Call": {"name": "kv_get", "arguments": {"key": 5, "extra": True}}})
 answer = read()
-write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "ticks": 0, "tool_calls": 1, "paces": 0}})
+write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "usage": {"ticks": 0, "tool_calls": 1, "paces": 0, "peak_memory_bytes": None}}})
 "#,
     );
     let caller = Scripted::default();
@@ -64,6 +64,7 @@ write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "ticks": 0,
         false,
     )
     .await
+    .into_result()
     .unwrap();
     let answer = out.result.as_map().unwrap()["answer"].as_map().unwrap()["Refused"]
         .as_map()
@@ -107,7 +108,8 @@ time.sleep(30)
         &limits(),
         false,
     )
-    .await;
+    .await
+    .into_result();
     match result {
         Err(RunError::Limit {
             limit: "pipe frame",
@@ -140,7 +142,8 @@ async fn a_worker_that_dies_without_an_answer_is_a_clean_limit() {
         &limits(),
         false,
     )
-    .await;
+    .await
+    .into_result();
     match result {
         Err(RunError::Limit {
             limit: "worker",

@@ -21,7 +21,7 @@ fn run(source: &str, args: &[(&str, Value)]) -> Result<larkgate_script::RunOutpu
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    run_in_process("test.star", source, &args, &small(), None)
+    run_in_process("test.star", source, &args, &small(), None).into_result()
 }
 
 fn limit_of(source: &str) -> &'static str {
@@ -102,7 +102,7 @@ fn a_growing_heap_stops_on_the_heap_limit() {
         max_ticks: 100_000_000,
         ..small()
     };
-    match run_in_process("heap.star", source, &Map::new(), &limits, None) {
+    match run_in_process("heap.star", source, &Map::new(), &limits, None).into_result() {
         Err(RunError::Limit { limit: "heap", .. }) => {}
         other => panic!("expected the heap limit, got {other:?}"),
     }
@@ -125,6 +125,23 @@ fn results_over_the_value_limits_or_outside_the_matrix_are_refused() {
     assert_eq!(
         limit_of("def main():\n    a = []\n    a.append(a)\n    return a\n"),
         "result"
+    );
+}
+
+#[test]
+fn a_run_stopped_by_a_limit_keeps_what_it_printed() {
+    let source = "def main():\n    print('before')\n    for i in range(2000000000):\n        for j in range(2000000000):\n            pass\n";
+    let report = run_in_process("p.star", source, &Map::new(), &small(), None);
+    assert_eq!(report.printed, "before\n");
+    assert!(
+        matches!(report.outcome, Err(RunError::Limit { limit: "ticks", .. })),
+        "{:?}",
+        report.outcome
+    );
+    assert!(report.usage.ticks > small().max_ticks);
+    assert_eq!(
+        report.usage.peak_memory_bytes, None,
+        "no process of its own"
     );
 }
 

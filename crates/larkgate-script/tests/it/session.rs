@@ -79,6 +79,7 @@ async fn run(setup: &Setup, kind: RunKind) -> Result<larkgate_script::RunOutput,
             &ScriptLimits::default(),
             Some(Tools { host, draft }),
         )
+        .into_result()
     })
     .await
     .unwrap();
@@ -162,6 +163,7 @@ def main():
             &ScriptLimits::default(),
             Some(Tools { host, draft: true }),
         )
+        .into_result()
     })
     .await
     .unwrap()

@@ -139,6 +139,7 @@ fn run_with(
         &limits(),
         Some(Tools { host, draft }),
     )
+    .into_result()
 }
 
 /// `Arc<Scripted>` as a `Caller`, so the test keeps a handle on what was called.

@@ -37,6 +37,7 @@ async fn run(caller: &impl Caller, source: &str) -> Result<larkgate_script::RunO
         false,
     )
     .await
+    .into_result()
 }
 
 #[tokio::test]
@@ -56,6 +57,37 @@ async fn a_worker_runs_main_and_its_tool_calls_go_through_the_parent() {
         1,
         "the parent made the call"
     );
+}
+
+#[tokio::test]
+async fn a_failed_run_keeps_what_it_printed_and_a_worker_reports_its_peak_memory() {
+    let caller = Scripted::default();
+    let report = run_in_worker(
+        &command(),
+        &caller,
+        "f.star",
+        "def main():\n    print('step 1')\n    xs = [0] * 1000000\n    print('step 2')\n    fail('gave up after', len(xs))\n",
+        &Map::new(),
+        &limits(),
+        false,
+    )
+    .await;
+    assert_eq!(report.printed, "step 1\nstep 2\n");
+    match &report.outcome {
+        Err(RunError::Failed(message)) => {
+            assert!(message.contains("gave up after 1000000"), "{message}")
+        }
+        other => panic!("expected the script's own failure, got {other:?}"),
+    }
+    let peak = report
+        .usage
+        .peak_memory_bytes
+        .expect("a worker reports its peak memory");
+    // A million-element list is at least 8 MB on the worker's heap; an address-space-limited
+    // worker cannot have used more than its limit.
+    assert!(peak >= 8_000_000, "peak {peak}");
+    assert!(peak <= command().address_space, "peak {peak}");
+    assert!(report.usage.ticks > 0);
 }
 
 fn limit_of(result: Result<larkgate_script::RunOutput, RunError>) -> (&'static str, String) {
@@ -129,7 +161,8 @@ async fn hostile_scripts_end_as_limits_and_the_parent_serves_the_next_run() {
             &limits,
             false,
         )
-        .await;
+        .await
+        .into_result();
         let (limit, message) = limit_of(result);
         assert!(expected.contains(&limit), "{source:?}: {limit}: {message}");
     }
@@ -181,7 +214,8 @@ async fn a_run_past_its_deadline_is_killed() {
         &limits,
         false,
     )
-    .await;
+    .await
+    .into_result();
     let (limit, _) = limit_of(result);
     assert_eq!(limit, "wall time");
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -196,6 +230,7 @@ async fn a_pool_keeps_workers_started_and_uses_each_once() {
         let out = pool
             .run(&caller, "p.star", &source, &Map::new(), &limits(), false)
             .await
+            .into_result()
             .unwrap();
         assert_eq!(out.result, larkgate_binding::Value::Int(i));
     }
@@ -209,7 +244,8 @@ async fn a_pool_keeps_workers_started_and_uses_each_once() {
             &limits(),
             false,
         )
-        .await;
+        .await
+        .into_result();
     assert!(matches!(boom, Err(RunError::Limit { .. })), "{boom:?}");
     for _ in 0..50 {
         if pool.idle() == 2 {

@@ -1,7 +1,7 @@
-//! `larkgate run FILE.star | --script NAME [--arg k=v ...] [--args-json JSON]`.
+//! `larkgate run FILE.star | --draft NAME | --script NAME [--arg k=v ...] [--args-json JSON]`.
 //!
-//! A file runs as a **draft** as the actor (the operator, or `--as NAME`): read-only tools
-//! only. `--script NAME` runs the latest published version as `script:NAME` with the roles
+//! A file, or a saved draft (`--draft NAME`, only by its author), runs as a **draft** as the
+//! actor (the operator, or `--as NAME`): read-only tools only. `--script NAME` runs the latest published version as `script:NAME` with the roles
 //! captured from its author at publish time. Either way the run executes in a worker process
 //! (this binary, re-executed) and its tool calls cross the whole pipeline through an in-memory
 //! session. The result goes to stdout as JSON; printed lines and run stats to stderr; a
@@ -23,10 +23,13 @@ use super::context::Context;
 use super::script::{check, source_hash};
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("what").required(true).args(["file", "script"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["file", "draft", "script"])))]
 pub(crate) struct Args {
     /// A Starlark file to run as a draft.
     file: Option<PathBuf>,
+    /// Run your saved draft of this name (see `larkgate script save`).
+    #[arg(long)]
+    draft: Option<String>,
     /// Run the latest published version of this script instead.
     #[arg(long)]
     script: Option<String>,
@@ -46,8 +49,8 @@ fn run_id() -> String {
 }
 
 pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
-    let (name, source, principal, kind, version) = match (&args.file, &args.script) {
-        (Some(file), _) => {
+    let (name, source, principal, kind, version) = match (&args.file, &args.draft, &args.script) {
+        (Some(file), _, _) => {
             let source = std::fs::read_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let name = file
@@ -57,7 +60,29 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
                 .to_owned();
             (name, source, context.actor.clone(), RunKind::Draft, None)
         }
-        (None, Some(name)) => {
+        (None, Some(name), _) => {
+            // The same answer whether the draft is missing or someone else's.
+            let draft = context
+                .store
+                .draft(name)
+                .await?
+                .filter(|d| d.author == context.actor.id)
+                .with_context(|| {
+                    format!(
+                        "you ({}) have no draft named {name:?}; only a draft's author runs it \
+                         (save one with `larkgate script save {name} FILE`)",
+                        context.actor.id
+                    )
+                })?;
+            (
+                name.clone(),
+                draft.source,
+                context.actor.clone(),
+                RunKind::Draft,
+                None,
+            )
+        }
+        (None, None, Some(name)) => {
             let versions = context.store.versions(name).await?;
             let latest = versions
                 .last()
@@ -75,7 +100,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
                 Some(latest.version),
             )
         }
-        (None, None) => bail!("name a FILE or --script NAME"),
+        (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
     };
     let entry = check(&name, &source)?;
     let fields = entry.input.to_fields();
@@ -85,7 +110,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     let started = Instant::now();
     let mut record = Run {
         id: id.clone(),
-        script: args.script.clone(),
+        script: args.draft.clone().or_else(|| args.script.clone()),
         version,
         hash,
         kind: kind.as_str().to_owned(),
@@ -114,7 +139,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     .await?;
     let command = WorkerCommand::current_exe()?;
     let limits = ScriptLimits::default();
-    let outcome = run_in_worker(
+    let report = run_in_worker(
         &command,
         &caller,
         &format!("{name}.star"),
@@ -126,16 +151,20 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     .await;
     teardown.close().await;
     record.finished_at_ms = Some(now_ms());
-    record.stats.duration_ms = started.elapsed().as_millis() as u64;
-    let result = match outcome {
-        Ok(output) => {
+    record.stats = RunStats {
+        tool_calls: report.usage.tool_calls,
+        paces: report.usage.paces,
+        duration_ms: started.elapsed().as_millis() as u64,
+        peak_memory_bytes: report.usage.peak_memory_bytes,
+    };
+    // What the script printed goes to stderr whether it succeeded or not.
+    eprint!("{}", report.printed);
+    let result = match report.outcome {
+        Ok(value) => {
             record.status = RunStatus::Succeeded;
-            record.stats.tool_calls = output.tool_calls;
-            record.stats.paces = output.paces;
-            record.result = Some(output.result.to_string());
+            record.result = Some(value.to_string());
             context.store.finish_run(record.clone()).await?;
-            eprint!("{}", output.printed);
-            serde_json::to_writer_pretty(&mut *out, &output.result)?;
+            serde_json::to_writer_pretty(&mut *out, &value)?;
             writeln!(out)?;
             Ok(())
         }
@@ -148,12 +177,16 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         }
     };
     eprintln!(
-        "run {id}: {} as {}, {} tool calls, {} paces, {} ms",
+        "run {id}: {} as {}, {} tool calls, {} paces, {} ms, peak memory {}",
         record.status.as_str(),
         record.principal,
         record.stats.tool_calls,
         record.stats.paces,
-        record.stats.duration_ms
+        record.stats.duration_ms,
+        record.stats.peak_memory_bytes.map_or_else(
+            || "unknown".to_owned(),
+            |b| format!("{:.1} MiB", b as f64 / 1048576.0)
+        ),
     );
     result
 }

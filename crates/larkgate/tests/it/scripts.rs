@@ -139,3 +139,93 @@ fn a_hostile_run_fails_cleanly_and_the_next_run_works() {
         .contains("hello")
     );
 }
+
+/// The run id from `larkgate run`'s stats line on stderr.
+fn run_id(stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("run run-"))
+        .unwrap_or_else(|| panic!("no stats line in {stderr}"));
+    line["run ".len()..line.find(':').unwrap()].to_owned()
+}
+
+#[test]
+fn a_saved_draft_runs_by_name_only_for_its_author_and_is_recorded() {
+    let dir = setup();
+    ok(
+        dir.path(),
+        &["--as", "ada", "script", "save", "greet", "greet.star"],
+    );
+    ok(
+        dir.path(),
+        &["principal", "add", "bob", "--roles", "author"],
+    );
+    // Someone else's draft and a missing one get the same answer.
+    let theirs = fails(
+        dir.path(),
+        &["--as", "bob", "run", "--draft", "greet", "--arg", "name=x"],
+    );
+    assert!(theirs.contains("have no draft named \"greet\""), "{theirs}");
+    let missing = fails(
+        dir.path(),
+        &["--as", "bob", "run", "--draft", "nope", "--arg", "name=x"],
+    );
+    assert!(
+        missing.contains("have no draft named \"nope\""),
+        "{missing}"
+    );
+
+    let output = larkgate_in(
+        dir.path(),
+        &[
+            "--as", "ada", "run", "--draft", "greet", "--arg", "name=Ada",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(err.contains("not saved: write_barrier"), "{err}");
+    let id = run_id(&err);
+    let record: serde_json::Value =
+        serde_json::from_str(&ok(dir.path(), &["runs", "show", &id])).unwrap();
+    assert_eq!(record["script"], "greet");
+    assert_eq!(record["kind"], "draft");
+    assert_eq!(record["principal"], "ada");
+    assert_eq!(record["status"], "succeeded");
+    // kv_get left the engine; kv_set was refused by the draft barrier before it could.
+    assert_eq!(record["stats"]["tool_calls"], 1);
+    assert!(
+        record["stats"]["peak_memory_bytes"].as_u64().unwrap() > 1_000_000,
+        "{record}"
+    );
+    assert!(record["hash"].as_str().unwrap().len() >= 64, "{record}");
+    // The run's principal may read its record; another principal may not.
+    assert!(ok(dir.path(), &["--as", "ada", "runs", "show", &id]).contains(&id));
+    let err = fails(dir.path(), &["--as", "bob", "runs", "show", &id]);
+    assert!(err.contains("no run"), "{err}");
+}
+
+#[test]
+fn a_failed_run_shows_what_it_printed_and_records_the_error() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("fails.star"),
+        "def main():\n    print('looking for the key')\n    fail('the key is missing')\n",
+    )
+    .unwrap();
+    let output = larkgate_in(dir.path(), &["run", "fails.star"]);
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("looking for the key"), "{err}");
+    assert!(err.contains("the key is missing"), "{err}");
+    let record: serde_json::Value =
+        serde_json::from_str(&ok(dir.path(), &["runs", "show", &run_id(&err)])).unwrap();
+    assert_eq!(record["status"], "failed");
+    assert_eq!(record["error_code"], "internal");
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("the key is missing"),
+        "{record}"
+    );
+}
