@@ -15,6 +15,7 @@
 pub mod bindings;
 pub mod entry;
 pub mod parent;
+mod pipe;
 pub mod run;
 pub mod worker;
 

@@ -2,6 +2,7 @@
 //! [`Caller`], and turn every way a worker can end into a result. See [`crate::worker`] for
 //! the threat model.
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -9,9 +10,9 @@ use std::time::Duration;
 use larkgate_binding::{InputShape, Map, from_json, map_to_json};
 use larkgate_caller::{CallError, Caller, ToolInfo};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
+use crate::pipe::DeadlinePipe;
 use crate::run::{RunError, RunReport, RunUsage, ScriptLimits};
 use crate::worker::{
     ADDRESS_SPACE_ENV, CallAnswer, DEFAULT_ADDRESS_SPACE, FromWorker, MAX_FRAME, Start, WORKER_ARG,
@@ -48,43 +49,47 @@ impl WorkerCommand {
     }
 }
 
-async fn write_frame<T: Serialize>(
-    out: &mut (impl AsyncWrite + Unpin),
-    message: &T,
-) -> std::io::Result<()> {
-    let body = serde_json::to_vec(message).map_err(std::io::Error::other)?;
-    out.write_all(&(body.len() as u32).to_be_bytes()).await?;
-    out.write_all(&body).await?;
-    out.flush().await
+fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> Result<(), FrameError> {
+    // The length and the body in one write: one system call per frame.
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, message).map_err(|e| FrameError::Garbled(e.to_string()))?;
+    let length = (frame.len() - 4) as u32;
+    frame[..4].copy_from_slice(&length.to_be_bytes());
+    out.write_all(&frame).map_err(FrameError::from_io)
 }
 
-/// Why a frame could not be read.
+/// Why a frame could not be read or written.
 enum FrameError {
-    /// The worker's output ended (it exited or died).
+    /// The worker's end is closed (it exited or died).
     Closed,
+    /// The run's deadline passed while waiting on the worker.
+    Elapsed,
     /// A frame over the limit.
     TooLarge(usize),
     /// Not a frame of the protocol.
     Garbled(String),
 }
 
-async fn read_frame<T: for<'de> Deserialize<'de>>(
-    input: &mut (impl AsyncRead + Unpin),
-) -> Result<T, FrameError> {
+impl FrameError {
+    fn from_io(error: std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::TimedOut {
+            FrameError::Elapsed
+        } else {
+            FrameError::Closed
+        }
+    }
+}
+
+/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body.
+fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> Result<T, FrameError> {
     let mut length = [0u8; 4];
-    input
-        .read_exact(&mut length)
-        .await
-        .map_err(|_| FrameError::Closed)?;
+    input.read_exact(&mut length).map_err(FrameError::from_io)?;
     let length = u32::from_be_bytes(length) as usize;
     if length > MAX_FRAME {
         return Err(FrameError::TooLarge(length));
     }
     let mut body = vec![0; length];
-    input
-        .read_exact(&mut body)
-        .await
-        .map_err(|_| FrameError::Closed)?;
+    input.read_exact(&mut body).map_err(FrameError::from_io)?;
     serde_json::from_slice(&body).map_err(|e| FrameError::Garbled(e.to_string()))
 }
 
@@ -203,7 +208,15 @@ async fn drive<C: Caller>(
     draft: bool,
 ) -> RunReport {
     let failed = RunReport::failed;
-    let deadline = tokio::time::Instant::now() + limits.max_wall_time;
+    let handle = tokio::runtime::Handle::current();
+    if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+        return failed(RunError::Failed(
+            "worker runs need a multi-thread tokio runtime (the run's thread blocks on the \
+             worker's pipe while the session's tasks run on the others)"
+                .into(),
+        ));
+    }
+    let deadline = std::time::Instant::now() + limits.max_wall_time;
     let listing = match caller.tools().await {
         Ok(listing) => listing,
         Err(e) => {
@@ -212,9 +225,22 @@ async fn drive<C: Caller>(
             )));
         }
     };
-    let (Some(mut stdin), Some(mut stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return failed(RunError::Failed("the worker has no pipes".into()));
+    let pipes = match (child.stdin.take(), child.stdout.take()) {
+        (Some(stdin), Some(stdout)) => stdin
+            .into_owned_fd()
+            .and_then(|fd| DeadlinePipe::new(fd, deadline))
+            .and_then(|stdin| {
+                let stdout = DeadlinePipe::new(stdout.into_owned_fd()?, deadline)?;
+                Ok((stdin, stdout))
+            }),
+        _ => Err(std::io::Error::other("the worker has no pipes")),
     };
+    let (mut stdin, stdout) = match pipes {
+        Ok(pipes) => pipes,
+        Err(e) => return failed(RunError::Failed(format!("the worker's pipes: {e}"))),
+    };
+    // One read usually brings a whole frame, length and body.
+    let mut stdout = std::io::BufReader::new(stdout);
     let start = Start {
         filename: filename.to_owned(),
         source: source.to_owned(),
@@ -223,13 +249,15 @@ async fn drive<C: Caller>(
         draft,
         listing: listing.clone(),
     };
-    let session = async {
-        write_frame(&mut stdin, &start)
-            .await
-            .map_err(|_| FrameError::Closed)?;
+    // This thread blocks on the pipe for the whole conversation (see `crate::pipe`); the
+    // runtime moves its other tasks elsewhere, and each call runs on the runtime.
+    let ended = tokio::task::block_in_place(|| {
+        let mut run_deadline =
+            std::pin::pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)));
+        write_frame(&mut stdin, &start)?;
         let mut tool_calls = 0u64;
         loop {
-            match read_frame::<FromWorker>(&mut stdout).await? {
+            match read_frame::<FromWorker>(&mut stdout)? {
                 FromWorker::Done(outcome) => return Ok((outcome, tool_calls)),
                 FromWorker::Call { name, arguments } => {
                     tool_calls += 1;
@@ -240,18 +268,26 @@ async fn drive<C: Caller>(
                             retry_after_ms: None,
                         }
                     } else {
-                        answer(caller, &listing, &name, &arguments, limits).await
+                        // A slow tool is bounded by the run's deadline like the worker is.
+                        // One timer for the whole run: registering one per call would wake
+                        // the runtime's timer driver every time.
+                        let call = answer(caller, &listing, &name, &arguments, limits);
+                        handle
+                            .block_on(async {
+                                tokio::select! {
+                                    answer = call => Some(answer),
+                                    () = &mut run_deadline => None,
+                                }
+                            })
+                            .ok_or(FrameError::Elapsed)?
                     };
-                    write_frame(&mut stdin, &answer)
-                        .await
-                        .map_err(|_| FrameError::Closed)?;
+                    write_frame(&mut stdin, &answer)?;
                 }
             }
         }
-    };
-    let ended = tokio::time::timeout_at(deadline, session).await;
+    });
     match ended {
-        Err(_elapsed) => {
+        Err(FrameError::Elapsed) => {
             let _ = child.kill().await;
             failed(limit(
                 "wall time",
@@ -261,7 +297,7 @@ async fn drive<C: Caller>(
                 ),
             ))
         }
-        Ok(Ok((outcome, tool_calls))) => {
+        Ok((outcome, tool_calls)) => {
             let _ = child.wait().await;
             let result = outcome.result.map_err(RunError::from).and_then(|result| {
                 from_json(&result, limits.values).map_err(|e| limit("result", e.to_string()))
@@ -276,7 +312,7 @@ async fn drive<C: Caller>(
                 },
             }
         }
-        Ok(Err(FrameError::TooLarge(length))) => {
+        Err(FrameError::TooLarge(length)) => {
             let _ = child.kill().await;
             failed(limit(
                 "pipe frame",
@@ -285,13 +321,13 @@ async fn drive<C: Caller>(
                 ),
             ))
         }
-        Ok(Err(FrameError::Garbled(why))) => {
+        Err(FrameError::Garbled(why)) => {
             let _ = child.kill().await;
             failed(RunError::Failed(format!(
                 "the worker broke the protocol: {why}"
             )))
         }
-        Ok(Err(FrameError::Closed)) => failed(abnormal_exit(&mut child).await),
+        Err(FrameError::Closed) => failed(abnormal_exit(&mut child).await),
     }
 }
 

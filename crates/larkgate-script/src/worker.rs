@@ -183,8 +183,11 @@ pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::
             body.len()
         )));
     }
-    out.write_all(&(body.len() as u32).to_be_bytes())?;
-    out.write_all(&body)?;
+    // One write per frame: one system call, and the reader never wakes for half a frame.
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    out.write_all(&frame)?;
     out.flush()
 }
 
@@ -203,9 +206,29 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> std::i
     serde_json::from_slice(&body).map_err(std::io::Error::other)
 }
 
+/// The worker's ends of the pipes to its parent, as plain files: frames are written with one
+/// system call each (not through `Stdout`'s line buffering, which would split a frame at any
+/// `0x0A` byte) and read through one buffer.
+struct Pipes {
+    input: std::io::BufReader<std::fs::File>,
+    output: std::fs::File,
+}
+
+impl Pipes {
+    fn open() -> std::io::Result<Self> {
+        use std::os::fd::AsFd;
+        let input = std::io::stdin().as_fd().try_clone_to_owned()?;
+        let output = std::io::stdout().as_fd().try_clone_to_owned()?;
+        Ok(Pipes {
+            input: std::io::BufReader::new(input.into()),
+            output: output.into(),
+        })
+    }
+}
+
 /// The worker's host: every call is a frame to the parent and a frame back.
 struct PipeHost {
-    pipes: Mutex<(std::io::Stdin, std::io::Stdout)>,
+    pipes: Mutex<Pipes>,
     listing: Vec<ToolInfo>,
     limits: Limits,
 }
@@ -217,13 +240,13 @@ impl Host for PipeHost {
 
     fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
         let mut pipes = self.pipes.lock().unwrap_or_else(|p| p.into_inner());
-        let (input, output) = &mut *pipes;
+        let Pipes { input, output } = &mut *pipes;
         let call = FromWorker::Call {
             name: name.to_owned(),
             arguments: serde_json::Value::Object(map_to_json(&arguments)),
         };
         write_frame(output, &call).map_err(|e| CallError::Transport(e.to_string()))?;
-        match read_frame::<CallAnswer>(&mut input.lock()) {
+        match read_frame::<CallAnswer>(input) {
             Ok(CallAnswer::Ok(value)) => match from_json(&value, self.limits) {
                 Ok(larkgate_binding::Value::Map(map)) => Ok(map),
                 Ok(_) => Err(CallError::Transport(
@@ -284,7 +307,14 @@ pub fn worker_main() -> std::process::ExitCode {
     // Everything that does not depend on the run is done before the run arrives: a pooled
     // worker waits here, ready.
     let globals = globals();
-    let start: Start = match read_frame(&mut std::io::stdin().lock()) {
+    let mut pipes = match Pipes::open() {
+        Ok(pipes) => pipes,
+        Err(error) => {
+            eprintln!("larkgate worker: cannot open its pipes: {error}");
+            return std::process::ExitCode::from(4);
+        }
+    };
+    let start: Start = match read_frame(&mut pipes.input) {
         Ok(start) => start,
         Err(error) => {
             eprintln!("larkgate worker: no start frame: {error}");
@@ -296,7 +326,7 @@ pub fn worker_main() -> std::process::ExitCode {
         _ => Map::new(),
     };
     let host = Arc::new(PipeHost {
-        pipes: Mutex::new((std::io::stdin(), std::io::stdout())),
+        pipes: Mutex::new(pipes),
         listing: start.listing,
         limits: start.limits.values,
     });
@@ -312,8 +342,9 @@ pub fn worker_main() -> std::process::ExitCode {
         }),
     );
     let outcome = outcome_of(result);
-    let mut out = std::io::stdout().lock();
-    match write_frame(&mut out, &FromWorker::Done(outcome)) {
+    let mut pipes = host.pipes.lock().unwrap_or_else(|p| p.into_inner());
+    let out = &mut pipes.output;
+    match write_frame(out, &FromWorker::Done(outcome)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             // The result itself is over the frame limit: say so in a frame that fits.
@@ -328,7 +359,7 @@ pub fn worker_main() -> std::process::ExitCode {
                     ..RunUsage::default()
                 },
             };
-            let _ = write_frame(&mut out, &FromWorker::Done(outcome));
+            let _ = write_frame(out, &FromWorker::Done(outcome));
             std::process::ExitCode::SUCCESS
         }
     }

@@ -41,7 +41,7 @@ fn limits() -> ScriptLimits {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_call_is_bound_again_by_the_parent_and_refused() {
     let dir = tempfile::tempdir().unwrap();
     let command = forged_worker(
@@ -84,7 +84,7 @@ write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "usage": {"
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frame_over_the_limit_ends_the_run_before_its_body_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let command = forged_worker(
@@ -125,7 +125,7 @@ time.sleep(30)
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_dies_without_an_answer_is_a_clean_limit() {
     let dir = tempfile::tempdir().unwrap();
     let command = forged_worker(

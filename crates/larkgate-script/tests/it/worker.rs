@@ -40,7 +40,7 @@ async fn run(caller: &impl Caller, source: &str) -> Result<larkgate_script::RunO
     .into_result()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_main_and_its_tool_calls_go_through_the_parent() {
     let caller = Scripted::default();
     let out = run(
@@ -59,7 +59,7 @@ async fn a_worker_runs_main_and_its_tool_calls_go_through_the_parent() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_run_keeps_what_it_printed_and_a_worker_reports_its_peak_memory() {
     let caller = Scripted::default();
     let report = run_in_worker(
@@ -97,7 +97,7 @@ fn limit_of(result: Result<larkgate_script::RunOutput, RunError>) -> (&'static s
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_scripts_end_as_limits_and_the_parent_serves_the_next_run() {
     let caller = Scripted::default();
     let table = [
@@ -170,7 +170,7 @@ async fn hostile_scripts_end_as_limits_and_the_parent_serves_the_next_run() {
     assert!(run(&caller, "def main():\n    return 1\n").await.is_ok());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_nested_200000_deep_then_str_ends_cleanly() {
     let caller = Scripted::default();
     let source = "def main():\n    x = []\n    for _ in range(200000):\n        x = [x]\n    return len(str(x))\n";
@@ -198,7 +198,7 @@ impl Caller for Slow {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_past_its_deadline_is_killed() {
     let limits = ScriptLimits {
         max_wall_time: Duration::from_millis(500),
@@ -254,4 +254,24 @@ async fn a_pool_keeps_workers_started_and_uses_each_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(pool.idle(), 2, "the pool refills to its size");
+}
+
+#[tokio::test]
+async fn a_single_threaded_runtime_is_refused_with_a_reason() {
+    let report = run_in_worker(
+        &command(),
+        &Scripted::default(),
+        "s.star",
+        "def main():\n    return 1\n",
+        &Map::new(),
+        &limits(),
+        false,
+    )
+    .await;
+    match report.outcome {
+        Err(RunError::Failed(message)) => {
+            assert!(message.contains("multi-thread tokio runtime"), "{message}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
