@@ -252,8 +252,9 @@ async fn drive<C: Caller>(
     // This thread blocks on the pipe for the whole conversation (see `crate::pipe`); the
     // runtime moves its other tasks elsewhere, and each call runs on the runtime.
     let ended = tokio::task::block_in_place(|| {
-        let mut run_deadline =
-            std::pin::pin!(tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)));
+        let mut run_deadline = std::pin::pin!(tokio::time::sleep_until(
+            tokio::time::Instant::from_std(deadline)
+        ));
         write_frame(&mut stdin, &start)?;
         let mut tool_calls = 0u64;
         loop {

@@ -1,0 +1,3 @@
+//! larkgate-upstream's integration tests.
+
+mod guard;
