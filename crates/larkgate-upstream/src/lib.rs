@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod guard;
+pub mod http;
 
 pub use guard::{Allowed, GuardError, Resolve, SystemResolver, UrlGuard};

@@ -1,3 +1,5 @@
 //! larkgate-upstream's integration tests.
 
 mod guard;
+mod peer;
+mod python;

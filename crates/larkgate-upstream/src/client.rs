@@ -1,0 +1,391 @@
+//! One connection to a third-party MCP server over Streamable HTTP.
+//!
+//! The client negotiates 2026-07-28 where the server offers it and falls back to 2025-11-25
+//! (`initialize`, `Mcp-Session-Id`, `MCP-Protocol-Version`, a 404 for an expired session
+//! answered by one re-initialisation, `DELETE` on close — rmcp's transport does these). It
+//! lists tools with its own pagination loop (a repeating cursor or more than
+//! [`UpstreamLimits::max_pages`] pages is an error), keeps at most
+//! [`UpstreamLimits::max_tools`] tools and counts the rest, bounds every call by a round-trip
+//! timeout that progress notifications reset up to a total, and cancels a call that times
+//! out. It advertises no client capabilities: no sampling, no elicitation, no roots — an
+//! upstream can never ask larkgate's callers anything.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use reqwest::Url;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, JsonObject, PaginatedRequestParams, ProtocolVersion,
+    ServerResult, Tool,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RunningService,
+    ServiceError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient};
+
+use crate::guard::{Resolve, UrlGuard};
+use crate::http::{GuardedHttp, HttpError, build_client};
+
+/// The limits of one upstream (defaults from larkgate's limits table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpstreamLimits {
+    /// Time for one round trip; a progress notification starts it again.
+    pub call_timeout: Duration,
+    /// Time for a whole call, progress or not.
+    pub total_timeout: Duration,
+    /// Bytes of one response: a JSON body, an error body, or a whole SSE stream.
+    pub max_response_bytes: usize,
+    /// Tools kept from the listing; the rest are dropped and counted.
+    pub max_tools: usize,
+    /// Pages of `tools/list` read before the listing is refused.
+    pub max_pages: usize,
+    /// Time to connect (TCP and TLS).
+    pub connect_timeout: Duration,
+}
+
+impl Default for UpstreamLimits {
+    fn default() -> Self {
+        UpstreamLimits {
+            call_timeout: Duration::from_secs(30),
+            total_timeout: Duration::from_secs(300),
+            max_response_bytes: 4 * 1024 * 1024,
+            max_tools: 1000,
+            max_pages: 100,
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why an upstream could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The server cannot be reached or the connection broke.
+    #[error("the upstream is unavailable: {0}")]
+    Unavailable(String),
+    /// No answer within the round-trip or total timeout (the call was cancelled).
+    #[error("the upstream did not answer within {0:?} (the call was cancelled)")]
+    Timeout(Duration),
+    /// A response over the byte limit.
+    #[error("the upstream's response exceeded the response-bytes limit of {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The server answered with an error or broke the protocol.
+    #[error("the upstream answered with an error: {0}")]
+    Protocol(String),
+    /// The configuration cannot be used (URL refused by the guard, bad header).
+    #[error("{0}")]
+    Config(String),
+}
+
+/// An MCP client with no capabilities that notes `tools/list_changed`.
+#[derive(Debug, Default)]
+struct Handler {
+    tools_changed: Arc<AtomicBool>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.store(true, Ordering::SeqCst);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("larkgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// Which protocol revisions to speak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Revisions {
+    /// 2026-07-28 where the server offers it, 2025-11-25 otherwise.
+    #[default]
+    Latest,
+    /// 2025-11-25 only (`initialize` and sessions).
+    Legacy,
+}
+
+/// What to connect to.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// The MCP endpoint's URL.
+    pub url: String,
+    /// Which protocol revisions to speak.
+    pub revisions: Revisions,
+    /// Headers sent with every request (values already expanded).
+    pub headers: BTreeMap<String, String>,
+    /// The limits.
+    pub limits: UpstreamLimits,
+}
+
+/// A connected upstream.
+pub struct UpstreamClient {
+    service: RunningService<RoleClient, Handler>,
+    limits: UpstreamLimits,
+    tools_changed: Arc<AtomicBool>,
+    dropped: AtomicUsize,
+}
+
+impl std::fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamClient")
+            .field("server", &self.server_info())
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamClient {
+    /// Connects through `guard` (required: there is no unguarded client) and `resolver`.
+    pub async fn connect(
+        endpoint: &Endpoint,
+        guard: Arc<UrlGuard>,
+        resolver: Arc<dyn Resolve>,
+    ) -> Result<Self, UpstreamError> {
+        let (url, _) = guard
+            .parse(&endpoint.url)
+            .map_err(|e| UpstreamError::Config(e.to_string()))?;
+        let limits = endpoint.limits;
+        let client = build_client(guard.clone(), resolver, &url, limits.connect_timeout)
+            .map_err(|e| UpstreamError::Config(e.to_string()))?;
+        let http = GuardedHttp::new(client, guard, limits.max_response_bytes);
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+        config.custom_headers = headers(&endpoint.headers)?;
+        config.max_json_response_size = limits.max_response_bytes;
+        config.max_sse_event_size = limits.max_response_bytes;
+        config.max_error_response_size = 64 * 1024;
+        config.reinit_on_expired_session = true;
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let tools_changed = Arc::new(AtomicBool::new(false));
+        let handler = Handler {
+            tools_changed: tools_changed.clone(),
+        };
+        let lifecycle = match endpoint.revisions {
+            Revisions::Latest => ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            Revisions::Legacy => ClientLifecycleMode::Initialize,
+        };
+        let service = tokio::time::timeout(
+            limits.call_timeout,
+            handler.serve_with_lifecycle(transport, lifecycle),
+        )
+        .await
+        .map_err(|_| UpstreamError::Timeout(limits.call_timeout))?
+        .map_err(|e| classify_text(&e.to_string(), limits))?;
+        Ok(UpstreamClient {
+            service,
+            limits,
+            tools_changed,
+            dropped: AtomicUsize::new(0),
+        })
+    }
+
+    /// The server's name and version, when it gave them.
+    pub fn server_info(&self) -> Option<Implementation> {
+        self.service
+            .peer_info()
+            .and_then(|info| info.server_info.clone())
+    }
+
+    /// The negotiated protocol version.
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.service
+            .peer_info()
+            .map(|info| info.protocol_version.clone())
+    }
+
+    /// Whether the server said its tools changed since the last listing.
+    pub fn tools_changed(&self) -> bool {
+        self.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// Tools dropped from the last listing for being over [`UpstreamLimits::max_tools`].
+    pub fn dropped_tools(&self) -> usize {
+        self.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Lists the server's tools, page by page.
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, UpstreamError> {
+        self.tools_changed.store(false, Ordering::SeqCst);
+        let mut tools = Vec::new();
+        let mut dropped = 0usize;
+        let mut cursors = HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _page in 0..self.limits.max_pages {
+            let params = cursor
+                .clone()
+                .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let page = self.request_list(params).await?;
+            for tool in page.tools {
+                if tools.len() < self.limits.max_tools {
+                    tools.push(tool);
+                } else {
+                    dropped += 1;
+                }
+            }
+            match page.next_cursor {
+                None => {
+                    if dropped > 0 {
+                        tracing::warn!(
+                            dropped,
+                            kept = tools.len(),
+                            "an upstream listed more tools than its max_tools limit; the rest were dropped"
+                        );
+                    }
+                    self.dropped.store(dropped, Ordering::SeqCst);
+                    return Ok(tools);
+                }
+                Some(next) => {
+                    if !cursors.insert(next.clone()) {
+                        return Err(UpstreamError::Protocol(format!(
+                            "tools/list repeated the cursor {next:?}; the listing would never end"
+                        )));
+                    }
+                    cursor = Some(next);
+                }
+            }
+        }
+        Err(UpstreamError::Protocol(format!(
+            "tools/list did not end within {} pages",
+            self.limits.max_pages
+        )))
+    }
+
+    async fn request_list(
+        &self,
+        params: Option<PaginatedRequestParams>,
+    ) -> Result<rmcp::model::ListToolsResult, UpstreamError> {
+        let request = ClientRequest::ListToolsRequest(rmcp::model::ListToolsRequest {
+            method: Default::default(),
+            params,
+            extensions: Default::default(),
+        });
+        match self.send(request, false).await? {
+            ServerResult::ListToolsResult(result) => Ok(result),
+            other => Err(UpstreamError::Protocol(format!(
+                "tools/list was answered with {}",
+                short_kind(&other)
+            ))),
+        }
+    }
+
+    /// Calls a tool. The result may be the server's own error (`is_error`): telling that apart
+    /// is the caller's business.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
+        ));
+        match self.send(request, true).await? {
+            ServerResult::CallToolResult(result) => Ok(result),
+            other => Err(UpstreamError::Protocol(format!(
+                "tools/call was answered with {}",
+                short_kind(&other)
+            ))),
+        }
+    }
+
+    /// Checks the server is alive: `ping` on 2025-11-25, `server/discover` on 2026-07-28
+    /// (which has no `ping`).
+    pub async fn ping(&self) -> Result<(), UpstreamError> {
+        let request = if self.protocol_version() == Some(ProtocolVersion::V_2026_07_28) {
+            ClientRequest::DiscoverRequest(Default::default())
+        } else {
+            ClientRequest::PingRequest(Default::default())
+        };
+        self.send(request, false).await.map(|_| ())
+    }
+
+    async fn send(
+        &self,
+        request: ClientRequest,
+        progress: bool,
+    ) -> Result<ServerResult, UpstreamError> {
+        let mut options = PeerRequestOptions::with_timeout(self.limits.call_timeout);
+        options.reset_timeout_on_progress = progress;
+        options.max_total_timeout = Some(self.limits.total_timeout);
+        let handle = self
+            .service
+            .peer()
+            .send_request_with_option(request, options)
+            .await
+            .map_err(|e| classify(e, self.limits))?;
+        handle
+            .await_response()
+            .await
+            .map_err(|e| classify(e, self.limits))
+    }
+
+    /// Closes the connection (a 2025-11-25 session is deleted).
+    pub async fn close(self) {
+        let _ = self.service.cancel().await;
+    }
+}
+
+fn headers(
+    configured: &BTreeMap<String, String>,
+) -> Result<std::collections::HashMap<HeaderName, HeaderValue>, UpstreamError> {
+    let mut headers = std::collections::HashMap::new();
+    for (name, value) in configured {
+        let header = HeaderName::try_from(name.as_str())
+            .map_err(|e| UpstreamError::Config(format!("header {name:?}: {e}")))?;
+        let mut value = HeaderValue::try_from(value.as_str())
+            .map_err(|e| UpstreamError::Config(format!("header {name:?}: {e}")))?;
+        value.set_sensitive(true);
+        headers.insert(header, value);
+    }
+    Ok(headers)
+}
+
+fn short_kind(result: &ServerResult) -> String {
+    let text = serde_json::to_string(result).unwrap_or_default();
+    text.chars().take(120).collect()
+}
+
+fn classify(error: ServiceError, limits: UpstreamLimits) -> UpstreamError {
+    match error {
+        ServiceError::Timeout { timeout } => UpstreamError::Timeout(timeout),
+        ServiceError::McpError(error) => UpstreamError::Protocol(error.message.to_string()),
+        other => classify_text(&other.to_string(), limits),
+    }
+}
+
+/// Transport failures arrive as text through rmcp; the byte cap and the guard are recognised
+/// by their own messages (pinned by tests).
+fn classify_text(text: &str, limits: UpstreamLimits) -> UpstreamError {
+    if text.contains("exceeded the maximum size")
+        || text.contains("response-bytes limit")
+        || text.contains("too large")
+    {
+        return UpstreamError::TooLarge {
+            limit: limits.max_response_bytes,
+        };
+    }
+    UpstreamError::Unavailable(text.to_owned())
+}
+
+impl From<HttpError> for UpstreamError {
+    fn from(error: HttpError) -> Self {
+        UpstreamError::Unavailable(error.to_string())
+    }
+}
+
+/// The upstream's URL as the guard parsed it, for display.
+pub fn display_url(url: &str) -> String {
+    Url::parse(url).map_or_else(|_| url.to_owned(), |u| u.to_string())
+}

@@ -1,0 +1,229 @@
+//! The client against a server built with the official Python SDK, in SSE and JSON response
+//! modes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use larkgate_upstream::client::{
+    Endpoint, Revisions, UpstreamClient, UpstreamError, UpstreamLimits,
+};
+use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
+use serde_json::json;
+
+use crate::peer::{Peer, weather};
+
+fn loopback() -> Arc<UrlGuard> {
+    Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]))
+}
+
+async fn connect(peer: &Peer, limits: UpstreamLimits) -> UpstreamClient {
+    connect_with(peer, limits, Revisions::Latest).await
+}
+
+async fn connect_with(peer: &Peer, limits: UpstreamLimits, revisions: Revisions) -> UpstreamClient {
+    let endpoint = Endpoint {
+        url: peer.url.clone(),
+        revisions,
+        headers: BTreeMap::new(),
+        limits,
+    };
+    UpstreamClient::connect(&endpoint, loopback(), Arc::new(SystemResolver))
+        .await
+        .expect("connects")
+}
+
+fn args(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    value.as_object().unwrap().clone()
+}
+
+fn text_of(result: &rmcp::model::CallToolResult) -> String {
+    serde_json::to_value(&result.content).unwrap()[0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn lists_and_calls(mode: &[&str], revisions: Revisions, expected: &str) {
+    let peer = weather(mode);
+    let client = connect_with(&peer, UpstreamLimits::default(), revisions).await;
+    assert_eq!(
+        client.protocol_version().map(|v| v.to_string()).as_deref(),
+        Some(expected)
+    );
+    if revisions == Revisions::Legacy {
+        assert_eq!(client.server_info().unwrap().name, "weather-peer");
+    }
+    let tools = client.list_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    for name in ["forecast", "explode", "slow", "huge", "progress", "forged"] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    let forecast = tools.iter().find(|t| t.name == "forecast").unwrap();
+    assert_eq!(
+        forecast.annotations.as_ref().and_then(|a| a.read_only_hint),
+        Some(true)
+    );
+    assert!(
+        forecast.output_schema.is_some(),
+        "structured output is kept"
+    );
+
+    let result = client
+        .call_tool("forecast", args(json!({"city": "Oslo", "days": 3})))
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true));
+    assert_eq!(
+        result.structured_content.unwrap()["summary"],
+        "sunny in Oslo for 3 day(s)"
+    );
+
+    // The server's own failure is a result with isError, not a transport error.
+    let failed = client
+        .call_tool("explode", args(json!({"reason": "on purpose"})))
+        .await
+        .unwrap();
+    assert_eq!(failed.is_error, Some(true));
+    assert!(
+        text_of(&failed).contains("exploded: on purpose"),
+        "{failed:?}"
+    );
+
+    // Many calls in flight on one client.
+    let calls = (0..16).map(|i| {
+        client.call_tool(
+            "forecast",
+            args(json!({"city": format!("c{i}"), "days": i})),
+        )
+    });
+    for (i, result) in futures::future::join_all(calls)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let content = result.unwrap().structured_content.unwrap();
+        assert_eq!(content["city"], format!("c{i}"));
+    }
+    client.ping().await.unwrap();
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_calls_on_2026_07_28_with_sse_responses() {
+    lists_and_calls(&[], Revisions::Latest, "2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_calls_on_2026_07_28_with_json_responses() {
+    lists_and_calls(&["--json"], Revisions::Latest, "2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_calls_on_2025_11_25_with_sse_responses() {
+    lists_and_calls(&[], Revisions::Legacy, "2025-11-25").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_calls_on_2025_11_25_with_json_responses() {
+    lists_and_calls(&["--json"], Revisions::Legacy, "2025-11-25").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_call_times_out_and_the_client_keeps_working() {
+    let peer = weather(&[]);
+    let limits = UpstreamLimits {
+        call_timeout: Duration::from_millis(500),
+        ..UpstreamLimits::default()
+    };
+    let client = connect(&peer, limits).await;
+    let started = std::time::Instant::now();
+    let error = client
+        .call_tool("slow", args(json!({"seconds": 30})))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, UpstreamError::Timeout(_)), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let fine = client
+        .call_tool("slow", args(json!({"seconds": 0})))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&fine), "done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_resets_the_round_trip_timeout() {
+    let peer = weather(&[]);
+    let limits = UpstreamLimits {
+        call_timeout: Duration::from_millis(700),
+        ..UpstreamLimits::default()
+    };
+    let client = connect(&peer, limits).await;
+    // Five steps 300 ms apart: 1.5 s in all, never 700 ms without progress.
+    let result = client
+        .call_tool("progress", args(json!({"steps": 5, "delay": 0.3})))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&result), "5 steps");
+    // Without progress, the same total time is a timeout.
+    let error = client
+        .call_tool("slow", args(json!({"seconds": 1.5})))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, UpstreamError::Timeout(_)), "{error}");
+}
+
+async fn a_huge_result_is_refused(mode: &[&str]) {
+    let peer = weather(mode);
+    let limits = UpstreamLimits {
+        max_response_bytes: 64 * 1024,
+        ..UpstreamLimits::default()
+    };
+    let client = connect(&peer, limits).await;
+    let error = client
+        .call_tool("huge", args(json!({"size": 1_000_000})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, UpstreamError::TooLarge { limit: 65536 }),
+        "{mode:?}: {error}"
+    );
+    // Under the cap is fine, and the client still works.
+    let small = client
+        .call_tool("huge", args(json!({"size": 1000})))
+        .await
+        .unwrap();
+    assert_eq!(text_of(&small).len(), 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_sse_result_is_refused_by_the_byte_limit() {
+    a_huge_result_is_refused(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_json_result_is_refused_by_the_byte_limit() {
+    a_huge_result_is_refused(&["--json"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_guard_refuses_a_loopback_upstream_before_connecting() {
+    let peer = weather(&[]);
+    let endpoint = Endpoint {
+        url: peer.url.clone(),
+        revisions: Revisions::Latest,
+        headers: BTreeMap::new(),
+        limits: UpstreamLimits::default(),
+    };
+    let error = UpstreamClient::connect(
+        &endpoint,
+        Arc::new(UrlGuard::strict()),
+        Arc::new(SystemResolver),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("not a public address"),
+        "{error}"
+    );
+}
