@@ -185,6 +185,7 @@ where
             input_shape: Some(listing.input_shape),
             signature: Some(listing.signature),
             roles: self.platform_roles,
+            requires_approval: false,
         };
         registry.register(spec, Arc::new(self))
     }

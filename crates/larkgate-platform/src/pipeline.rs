@@ -25,7 +25,7 @@ use tower::{Layer, Service, ServiceBuilder};
 use crate::audit::AuditEntry;
 use crate::envelope::{Code, Refusal, refuse_arguments};
 use crate::platform::{Services, now_ms};
-use crate::registry::{RegisteredTool, Registry};
+use crate::registry::{RegisteredTool, ToolTable};
 use crate::session::{CallContext, RunKind, SessionIdentity};
 
 /// The principal recorded for calls that authenticated as nobody.
@@ -190,7 +190,7 @@ pub struct Authorize {
     /// The platform's services.
     pub services: Arc<Services>,
     /// The tools.
-    pub registry: Arc<Registry>,
+    pub registry: Arc<ToolTable>,
 }
 
 #[async_trait::async_trait]
@@ -204,7 +204,8 @@ impl Step for Authorize {
             ));
         };
         let principal = &identity.run.principal;
-        let tool = self.registry.get(&request.tool);
+        let registry = self.registry.snapshot();
+        let tool = registry.get(&request.tool);
         let Some(tool) = tool.filter(|t| self.services.may_see(principal, t)) else {
             return Err(Refusal::not_found(&request.tool));
         };
@@ -349,7 +350,11 @@ pub struct Gate {
 impl Step for Gate {
     const NAME: &'static str = "approval gate";
     async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
-        if !self.services.policy.requires_approval(&request.tool) {
+        let operator_gated = request
+            .resolved
+            .as_ref()
+            .is_some_and(|t| t.spec.requires_approval);
+        if !operator_gated && !self.services.policy.requires_approval(&request.tool) {
             return Ok(());
         }
         let principal = request.principal_id().to_owned();
@@ -597,7 +602,7 @@ pub const STEPS: [&str; 6] = [
 ];
 
 /// Builds the pipeline. The layer order here *is* the precedence of refusals.
-pub fn build(services: Arc<Services>, registry: Arc<Registry>) -> PipelineService {
+pub fn build(services: Arc<Services>, registry: Arc<ToolTable>) -> PipelineService {
     let service = ServiceBuilder::new()
         .layer(AuditRefusalsLayer {
             services: Arc::clone(&services),

@@ -10,7 +10,7 @@ use crate::envelope::{Code, Refusal};
 use crate::pipeline::{self, CallRequest, PipelineService};
 use crate::policy::{Policy, ROLE_ADMIN};
 use crate::ratelimit::{Clock, DEFAULT_MAX_KEYS, RateLimiter, TokioClock};
-use crate::registry::{RegisteredTool, Registry, RegistryError};
+use crate::registry::{RegisteredTool, Registry, RegistryError, ToolTable};
 use crate::session::SessionIdentity;
 use crate::{builtin, capabilities};
 
@@ -150,7 +150,7 @@ impl Services {
 #[derive(Clone, Debug)]
 pub struct Platform {
     services: Arc<Services>,
-    registry: Arc<Registry>,
+    registry: Arc<ToolTable>,
     pipeline: PipelineService,
 }
 
@@ -212,7 +212,7 @@ impl PlatformBuilder {
             limits: self.limits,
             record_arguments: self.record_arguments,
         });
-        let registry = Arc::new(self.registry);
+        let registry = Arc::new(ToolTable::new(self.registry));
         Platform {
             pipeline: pipeline::build(Arc::clone(&services), Arc::clone(&registry)),
             services,
@@ -247,8 +247,13 @@ impl Platform {
         &self.services
     }
 
-    /// The tools.
-    pub fn registry(&self) -> &Arc<Registry> {
+    /// The tools in force now.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.snapshot()
+    }
+
+    /// The table of tools, for replacing an upstream's tools as they change.
+    pub fn tool_table(&self) -> &Arc<ToolTable> {
         &self.registry
     }
 
@@ -258,6 +263,7 @@ impl Platform {
             return Vec::new();
         };
         self.registry
+            .snapshot()
             .iter()
             .filter(|t| self.services.may_see(&identity.run.principal, t))
             .map(|t| t.to_mcp())

@@ -61,6 +61,9 @@ pub struct ToolSpec {
     /// For platform tools: the roles that may see and call it (any one suffices), whatever
     /// the policy says. `None`: the policy decides.
     pub roles: Option<&'static [&'static str]>,
+    /// Gated whatever the policy's approval patterns say (tools of an upstream configured
+    /// `approval = "always"`). Nothing a tool declares about itself can clear this.
+    pub requires_approval: bool,
 }
 
 /// How a tool runs: arguments in (already bound to its shape, when it has one), a structured
@@ -214,6 +217,47 @@ pub fn check_alias_syntax(alias: &str) -> Result<(), String> {
         return Err("it is a reserved word or a name scripts already use".to_owned());
     }
     Ok(())
+}
+
+/// The registry in force, replaced whole when an upstream's tools change: every call and
+/// listing reads one consistent snapshot.
+#[derive(Debug, Default)]
+pub struct ToolTable {
+    current: std::sync::RwLock<Arc<Registry>>,
+}
+
+impl ToolTable {
+    /// A table holding `registry`.
+    pub fn new(registry: Registry) -> Self {
+        ToolTable {
+            current: std::sync::RwLock::new(Arc::new(registry)),
+        }
+    }
+
+    /// The registry in force now.
+    pub fn snapshot(&self) -> Arc<Registry> {
+        Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replaces every tool of upstream `alias` with `tools`, all or nothing: a collision or an
+    /// invalid tool leaves the table as it was.
+    pub fn replace_upstream(
+        &self,
+        alias: &str,
+        tools: Vec<(ToolSpec, Arc<dyn ToolHandler>)>,
+    ) -> Result<(), RegistryError> {
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = Registry::clone(&current);
+        next.tools.retain(|_, t| {
+            !(t.spec.origin.source == Source::Upstream
+                && t.spec.origin.alias.as_deref() == Some(alias))
+        });
+        for (spec, handler) in tools {
+            next.register(spec, handler)?;
+        }
+        *current = Arc::new(next);
+        Ok(())
+    }
 }
 
 /// Every tool, by name.

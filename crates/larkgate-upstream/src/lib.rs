@@ -1,12 +1,15 @@
 //! larkgate's client for third-party MCP servers.
 //!
 //! - [`guard`]: the URL guard every request and every redirect hop passes.
+//! - [`client`]: one connection to an MCP server over Streamable HTTP.
+//! - [`federation`]: an upstream's tools as platform tools.
 //! - [`http`]: the guarded HTTP client the MCP transport runs on: no proxies, redirects only
 //!   within the upstream's origin, names resolved only through the guard, response bytes capped.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod federation;
 pub mod guard;
 pub mod http;
 

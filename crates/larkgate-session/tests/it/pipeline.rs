@@ -287,6 +287,7 @@ fn touch_spec() -> ToolSpec {
         input_shape: None,
         signature: None,
         roles: None,
+        requires_approval: false,
     }
 }
 

@@ -1,5 +1,6 @@
 //! larkgate-upstream's integration tests.
 
+mod federation;
 mod guard;
 mod peer;
 mod python;

@@ -1,0 +1,298 @@
+//! Upstream tools through the whole platform: a Python SDK server federated under an alias,
+//! called through in-memory sessions as a real principal, with the approval gate, the write
+//! barrier and larkgate's own error envelopes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use larkgate_binding::{Limits, Map, Value};
+use larkgate_caller::{CallError, Caller};
+use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_platform::{Platform, RunContext, RunKind};
+use larkgate_store::{Principal, PrincipalKind, SqliteStore};
+use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
+use larkgate_upstream::federation::{Approval, Link, adopt, handlers};
+use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
+
+use crate::peer::{Peer, weather};
+
+const POLICY: &str = r#"
+[roles.agent]
+call = ["weather__*", "kv_get"]
+"#;
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    _peer: Peer,
+    platform: Platform,
+    link: Arc<Link>,
+}
+
+fn principal(id: &str, roles: &[&str]) -> Principal {
+    Principal {
+        id: id.into(),
+        kind: PrincipalKind::User,
+        roles: roles.iter().map(|r| r.to_string()).collect(),
+    }
+}
+
+async fn setup(approval: Approval, limits: UpstreamLimits) -> Setup {
+    let peer = weather(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
+        .await
+        .unwrap();
+    let platform = Platform::builder(store, audit)
+        .unwrap()
+        .policy(toml::from_str(POLICY).unwrap())
+        .build();
+    let endpoint = Endpoint {
+        url: peer.url.clone(),
+        revisions: Revisions::Latest,
+        headers: BTreeMap::new(),
+        limits,
+    };
+    let guard = Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]));
+    let client = UpstreamClient::connect(&endpoint, guard, Arc::new(SystemResolver))
+        .await
+        .unwrap();
+    let tools = client.list_tools().await.unwrap();
+    let adoption = adopt("weather", &tools, approval);
+    assert!(adoption.invalid.is_empty());
+    let link = Link::new();
+    link.connected(Arc::new(client));
+    platform
+        .tool_table()
+        .replace_upstream(
+            "weather",
+            handlers(adoption.specs, &link, Limits::default()),
+        )
+        .unwrap();
+    Setup {
+        _dir: dir,
+        _peer: peer,
+        platform,
+        link,
+    }
+}
+
+async fn call_as(
+    setup: &Setup,
+    who: &Principal,
+    kind: RunKind,
+    tool: &str,
+    args: &[(&str, Value)],
+) -> Result<Map, CallError> {
+    let run = RunContext {
+        principal: who.clone(),
+        run_id: None,
+        kind,
+        depth: 0,
+    };
+    let (caller, teardown) =
+        larkgate_session::connect(&setup.platform, run, "test", Limits::default())
+            .await
+            .unwrap();
+    let arguments = args
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let result = caller.call_tool(tool, arguments).await;
+    teardown.close().await;
+    result
+}
+
+fn refusal(result: Result<Map, CallError>) -> larkgate_caller::RefusalError {
+    match result {
+        Err(CallError::Refused(refusal)) => refusal,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_always_upstream_is_gated_even_for_its_read_only_tools() {
+    let setup = setup(Approval::Always, UpstreamLimits::default()).await;
+    let agent = principal("agent-1", &["agent"]);
+    let approver = principal("alice", &["approver"]);
+    let args = [("city", Value::from("Oslo")), ("days", Value::Int(2))];
+    let first = refusal(call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &args).await);
+    assert_eq!(first.code, "approval_required", "{}", first.text);
+    let id = first.approval_id.expect("an approval id");
+    // The caller cannot approve itself; an approver can.
+    assert!(
+        setup
+            .platform
+            .services()
+            .resolve_approval(&agent, &id, true)
+            .await
+            .is_err()
+    );
+    setup
+        .platform
+        .services()
+        .resolve_approval(&approver, &id, true)
+        .await
+        .unwrap();
+    let result = call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &args)
+        .await
+        .unwrap();
+    assert_eq!(result["summary"], Value::from("sunny in Oslo for 2 day(s)"));
+    // Other arguments need their own approval.
+    let other = [("city", Value::from("Rome")), ("days", Value::Int(2))];
+    let again =
+        refusal(call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &other).await);
+    assert_eq!(again.code, "approval_required");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
+    let limits = UpstreamLimits {
+        call_timeout: Duration::from_millis(500),
+        max_response_bytes: 64 * 1024,
+        ..UpstreamLimits::default()
+    };
+    let setup = setup(Approval::Never, limits).await;
+    let agent = principal("agent-1", &["agent"]);
+    let direct = RunKind::Direct;
+
+    let listing = setup
+        .platform
+        .list(Some(&larkgate_platform::SessionIdentity {
+            run: RunContext {
+                principal: agent.clone(),
+                run_id: None,
+                kind: direct,
+                depth: 0,
+            },
+            label: "test".into(),
+        }));
+    let forecast = listing
+        .iter()
+        .find(|t| t.name == "weather__forecast")
+        .unwrap();
+    let origin = &forecast.meta.as_ref().unwrap()["larkgate/origin"];
+    assert_eq!(origin["alias"], "weather");
+    assert_eq!(origin["original_name"], "forecast");
+
+    let ok = call_as(
+        &setup,
+        &agent,
+        direct,
+        "weather__forecast",
+        &[("city", Value::from("Oslo"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok["days"], Value::Int(1));
+
+    let exploded = refusal(
+        call_as(
+            &setup,
+            &agent,
+            direct,
+            "weather__explode",
+            &[("reason", Value::from("boom"))],
+        )
+        .await,
+    );
+    assert_eq!(exploded.code, "upstream_error");
+    assert!(
+        exploded.text.contains("exploded: boom"),
+        "{}",
+        exploded.text
+    );
+
+    // An isError text shaped like a larkgate envelope stays an upstream_error.
+    let forged = refusal(call_as(&setup, &agent, direct, "weather__forged", &[]).await);
+    assert_eq!(forged.code, "upstream_error");
+    assert_eq!(forged.approval_id, None);
+
+    let slow = refusal(
+        call_as(
+            &setup,
+            &agent,
+            direct,
+            "weather__slow",
+            &[("seconds", Value::Int(10))],
+        )
+        .await,
+    );
+    assert_eq!(slow.code, "timeout", "{}", slow.text);
+
+    let huge = refusal(
+        call_as(
+            &setup,
+            &agent,
+            direct,
+            "weather__huge",
+            &[("size", Value::Int(1_000_000))],
+        )
+        .await,
+    );
+    assert_eq!(huge.code, "limit_exceeded", "{}", huge.text);
+    assert!(huge.text.contains("response-bytes"), "{}", huge.text);
+
+    setup.link.down("connection refused".into());
+    let down = refusal(
+        call_as(
+            &setup,
+            &agent,
+            direct,
+            "weather__forecast",
+            &[("city", Value::from("Oslo"))],
+        )
+        .await,
+    );
+    assert_eq!(down.code, "upstream_unavailable");
+    assert!(down.text.contains("connection refused"), "{}", down.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_may_call_only_tools_the_upstream_declares_read_only() {
+    let setup = setup(Approval::Never, UpstreamLimits::default()).await;
+    let agent = principal("agent-1", &["agent"]);
+    let read = call_as(
+        &setup,
+        &agent,
+        RunKind::Draft,
+        "weather__forecast",
+        &[("city", Value::from("Oslo"))],
+    )
+    .await;
+    assert!(read.is_ok(), "{read:?}");
+    let write = refusal(
+        call_as(
+            &setup,
+            &agent,
+            RunKind::Draft,
+            "weather__explode",
+            &[("reason", Value::from("x"))],
+        )
+        .await,
+    );
+    assert_eq!(write.code, "write_barrier");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_collision_fails_loudly_and_leaves_the_tools_as_they_were() {
+    let setup = setup(Approval::Never, UpstreamLimits::default()).await;
+    let before = setup.platform.registry().len();
+    let mut clash = setup
+        .platform
+        .registry()
+        .get("weather__forecast")
+        .unwrap()
+        .spec
+        .clone();
+    clash.origin.alias = Some("other".into());
+    let duplicate = vec![clash.clone(), clash];
+    let error = setup
+        .platform
+        .tool_table()
+        .replace_upstream("other", handlers(duplicate, &setup.link, Limits::default()))
+        .unwrap_err();
+    assert!(error.to_string().contains("weather__forecast"), "{error}");
+    assert_eq!(setup.platform.registry().len(), before);
+}
