@@ -15,7 +15,7 @@ mod sqlite;
 
 pub use model::{
     Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
-    PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
+    PinStatus, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, ToolPin, UpstreamRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -158,6 +158,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn finish_run(&self, run: Run) -> Result<()>;
     /// One run.
     async fn run(&self, id: &str) -> Result<Option<Run>>;
+
+    // ---- upstreams ----
+
+    /// Saves an upstream added at run time (replacing one of the same alias).
+    async fn save_upstream(&self, upstream: UpstreamRecord) -> Result<()>;
+    /// Every stored upstream, by alias.
+    async fn upstreams(&self) -> Result<Vec<UpstreamRecord>>;
+    /// Removes a stored upstream and its pins; `false` if there was none.
+    async fn remove_upstream(&self, alias: &str) -> Result<bool>;
+    /// The pins of an upstream's tools, by tool.
+    async fn pins(&self, alias: &str) -> Result<Vec<ToolPin>>;
+    /// Saves pins (inserting or replacing each by alias and tool) in one transaction.
+    async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()>;
 
     // ---- audit ----
 

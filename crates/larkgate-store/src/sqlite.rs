@@ -9,6 +9,7 @@
 
 mod migrations;
 mod scripts;
+mod upstreams;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,7 +18,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::{
     Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
-    PrincipalKind, Result, Run, ScriptVersion, Store, StoreError,
+    PrincipalKind, Result, Run, ScriptVersion, Store, StoreError, ToolPin, UpstreamRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -560,6 +561,63 @@ impl Store for SqliteStore {
             .optional()?)
         })
         .await
+    }
+
+    async fn save_upstream(&self, upstream: UpstreamRecord) -> Result<()> {
+        self.with(move |c| {
+            c.execute(
+                "INSERT OR REPLACE INTO upstreams (alias, config, added_by, added_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    upstream.alias,
+                    upstream.config,
+                    upstream.added_by,
+                    upstream.added_at_ms
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn upstreams(&self) -> Result<Vec<UpstreamRecord>> {
+        self.with(|c| {
+            let mut statement = c.prepare(
+                "SELECT alias, config, added_by, added_at_ms FROM upstreams ORDER BY alias",
+            )?;
+            let rows = statement.query_map([], upstreams::upstream_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+    }
+
+    async fn remove_upstream(&self, alias: &str) -> Result<bool> {
+        let alias = alias.to_owned();
+        self.with(move |c| {
+            let tx = c.transaction()?;
+            let removed = tx.execute("DELETE FROM upstreams WHERE alias = ?1", params![alias])?;
+            tx.execute("DELETE FROM upstream_pins WHERE alias = ?1", params![alias])?;
+            tx.commit()?;
+            Ok(removed > 0)
+        })
+        .await
+    }
+
+    async fn pins(&self, alias: &str) -> Result<Vec<ToolPin>> {
+        let alias = alias.to_owned();
+        self.with(move |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {} FROM upstream_pins WHERE alias = ?1 ORDER BY tool",
+                upstreams::PIN_COLUMNS
+            ))?;
+            let rows = statement.query_map(params![alias], upstreams::pin_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+    }
+
+    async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()> {
+        self.with(move |c| upstreams::save_pins(c, &pins)).await
     }
 
     async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()> {

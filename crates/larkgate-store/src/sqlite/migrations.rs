@@ -92,6 +92,25 @@ const MIGRATIONS: &[&str] = &[
         started_at_ms INTEGER NOT NULL,
         finished_at_ms INTEGER
     ) STRICT;",
+    // 3: federated upstreams added at run time, and the pinned definitions of their tools.
+    "CREATE TABLE upstreams (
+        alias TEXT PRIMARY KEY,
+        config TEXT NOT NULL,
+        added_by TEXT NOT NULL,
+        added_at_ms INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE upstream_pins (
+        alias TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('approved', 'quarantined')),
+        pending_hash TEXT,
+        pending_definition TEXT,
+        reviewed_by TEXT,
+        updated_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (alias, tool)
+    ) STRICT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

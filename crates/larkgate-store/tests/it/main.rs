@@ -6,6 +6,7 @@ mod crash;
 mod kv;
 mod principals;
 mod scripts;
+mod upstreams;
 
 use larkgate_store::SqliteStore;
 

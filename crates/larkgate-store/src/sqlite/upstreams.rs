@@ -1,0 +1,62 @@
+//! Stored upstreams and the pins of their tools in SQLite.
+
+use rusqlite::{Connection, Row, params};
+
+use crate::{PinStatus, Result, ToolPin, UpstreamRecord};
+
+pub(super) fn upstream_from_row(row: &Row<'_>) -> rusqlite::Result<UpstreamRecord> {
+    Ok(UpstreamRecord {
+        alias: row.get(0)?,
+        config: row.get(1)?,
+        added_by: row.get(2)?,
+        added_at_ms: row.get(3)?,
+    })
+}
+
+pub(super) const PIN_COLUMNS: &str = "alias, tool, hash, definition, status, pending_hash, \
+     pending_definition, reviewed_by, updated_at_ms";
+
+pub(super) fn pin_from_row(row: &Row<'_>) -> rusqlite::Result<ToolPin> {
+    let status: String = row.get(4)?;
+    let pending_hash: Option<String> = row.get(5)?;
+    let pending_definition: Option<String> = row.get(6)?;
+    Ok(ToolPin {
+        alias: row.get(0)?,
+        tool: row.get(1)?,
+        hash: row.get(2)?,
+        definition: row.get(3)?,
+        status: PinStatus::parse(&status).unwrap_or(PinStatus::Quarantined),
+        pending: pending_hash.zip(pending_definition),
+        reviewed_by: row.get(7)?,
+        updated_at_ms: row.get(8)?,
+    })
+}
+
+pub(super) fn save_pins(c: &mut Connection, pins: &[ToolPin]) -> Result<()> {
+    let tx = c.transaction()?;
+    {
+        let mut statement = tx.prepare(&format!(
+            "INSERT OR REPLACE INTO upstream_pins ({PIN_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+        ))?;
+        for pin in pins {
+            let (pending_hash, pending_definition) = match &pin.pending {
+                Some((hash, definition)) => (Some(hash), Some(definition)),
+                None => (None, None),
+            };
+            statement.execute(params![
+                pin.alias,
+                pin.tool,
+                pin.hash,
+                pin.definition,
+                pin.status.as_str(),
+                pending_hash,
+                pending_definition,
+                pin.reviewed_by,
+                pin.updated_at_ms,
+            ])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}

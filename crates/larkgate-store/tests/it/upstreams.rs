@@ -1,0 +1,64 @@
+//! Stored upstreams and tool pins survive a reopen; removing an upstream removes its pins.
+
+use larkgate_store::{PinStatus, SqliteStore, Store, ToolPin, UpstreamRecord};
+
+fn pin(tool: &str, status: PinStatus) -> ToolPin {
+    ToolPin {
+        alias: "weather".into(),
+        tool: tool.into(),
+        hash: format!("hash-{tool}"),
+        definition: format!("{{\"name\":\"{tool}\"}}"),
+        status,
+        pending: (status == PinStatus::Quarantined)
+            .then(|| ("new-hash".to_owned(), "{\"name\":\"changed\"}".to_owned())),
+        reviewed_by: None,
+        updated_at_ms: 7,
+    }
+}
+
+#[tokio::test]
+async fn upstreams_and_pins_persist_and_go_together() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        store
+            .save_upstream(UpstreamRecord {
+                alias: "weather".into(),
+                config: "{\"url\":\"https://weather.example/mcp\"}".into(),
+                added_by: "operator".into(),
+                added_at_ms: 5,
+            })
+            .await
+            .unwrap();
+        store
+            .save_pins(vec![
+                pin("forecast", PinStatus::Approved),
+                pin("alerts", PinStatus::Quarantined),
+            ])
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let upstreams = store.upstreams().await.unwrap();
+    assert_eq!(upstreams.len(), 1);
+    assert_eq!(upstreams[0].added_by, "operator");
+    let pins = store.pins("weather").await.unwrap();
+    assert_eq!(
+        pins,
+        vec![
+            pin("alerts", PinStatus::Quarantined),
+            pin("forecast", PinStatus::Approved)
+        ]
+    );
+    // Replacing a pin keeps one row per tool.
+    let mut reviewed = pin("alerts", PinStatus::Approved);
+    reviewed.pending = None;
+    reviewed.reviewed_by = Some("operator".into());
+    store.save_pins(vec![reviewed.clone()]).await.unwrap();
+    assert_eq!(store.pins("weather").await.unwrap()[0], reviewed);
+
+    assert!(store.remove_upstream("weather").await.unwrap());
+    assert!(store.upstreams().await.unwrap().is_empty());
+    assert!(store.pins("weather").await.unwrap().is_empty());
+    assert!(!store.remove_upstream("weather").await.unwrap());
+}
