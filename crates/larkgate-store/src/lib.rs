@@ -14,8 +14,8 @@ mod model;
 mod sqlite;
 
 pub use model::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
-    PinStatus, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, ToolPin, UpstreamRecord,
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, PinStatus,
+    Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, ToolPin, UpstreamRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 

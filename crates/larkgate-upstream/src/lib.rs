@@ -3,6 +3,7 @@
 //! - [`guard`]: the URL guard every request and every redirect hop passes.
 //! - [`client`]: one connection to an MCP server over Streamable HTTP.
 //! - [`federation`]: an upstream's tools as platform tools.
+//! - [`pinning`]: tool definitions pinned at adoption, changes quarantined until reviewed.
 //! - [`http`]: the guarded HTTP client the MCP transport runs on: no proxies, redirects only
 //!   within the upstream's origin, names resolved only through the guard, response bytes capped.
 
@@ -12,5 +13,6 @@ pub mod client;
 pub mod federation;
 pub mod guard;
 pub mod http;
+pub mod pinning;
 
 pub use guard::{Allowed, GuardError, Resolve, SystemResolver, UrlGuard};

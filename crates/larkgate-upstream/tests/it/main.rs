@@ -3,4 +3,5 @@
 mod federation;
 mod guard;
 mod peer;
+mod pinning;
 mod python;
