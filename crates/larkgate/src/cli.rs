@@ -9,6 +9,7 @@ mod principal;
 mod run;
 mod runs;
 mod script;
+mod upstream;
 
 use std::path::PathBuf;
 
@@ -56,6 +57,9 @@ enum Command {
     /// Save, publish and list scripts.
     #[command(subcommand)]
     Script(script::Command),
+    /// Federate third-party MCP servers: add, list, review changed tools, remove.
+    #[command(subcommand)]
+    Upstream(upstream::Command),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -83,6 +87,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Run(args) => run::run(args, &context, out).await,
             Command::Runs(command) => runs::run(command, &context, out).await,
             Command::Script(command) => script::run(command, &context, out).await,
+            Command::Upstream(command) => upstream::run(command, &context, out).await,
         };
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;

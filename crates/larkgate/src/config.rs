@@ -9,6 +9,11 @@
 //!
 //! [policy.roles.admin]
 //! call = ["*"]
+//!
+//! [[upstreams]]              # third-party MCP servers (see larkgate_upstream::config)
+//! alias = "weather"
+//! url = "https://weather.example/mcp"
+//! headers = { Authorization = "Bearer ${WEATHER_TOKEN}" }
 //! ```
 //!
 //! Unknown keys are errors naming the key. Without a file, everything takes its default.
@@ -17,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use larkgate_platform::policy::Policy;
+use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 
 /// The default configuration file, read when it exists and no `--config` is given.
@@ -49,6 +55,9 @@ pub(crate) struct Config {
     /// Roles, approvals, rate limits.
     #[serde(default)]
     pub(crate) policy: Policy,
+    /// Federated MCP servers.
+    #[serde(default)]
+    pub(crate) upstreams: Vec<UpstreamConfig>,
 }
 
 fn default_data_dir() -> PathBuf {
@@ -61,6 +70,7 @@ impl Default for Config {
             data_dir: default_data_dir(),
             audit: AuditConfig::default(),
             policy: Policy::default(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -85,6 +95,11 @@ impl Config {
             .policy
             .validate()
             .map_err(|e| anyhow::anyhow!("policy.{e}"))?;
+        for (i, upstream) in config.upstreams.iter().enumerate() {
+            upstream
+                .validate()
+                .map_err(|e| anyhow::anyhow!("upstreams[{i}]: {e}"))?;
+        }
         Ok(config)
     }
 }

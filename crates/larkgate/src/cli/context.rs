@@ -8,6 +8,9 @@ use anyhow::Context as _;
 use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_upstream::SystemResolver;
+use larkgate_upstream::config::UpstreamConfig;
+use larkgate_upstream::federate::Federation;
 
 use crate::config::Config;
 
@@ -24,6 +27,8 @@ pub(crate) struct Context {
     pub(crate) store: Arc<SqliteStore>,
     pub(crate) audit: Arc<AuditLog>,
     pub(crate) platform: Platform,
+    /// The federated upstreams, connected (or recorded as down) when the command started.
+    pub(crate) federation: Arc<Federation>,
     /// Who the command acts as: the operator, or `--as NAME`.
     pub(crate) actor: Principal,
 }
@@ -46,6 +51,17 @@ impl Context {
             .policy(config.policy)
             .record_arguments(config.audit.record_arguments)
             .build();
+        let mut upstreams = config.upstreams;
+        for record in store.upstreams().await? {
+            let stored: UpstreamConfig =
+                serde_json::from_str(&record.config).with_context(|| {
+                    format!("the stored upstream {:?} cannot be read", record.alias)
+                })?;
+            upstreams.push(stored);
+        }
+        let federation = Federation::start(&platform, upstreams, Arc::new(SystemResolver), None)
+            .await
+            .map_err(anyhow::Error::msg)?;
         let actor = match options.as_principal {
             None => Principal {
                 id: OPERATOR.to_owned(),
@@ -60,6 +76,7 @@ impl Context {
             store,
             audit,
             platform,
+            federation,
             actor,
         })
     }
@@ -71,6 +88,7 @@ impl Context {
 
     /// Flushes the audit log into the store.
     pub(crate) async fn close(self) -> anyhow::Result<()> {
+        self.federation.close().await;
         self.audit.flush().await?;
         Ok(())
     }

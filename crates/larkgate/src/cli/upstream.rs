@@ -1,0 +1,352 @@
+//! `larkgate upstream add | list | review | remove`: federated MCP servers.
+//!
+//! Upstreams come from the configuration file (`[[upstreams]]`) and from `upstream add`, which
+//! connects, lists the server's tools and reports them before it saves anything. Changing
+//! upstreams and approving changed tools is for admins.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use larkgate_platform::platform::now_ms;
+use larkgate_platform::policy::ROLE_ADMIN;
+use larkgate_store::{PinStatus, Store, UpstreamRecord};
+use larkgate_upstream::SystemResolver;
+use larkgate_upstream::client::{Revisions, UpstreamClient};
+use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
+use larkgate_upstream::federate::{audit_pin, check_and_pin};
+use larkgate_upstream::federation::{Approval, SEPARATOR, adopt};
+use larkgate_upstream::pinning::{approve, difference};
+
+use super::context::Context;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Connect to an MCP server, list its tools, and federate them as NAME__tool.
+    Add {
+        /// The alias its tools are prefixed with.
+        name: String,
+        /// Its Streamable HTTP endpoint.
+        url: String,
+        /// A header for every request, `Name=value`; `${VAR}` in the value is read from the
+        /// environment at each start, so the secret is not stored.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// A network (10.0.0.0/8) or host name this upstream may reach although not public.
+        #[arg(long = "allow", value_name = "CIDR|HOST")]
+        allow: Vec<String>,
+        /// Whether its tools need an approval.
+        #[arg(long, value_enum, default_value = "always")]
+        approval: ApprovalArg,
+        /// Speak only protocol revision 2025-11-25.
+        #[arg(long)]
+        legacy: bool,
+        /// Round-trip timeout in milliseconds (reset by progress).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// Response size limit in bytes.
+        #[arg(long, value_name = "BYTES")]
+        max_response_bytes: Option<usize>,
+        /// Tools kept from its listing.
+        #[arg(long, value_name = "N")]
+        max_tools: Option<usize>,
+    },
+    /// Every upstream: connected or why not, tools, quarantined tools.
+    List {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what changed in quarantined tools; `--approve` makes the new definitions the pins.
+    Review {
+        /// The upstream's alias.
+        name: String,
+        /// One tool (by its name at the upstream); all quarantined tools by default.
+        tool: Option<String>,
+        /// Approve the definitions shown.
+        #[arg(long)]
+        approve: bool,
+    },
+    /// Remove an upstream added with `upstream add`, and its pins.
+    Remove {
+        /// The alias.
+        name: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum ApprovalArg {
+    Always,
+    Never,
+}
+
+pub(crate) async fn run(
+    command: Command,
+    context: &Context,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    match command {
+        Command::Add {
+            name,
+            url,
+            headers,
+            allow,
+            approval,
+            legacy,
+            timeout_ms,
+            max_response_bytes,
+            max_tools,
+        } => {
+            require_admin(context, "add an upstream")?;
+            let mut header_map = BTreeMap::new();
+            for header in headers {
+                let (key, value) = header
+                    .split_once('=')
+                    .with_context(|| format!("--header {header:?} is not NAME=VALUE"))?;
+                header_map.insert(key.trim().to_owned(), value.to_owned());
+            }
+            let config = UpstreamConfig {
+                alias: name.clone(),
+                url,
+                headers: header_map,
+                allow,
+                approval: match approval {
+                    ApprovalArg::Always => Approval::Always,
+                    ApprovalArg::Never => Approval::Never,
+                },
+                revisions: if legacy {
+                    Revisions::Legacy
+                } else {
+                    Revisions::Latest
+                },
+                limits: LimitsConfig {
+                    call_timeout_ms: timeout_ms,
+                    max_response_bytes,
+                    max_tools,
+                    ..LimitsConfig::default()
+                },
+            };
+            add(context, config, out).await
+        }
+        Command::List { json } => {
+            let statuses: Vec<_> = context
+                .federation
+                .upstreams()
+                .iter()
+                .map(|u| u.status())
+                .collect();
+            if json {
+                serde_json::to_writer_pretty(&mut *out, &statuses)?;
+                writeln!(out)?;
+                return Ok(());
+            }
+            if statuses.is_empty() {
+                writeln!(
+                    out,
+                    "no upstreams; add one with `larkgate upstream add NAME URL`"
+                )?;
+            }
+            for s in statuses {
+                if s.connected {
+                    writeln!(
+                        out,
+                        "{}  {}  connected ({}, {}): {} tools{}{}{}",
+                        s.alias,
+                        s.url,
+                        s.server.as_deref().unwrap_or("unnamed server"),
+                        s.protocol.as_deref().unwrap_or("?"),
+                        s.tools,
+                        if s.quarantined.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", quarantined until reviewed: {}", s.quarantined.join(", "))
+                        },
+                        if s.dropped > 0 {
+                            format!(", {} dropped over max_tools", s.dropped)
+                        } else {
+                            String::new()
+                        },
+                        if s.invalid.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", invalid names dropped: {}", s.invalid.join(", "))
+                        },
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}  {}  down: {}",
+                        s.alias,
+                        s.url,
+                        s.down_because.as_deref().unwrap_or("not connected")
+                    )?;
+                }
+            }
+            Ok(())
+        }
+        Command::Review {
+            name,
+            tool,
+            approve: approving,
+        } => {
+            if approving {
+                require_admin(context, "approve a changed tool")?;
+            }
+            let pins = context.store.pins(&name).await?;
+            let quarantined: Vec<_> = pins
+                .into_iter()
+                .filter(|p| p.status == PinStatus::Quarantined)
+                .filter(|p| tool.as_ref().is_none_or(|t| *t == p.tool))
+                .collect();
+            if quarantined.is_empty() {
+                writeln!(out, "{name}: nothing is quarantined")?;
+                return Ok(());
+            }
+            let mut approved = Vec::new();
+            for pin in &quarantined {
+                let what = if pin.hash.is_empty() {
+                    "a new tool"
+                } else {
+                    "a changed tool"
+                };
+                writeln!(out, "{name}{SEPARATOR}{} ({what}):", pin.tool)?;
+                write!(out, "{}", difference(pin))?;
+                if approving && let Some(next) = approve(pin, &context.actor.id, now_ms()) {
+                    audit_pin(
+                        &context.platform,
+                        &context.actor.id,
+                        &name,
+                        &pin.tool,
+                        "tool_approved",
+                        &next.hash,
+                    )
+                    .map_err(anyhow::Error::msg)?;
+                    approved.push(next);
+                }
+            }
+            if approving {
+                let count = approved.len();
+                context.store.save_pins(approved).await?;
+                writeln!(
+                    out,
+                    "approved {count}; the tools are usable from the next start"
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "approve with `larkgate upstream review {name} --approve`"
+                )?;
+            }
+            Ok(())
+        }
+        Command::Remove { name } => {
+            require_admin(context, "remove an upstream")?;
+            if context.store.remove_upstream(&name).await? {
+                writeln!(out, "removed {name} and its pins")?;
+                Ok(())
+            } else if context.federation.upstream(&name).is_some() {
+                bail!("{name} is configured in the configuration file; remove it there")
+            } else {
+                bail!("there is no upstream {name:?}")
+            }
+        }
+    }
+}
+
+fn require_admin(context: &Context, what: &str) -> anyhow::Result<()> {
+    if !context.actor_has(ROLE_ADMIN) {
+        bail!(
+            "{} may not {what}: it needs the admin role",
+            context.actor.id
+        );
+    }
+    Ok(())
+}
+
+async fn add(
+    context: &Context,
+    config: UpstreamConfig,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    config.validate().map_err(anyhow::Error::msg)?;
+    let alias = config.alias.clone();
+    if context.federation.upstream(&alias).is_some() {
+        bail!("an upstream named {alias:?} exists already");
+    }
+    context
+        .platform
+        .registry()
+        .check_alias(&alias)
+        .map_err(|e| anyhow::anyhow!("{alias:?} cannot be an alias: {e}"))?;
+    // Connect and list before anything is saved.
+    let endpoint = config
+        .endpoint(|name| std::env::var(name).ok())
+        .map_err(anyhow::Error::msg)?;
+    let guard = Arc::new(config.guard(None).map_err(anyhow::Error::msg)?);
+    let client = UpstreamClient::connect(&endpoint, guard, Arc::new(SystemResolver))
+        .await
+        .with_context(|| format!("{alias}: cannot connect to {}", config.url))?;
+    let tools = client
+        .list_tools()
+        .await
+        .with_context(|| format!("{alias}: cannot list its tools"))?;
+    let adoption = adopt(&alias, &tools, config.approval);
+    writeln!(
+        out,
+        "{alias}: {} ({}), {} tools",
+        client.server_info().map_or_else(
+            || "unnamed server".to_owned(),
+            |i| format!("{} {}", i.name, i.version)
+        ),
+        client
+            .protocol_version()
+            .map_or_else(|| "?".to_owned(), |v| v.to_string()),
+        adoption.specs.len()
+    )?;
+    for spec in &adoption.specs {
+        writeln!(
+            out,
+            "  {}{}",
+            spec.name,
+            if spec.read_only {
+                "  (declares read-only: drafts may call it)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    for (name, why) in &adoption.invalid {
+        writeln!(out, "  dropped {name:?}: {why}")?;
+    }
+    if client.dropped_tools() > 0 {
+        writeln!(
+            out,
+            "  dropped {} tools over the max_tools limit",
+            client.dropped_tools()
+        )?;
+    }
+    writeln!(
+        out,
+        "approval: {}",
+        match config.approval {
+            Approval::Always => "every call needs an approver's approval",
+            Approval::Never => "the policy's approval patterns decide",
+        }
+    )?;
+    context
+        .store
+        .save_upstream(UpstreamRecord {
+            alias: alias.clone(),
+            config: serde_json::to_string(&config)?,
+            added_by: context.actor.id.clone(),
+            added_at_ms: now_ms(),
+        })
+        .await?;
+    check_and_pin(&context.platform, &alias, config.approval, &tools)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    client.close().await;
+    writeln!(out, "saved; its tool definitions are pinned")?;
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! `larkgate upstream ...` and federated tools from the command line, against a server built
+//! with the official Python SDK: adding (refused for a private URL unless allowed), listing,
+//! calling through the approval gate, a published script calling an upstream tool, an
+//! upstream that is down.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use crate::{fails, larkgate_in, ok, stderr, stdout};
+
+/// The weather peer of the upstream crate's tests, killed when dropped.
+struct Peer {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn weather() -> Peer {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".cache/py/bin/python"));
+    assert!(
+        python.exists(),
+        "run the tests with scripts/test (it installs the Python SDK)"
+    );
+    let mut child = Command::new(python)
+        .arg(root.join("crates/larkgate-upstream/tests/peers/weather_server.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    Peer {
+        url: format!("http://127.0.0.1:{}/mcp", port.trim()),
+        child,
+    }
+}
+
+const POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.forecaster]
+call = ["weather__forecast"]
+"#;
+
+/// The approval id in an `approval_required` refusal.
+fn approval_id(text: &str) -> String {
+    let start = text.find("(id ").expect("an approval id") + 4;
+    text[start..start + text[start..].find(')').unwrap()].to_owned()
+}
+
+#[test]
+fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
+    let peer = weather();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("larkgate.toml"), POLICY).unwrap();
+
+    // A private URL is refused unless the operator allows it.
+    let refused = fails(dir, &["upstream", "add", "weather", &peer.url]);
+    assert!(refused.contains("not a public address"), "{refused}");
+    assert!(refused.contains("--allow"), "{refused}");
+
+    let added = ok(
+        dir,
+        &[
+            "upstream",
+            "add",
+            "weather",
+            &peer.url,
+            "--allow",
+            "127.0.0.1",
+        ],
+    );
+    assert!(added.contains("weather-peer"), "{added}");
+    assert!(
+        added.contains("weather__forecast  (declares read-only"),
+        "{added}"
+    );
+    assert!(
+        added.contains("every call needs an approver's approval"),
+        "{added}"
+    );
+    let listed = ok(dir, &["upstream", "list"]);
+    assert!(listed.contains("connected"), "{listed}");
+    assert!(listed.contains("6 tools"), "{listed}");
+
+    // Read-only or not, an `always` upstream's tool waits for an approver.
+    ok(dir, &["principal", "add", "alice", "--roles", "approver"]);
+    let gated = fails(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
+    assert!(gated.contains("approval_required"), "{gated}");
+    ok(
+        dir,
+        &[
+            "--as",
+            "alice",
+            "approvals",
+            "approve",
+            &approval_id(&gated),
+        ],
+    );
+    let called = ok(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
+    assert!(called.contains("sunny in Oslo"), "{called}");
+
+    // A published script reaches it as weather.forecast(...), as itself, through the gate.
+    std::fs::write(
+        dir.join("trip.star"),
+        "def main(*, city: str):\n    \"\"\"Plans a trip.\"\"\"\n    return weather.forecast(city = city, days = 2)\n",
+    )
+    .unwrap();
+    ok(
+        dir,
+        &["principal", "add", "ada", "--roles", "author,forecaster"],
+    );
+    ok(dir, &["principal", "add", "pat", "--roles", "publisher"]);
+    ok(dir, &["--as", "ada", "script", "save", "trip", "trip.star"]);
+    ok(dir, &["--as", "pat", "script", "publish", "trip"]);
+    let first = larkgate_in(dir, &["run", "--script", "trip", "--arg", "city=Rome"]);
+    assert!(!first.status.success());
+    let err = stderr(&first);
+    assert!(err.contains("approval_required"), "{err}");
+    ok(
+        dir,
+        &["--as", "alice", "approvals", "approve", &approval_id(&err)],
+    );
+    let second = larkgate_in(dir, &["run", "--script", "trip", "--arg", "city=Rome"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        stdout(&second).contains("sunny in Rome for 2 day(s)"),
+        "{}",
+        stdout(&second)
+    );
+    let tail = ok(dir, &["audit", "tail", "--principal", "script:trip"]);
+    assert!(
+        tail.contains("weather__forecast -> ok [published]"),
+        "{tail}"
+    );
+
+    // The server goes away: its tools are absent and `upstream list` says why.
+    drop(peer);
+    let listed = ok(dir, &["upstream", "list"]);
+    assert!(listed.contains("down:"), "{listed}");
+    let gone = fails(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
+    assert!(gone.contains("not_found"), "{gone}");
+}
