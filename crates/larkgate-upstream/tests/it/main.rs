@@ -2,6 +2,7 @@
 
 mod federation;
 mod guard;
+mod hostile;
 mod peer;
 mod pinning;
 mod python;
