@@ -90,6 +90,8 @@ pub enum UpstreamError {
 #[derive(Debug, Default)]
 struct Handler {
     tools_changed: Arc<AtomicBool>,
+    /// The version `initialize` offers: 2025-11-25 when only that revision is wanted.
+    legacy: bool,
 }
 
 impl ClientHandler for Handler {
@@ -98,10 +100,14 @@ impl ClientHandler for Handler {
     }
 
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
+        let mut config = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("larkgate", env!("CARGO_PKG_VERSION")),
-        )
+        );
+        if self.legacy {
+            config.protocol_version = ProtocolVersion::V_2025_11_25;
+        }
+        config
     }
 }
 
@@ -169,6 +175,7 @@ impl UpstreamClient {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let handler = Handler {
             tools_changed: tools_changed.clone(),
+            legacy: endpoint.revisions == Revisions::Legacy,
         };
         let lifecycle = match endpoint.revisions {
             Revisions::Latest => ClientLifecycleMode::Auto {
