@@ -34,6 +34,8 @@ pub(crate) enum Scenario {
     ManyTools,
     /// `tools/list` always returns the same next cursor.
     RepeatingCursor,
+    /// Sessions: `initialize` opens `s<n>`; a request on any other session gets a 404.
+    Sessions,
 }
 
 #[derive(Clone)]
@@ -42,6 +44,13 @@ struct Server {
     location: Arc<Mutex<String>>,
     hits: Arc<AtomicUsize>,
     description: Arc<Mutex<String>>,
+    /// For `Sessions`: the number of the one live session (0: none).
+    session: Arc<AtomicUsize>,
+    /// For `Sessions`: `initialize` requests and `DELETE`s seen.
+    initializes: Arc<AtomicUsize>,
+    deletes: Arc<AtomicUsize>,
+    /// For `Sessions`: the last `initialize` request.
+    initialize_body: Arc<Mutex<String>>,
 }
 
 fn rpc_result(id: &Value, result: Value) -> Response<Body> {
@@ -58,10 +67,40 @@ fn rpc_result(id: &Value, result: Value) -> Response<Body> {
 async fn handle(
     State(server): State<Server>,
     uri: axum::http::Uri,
-    _headers: HeaderMap,
+    headers: HeaderMap,
     body: String,
 ) -> Response<Body> {
     server.hits.fetch_add(1, Ordering::SeqCst);
+    if server.scenario == Scenario::Sessions {
+        let live = format!("s{}", server.session.load(Ordering::SeqCst));
+        let sent = headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        let initialize = body.contains("\"initialize\"");
+        if initialize {
+            let n = server.initializes.fetch_add(1, Ordering::SeqCst) + 1;
+            *server.initialize_body.lock().unwrap() = body.clone();
+            server.session.store(n, Ordering::SeqCst);
+            let message: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "sessions", "version": "1"}
+            }});
+            return Response::builder()
+                .header("content-type", "application/json")
+                .header("mcp-session-id", format!("s{n}"))
+                .body(Body::from(reply.to_string()))
+                .unwrap();
+        }
+        if sent != live {
+            return Response::builder()
+                .status(StatusCode::NOT_FOUND)
+                .body(Body::empty())
+                .unwrap();
+        }
+    }
     if server.scenario == Scenario::Redirect && uri.path() == "/mcp" {
         return Response::builder()
             .status(StatusCode::TEMPORARY_REDIRECT)
@@ -152,28 +191,92 @@ pub(crate) async fn serve_described(
         location: Arc::new(Mutex::new(location.to_owned())),
         hits: Arc::new(AtomicUsize::new(0)),
         description,
+        session: Arc::new(AtomicUsize::new(0)),
+        initializes: Arc::new(AtomicUsize::new(0)),
+        deletes: Arc::new(AtomicUsize::new(0)),
+        initialize_body: Arc::new(Mutex::new(String::new())),
     };
     let hits = server.hits.clone();
-    let app = Router::new()
-        .route("/mcp", post(handle))
-        .route("/other", post(handle))
-        .with_state(server);
+    let app = router(server);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (addr, hits)
 }
 
-/// A plain server on a given listener (for a server that comes up late).
-pub(crate) fn serve_on(listener: tokio::net::TcpListener) {
-    let server = Server {
-        scenario: Scenario::Plain,
+fn router(server: Server) -> Router {
+    async fn delete(State(server): State<Server>) -> StatusCode {
+        server.deletes.fetch_add(1, Ordering::SeqCst);
+        StatusCode::OK
+    }
+    Router::new()
+        .route("/mcp", post(handle).delete(delete))
+        .route("/other", post(handle))
+        .with_state(server)
+}
+
+fn plain_server(scenario: Scenario) -> Server {
+    Server {
+        scenario,
         location: Arc::new(Mutex::new(String::new())),
         hits: Arc::new(AtomicUsize::new(0)),
         description: Arc::new(Mutex::new("A tool.".into())),
-    };
-    let app = Router::new().route("/mcp", post(handle)).with_state(server);
+        session: Arc::new(AtomicUsize::new(0)),
+        initializes: Arc::new(AtomicUsize::new(0)),
+        deletes: Arc::new(AtomicUsize::new(0)),
+        initialize_body: Arc::new(Mutex::new(String::new())),
+    }
+}
+
+/// A plain server on a given listener (for a server that comes up late).
+pub(crate) fn serve_on(listener: tokio::net::TcpListener) {
+    let app = router(plain_server(Scenario::Plain));
     tokio::spawn(async move { axum::serve(listener, app).await });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_session_is_initialised_once_more_and_closed_with_delete() {
+    let server = plain_server(Scenario::Sessions);
+    let (session, initializes, deletes, initialize_body) = (
+        server.session.clone(),
+        server.initializes.clone(),
+        server.deletes.clone(),
+        server.initialize_body.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = router(server);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let client = connect(format!("http://{addr}/mcp"), UpstreamLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(client.list_tools().await.unwrap().len(), 1);
+    assert_eq!(initializes.load(Ordering::SeqCst), 1);
+    // larkgate asks nothing of upstreams: no sampling, no elicitation, no roots.
+    let initialize: Value = serde_json::from_str(&initialize_body.lock().unwrap()).unwrap();
+    assert_eq!(
+        initialize["params"]["capabilities"],
+        json!({}),
+        "{initialize}"
+    );
+    assert_eq!(initialize["params"]["protocolVersion"], "2025-11-25");
+    assert_eq!(initialize["params"]["clientInfo"]["name"], "larkgate");
+    // The server forgets the session: the next request gets a 404, the client initialises
+    // once more and retries.
+    session.store(99, Ordering::SeqCst);
+    let result = client
+        .call_tool("t0", serde_json::Map::new())
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true));
+    assert_eq!(initializes.load(Ordering::SeqCst), 2);
+    client.close().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while deletes.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no DELETE on close");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 fn endpoint(url: String, limits: UpstreamLimits) -> Endpoint {
