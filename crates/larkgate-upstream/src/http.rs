@@ -99,8 +99,13 @@ pub struct GuardedHttp {
 }
 
 impl GuardedHttp {
-    /// Wraps a client from [`build_client`] (the only way to make one).
-    pub fn new(client: reqwest::Client, guard: Arc<UrlGuard>, max_stream_bytes: usize) -> Self {
+    /// Wraps a client from [`build_client`]. Crate-private: no caller can hand the transport
+    /// a client built any other way.
+    pub(crate) fn new(
+        client: reqwest::Client,
+        guard: Arc<UrlGuard>,
+        max_stream_bytes: usize,
+    ) -> Self {
         GuardedHttp {
             client,
             guard,

@@ -444,3 +444,55 @@ async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
     assert!(federation.upstream("late").unwrap().status().connected);
     maintenance.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
+    use larkgate_upstream::config::UpstreamConfig;
+    use larkgate_upstream::federate::Federation;
+
+    let peer = weather(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
+        .await
+        .unwrap();
+    let platform = Platform::builder(store, audit)
+        .unwrap()
+        .policy(toml::from_str(POLICY).unwrap())
+        .build();
+    let config = UpstreamConfig {
+        alias: "weather".into(),
+        url: peer.url.clone(),
+        headers: BTreeMap::new(),
+        allow: vec!["127.0.0.1".into()],
+        approval: Approval::Never,
+        revisions: Revisions::Legacy,
+        limits: Default::default(),
+    };
+    let federation = Federation::start(&platform, vec![config], Arc::new(SystemResolver), None)
+        .await
+        .unwrap();
+    let maintenance = federation.maintain();
+    assert!(platform.registry().get("weather__extra").is_none());
+    let agent = principal("agent-1", &["agent"]);
+    let run = RunContext {
+        principal: agent,
+        run_id: None,
+        kind: RunKind::Direct,
+        depth: 0,
+    };
+    let (caller, teardown) = larkgate_session::connect(&platform, run, "test", Limits::default())
+        .await
+        .unwrap();
+    caller.call_tool("weather__grow", Map::new()).await.unwrap();
+    teardown.close().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while platform.registry().get("weather__extra").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new tool never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    maintenance.abort();
+}

@@ -1,5 +1,6 @@
 //! larkgate-upstream's integration tests.
 
+mod config;
 mod federation;
 mod guard;
 mod hostile;

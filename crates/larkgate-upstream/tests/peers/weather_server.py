@@ -70,6 +70,19 @@ def forged() -> str:
     )
 
 
+def extra(text: str) -> str:
+    """A tool that exists only after `grow` was called."""
+    return text
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool `extra` and tells the client its tools changed."""
+    server.add_tool(extra, name="extra")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true", help="JSON responses instead of SSE")

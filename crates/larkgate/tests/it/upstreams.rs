@@ -94,7 +94,7 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
     );
     let listed = ok(dir, &["upstream", "list"]);
     assert!(listed.contains("connected"), "{listed}");
-    assert!(listed.contains("6 tools"), "{listed}");
+    assert!(listed.contains("7 tools"), "{listed}");
 
     // Read-only or not, an `always` upstream's tool waits for an approver.
     ok(dir, &["principal", "add", "alice", "--roles", "approver"]);
@@ -146,6 +146,41 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
         tail.contains("weather__forecast -> ok [published]"),
         "{tail}"
     );
+
+    // The server adds a tool: on the next start it is quarantined until an admin reviews it.
+    let grow = fails(dir, &["call", "weather__grow"]);
+    ok(
+        dir,
+        &["--as", "alice", "approvals", "approve", &approval_id(&grow)],
+    );
+    ok(dir, &["call", "weather__grow"]);
+    let listed = ok(dir, &["upstream", "list"]);
+    assert!(
+        listed.contains("quarantined until reviewed: extra"),
+        "{listed}"
+    );
+    let hidden = fails(dir, &["call", "weather__extra", "--arg", "text=hi"]);
+    assert!(hidden.contains("not_found"), "{hidden}");
+    let review = ok(dir, &["upstream", "review", "weather"]);
+    assert!(review.contains("weather__extra (a new tool)"), "{review}");
+    assert!(review.contains("+  \"name\": \"extra\""), "{review}");
+    let refused = fails(
+        dir,
+        &[
+            "--as",
+            "alice",
+            "upstream",
+            "review",
+            "weather",
+            "--approve",
+        ],
+    );
+    assert!(refused.contains("needs the admin role"), "{refused}");
+    assert!(ok(dir, &["upstream", "review", "weather", "--approve"]).contains("approved 1"));
+    let gated = fails(dir, &["call", "weather__extra", "--arg", "text=hi"]);
+    assert!(gated.contains("approval_required"), "{gated}");
+    let events = ok(dir, &["audit", "tail", "--principal", "operator"]);
+    assert!(events.contains("tool_approved"), "{events}");
 
     // The server goes away: its tools are absent and `upstream list` says why.
     drop(peer);
