@@ -144,6 +144,22 @@ async fn a_slow_call_times_out_and_the_client_keeps_working() {
         .unwrap_err();
     assert!(matches!(error, UpstreamError::Timeout(_)), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // The call was cancelled at the server, not abandoned.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let count = client
+            .call_tool("cancelled", serde_json::Map::new())
+            .await
+            .unwrap();
+        if text_of(&count) == "1" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never saw a cancellation"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let fine = client
         .call_tool("slow", args(json!({"seconds": 0})))
         .await

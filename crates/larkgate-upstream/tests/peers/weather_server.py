@@ -40,11 +40,24 @@ def explode(reason: str) -> str:
     raise ToolError(f"exploded: {reason}")
 
 
+CANCELLED = []
+
+
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def slow(seconds: float) -> str:
-    """Sleeps, then answers."""
-    await asyncio.sleep(seconds)
+    """Sleeps, then answers; remembers being cancelled."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        CANCELLED.append(seconds)
+        raise
     return "done"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def cancelled() -> int:
+    """How many `slow` calls were cancelled."""
+    return len(CANCELLED)
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

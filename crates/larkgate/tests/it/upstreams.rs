@@ -94,7 +94,7 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
     );
     let listed = ok(dir, &["upstream", "list"]);
     assert!(listed.contains("connected"), "{listed}");
-    assert!(listed.contains("7 tools"), "{listed}");
+    assert!(listed.contains("8 tools"), "{listed}");
 
     // Read-only or not, an `always` upstream's tool waits for an approver.
     ok(dir, &["principal", "add", "alice", "--roles", "approver"]);
