@@ -92,7 +92,17 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
         added.contains("every call needs an approver's approval"),
         "{added}"
     );
-    let listed = ok(dir, &["upstream", "list"]);
+    // Proxy variables are ignored: a proxy would resolve and connect out of the guard's sight.
+    let proxied = Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir)
+        .args(["upstream", "list"])
+        .env("HTTP_PROXY", "http://127.0.0.1:9")
+        .env("http_proxy", "http://127.0.0.1:9")
+        .env("HTTPS_PROXY", "http://127.0.0.1:9")
+        .env("ALL_PROXY", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let listed = stdout(&proxied);
     assert!(listed.contains("connected"), "{listed}");
     assert!(listed.contains("8 tools"), "{listed}");
 
