@@ -19,6 +19,15 @@ fn main() -> ExitCode {
         return larkgate_script::worker::worker_main();
     }
     let args = cli::Cli::parse();
+    // Diagnostics go to stderr: warnings (an upstream down, a tool quarantined or dropped) and
+    // the upstreams' allow-lists at start. `RUST_LOG` overrides, e.g. `RUST_LOG=debug`.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,larkgate_upstream=info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -104,6 +104,13 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
         .unwrap();
     let listed = stdout(&proxied);
     assert!(listed.contains("connected"), "{listed}");
+    // The allow-list is logged at start.
+    let log = stderr(&proxied);
+    assert!(
+        log.contains("an upstream may reach these non-public targets"),
+        "{log}"
+    );
+    assert!(log.contains("127.0.0.1"), "{log}");
     assert!(listed.contains("8 tools"), "{listed}");
 
     // Read-only or not, an `always` upstream's tool waits for an approver.
@@ -194,8 +201,13 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
 
     // The server goes away: its tools are absent and `upstream list` says why.
     drop(peer);
-    let listed = ok(dir, &["upstream", "list"]);
-    assert!(listed.contains("down:"), "{listed}");
+    let down = larkgate_in(dir, &["upstream", "list"]);
+    assert!(stdout(&down).contains("down:"), "{}", stdout(&down));
+    assert!(
+        stderr(&down).contains("an upstream is down"),
+        "{}",
+        stderr(&down)
+    );
     let gone = fails(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
     assert!(gone.contains("not_found"), "{gone}");
 }
