@@ -139,6 +139,7 @@ pub struct Endpoint {
 pub struct UpstreamClient {
     service: RunningService<RoleClient, Handler>,
     limits: UpstreamLimits,
+    overflowed: Arc<AtomicBool>,
     tools_changed: Arc<AtomicBool>,
     dropped: AtomicUsize,
 }
@@ -165,6 +166,7 @@ impl UpstreamClient {
         let client = build_client(guard.clone(), resolver, &url, limits.connect_timeout)
             .map_err(|e| UpstreamError::Config(e.to_string()))?;
         let http = GuardedHttp::new(client, guard, limits.max_response_bytes);
+        let overflowed = http.overflowed();
         let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
         config.custom_headers = headers(&endpoint.headers)?;
         config.max_json_response_size = limits.max_response_bytes;
@@ -194,6 +196,7 @@ impl UpstreamClient {
         Ok(UpstreamClient {
             service,
             limits,
+            overflowed,
             tools_changed,
             dropped: AtomicUsize::new(0),
         })
@@ -211,6 +214,12 @@ impl UpstreamClient {
         self.service
             .peer_info()
             .map(|info| info.protocol_version.clone())
+    }
+
+    /// Whether the connection is gone (the server closed it, or a response broke a limit and
+    /// the transport was closed): the upstream must be connected again.
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed() || self.service.peer().is_transport_closed()
     }
 
     /// Whether the server said its tools changed since the last listing.
@@ -326,16 +335,23 @@ impl UpstreamClient {
         let mut options = PeerRequestOptions::with_timeout(self.limits.call_timeout);
         options.reset_timeout_on_progress = progress;
         options.max_total_timeout = Some(self.limits.total_timeout);
+        let limits = self.limits;
+        let named = |error: ServiceError| {
+            if self.overflowed.swap(false, Ordering::SeqCst) {
+                UpstreamError::TooLarge {
+                    limit: limits.max_response_bytes,
+                }
+            } else {
+                classify(error, limits)
+            }
+        };
         let handle = self
             .service
             .peer()
             .send_request_with_option(request, options)
             .await
-            .map_err(|e| classify(e, self.limits))?;
-        handle
-            .await_response()
-            .await
-            .map_err(|e| classify(e, self.limits))
+            .map_err(named)?;
+        handle.await_response().await.map_err(named)
     }
 
     /// Closes the connection (a 2025-11-25 session is deleted).

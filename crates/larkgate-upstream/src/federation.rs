@@ -183,10 +183,16 @@ impl ToolHandler for UpstreamTool {
             .with_hint("larkgate reconnects by itself; `larkgate upstream list` shows its state"));
         };
         let arguments = larkgate_binding::map_to_json(&arguments);
-        let result = client
-            .call_tool(&self.original, arguments)
-            .await
-            .map_err(|e| refusal(&self.alias, &name, e))?;
+        let result = match client.call_tool(&self.original, arguments).await {
+            Ok(result) => result,
+            Err(error) => {
+                if client.is_closed() {
+                    // The connection is gone: mark the upstream down so it is reconnected.
+                    self.link.down(format!("the connection was lost: {error}"));
+                }
+                return Err(refusal(&self.alias, &name, error));
+            }
+        };
         result_map(&name, &result, self.limits)
     }
 }

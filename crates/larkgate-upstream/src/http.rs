@@ -96,6 +96,9 @@ pub struct GuardedHttp {
     client: reqwest::Client,
     guard: Arc<UrlGuard>,
     max_stream_bytes: usize,
+    /// Set when a stream went over the cap. rmcp reports a broken stream only as a closed
+    /// transport; this lets the client name the limit.
+    overflowed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl GuardedHttp {
@@ -110,7 +113,13 @@ impl GuardedHttp {
             client,
             guard,
             max_stream_bytes,
+            overflowed: Arc::default(),
         }
+    }
+
+    /// Set once any response stream went over the byte cap.
+    pub(crate) fn overflowed(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        Arc::clone(&self.overflowed)
     }
 
     fn check(&self, uri: &str) -> Result<(), StreamableHttpError<HttpError>> {
@@ -132,6 +141,7 @@ impl GuardedHttp {
         stream: rmcp::transport::common::client_side_sse::BoxedSseResponse,
     ) -> rmcp::transport::common::client_side_sse::BoxedSseResponse {
         let limit = self.max_stream_bytes;
+        let overflowed = Arc::clone(&self.overflowed);
         let seen = Arc::new(AtomicUsize::new(0));
         let mut over = false;
         stream
@@ -142,6 +152,7 @@ impl GuardedHttp {
                     + sse.id.as_ref().map_or(0, String::len);
                 let total = seen.fetch_add(size, Ordering::Relaxed) + size;
                 if total > limit {
+                    overflowed.store(true, Ordering::SeqCst);
                     return Err(sse_stream::Error::Body(Box::new(
                         HttpError::ResponseTooLarge { limit },
                     )));

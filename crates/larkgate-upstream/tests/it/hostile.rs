@@ -30,6 +30,8 @@ pub(crate) enum Scenario {
     Redirect,
     /// `tools/call` opens an SSE stream that only ever sends comments.
     EndlessSse,
+    /// `tools/call` opens an SSE stream of small notifications that never ends.
+    Flood,
     /// 100,000 tools in pages of 5,000.
     ManyTools,
     /// `tools/list` always returns the same next cursor.
@@ -161,6 +163,15 @@ async fn handle(
                     (),
                 ))
             });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .header("mcp-session-id", "hostile-session")
+                .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        "tools/call" if server.scenario == Scenario::Flood => {
+            let event = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"still going\"}}\n\n";
+            let stream = futures::stream::repeat_with(move || Ok::<_, std::io::Error>(event));
             Response::builder()
                 .header("content-type", "text/event-stream")
                 .header("mcp-session-id", "hostile-session")
@@ -375,22 +386,30 @@ async fn a_name_that_rebinds_to_a_private_address_is_refused_on_the_next_connect
     .await
     .unwrap();
     assert_eq!(client.list_tools().await.unwrap().len(), 1);
-    // The name now answers privately. The server closes every connection, so the next call
-    // resolves the name again — and is refused before anything is sent.
+    // The name now answers privately. The server closes every connection after answering,
+    // so once the connections already open are used up (they go to the vetted address), the
+    // next request resolves the name again — and is refused before anything is sent.
     *resolver.answer.lock().unwrap() = "10.0.0.1".parse().unwrap();
     let lookups = resolver.lookups.load(Ordering::SeqCst);
-    let before = hits.load(Ordering::SeqCst);
-    let error = client
-        .call_tool("t0", serde_json::Map::new())
-        .await
-        .unwrap_err();
+    let mut refused = None;
+    for _ in 0..10 {
+        let before = hits.load(Ordering::SeqCst);
+        match client.call_tool("t0", serde_json::Map::new()).await {
+            Ok(_) => assert_eq!(hits.load(Ordering::SeqCst), before + 1),
+            Err(error) => {
+                assert_eq!(
+                    hits.load(Ordering::SeqCst),
+                    before,
+                    "nothing reached a server"
+                );
+                refused = Some(error);
+                break;
+            }
+        }
+    }
+    let error = refused.expect("a request on a new connection is refused");
     assert!(matches!(error, UpstreamError::Unavailable(_)), "{error}");
     assert!(resolver.lookups.load(Ordering::SeqCst) > lookups);
-    assert_eq!(
-        hits.load(Ordering::SeqCst),
-        before,
-        "nothing reached a server"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -408,6 +427,38 @@ async fn an_sse_stream_that_never_ends_times_out() {
         .unwrap_err();
     assert!(matches!(error, UpstreamError::Timeout(_)), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_small_sse_events_is_stopped_by_the_whole_stream_limit() {
+    let (addr, _) = serve(Scenario::Flood, "").await;
+    let limits = UpstreamLimits {
+        max_response_bytes: 64 * 1024,
+        call_timeout: Duration::from_secs(20),
+        ..UpstreamLimits::default()
+    };
+    let client = connect(format!("http://{addr}/mcp"), limits).await.unwrap();
+    let started = std::time::Instant::now();
+    let error = client
+        .call_tool("t0", serde_json::Map::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, UpstreamError::TooLarge { limit: 65536 }),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped by bytes, not time"
+    );
+    // The connection survives: other requests work, and the next flood is refused alike.
+    assert_eq!(client.list_tools().await.unwrap().len(), 1);
+    let again = client
+        .call_tool("t0", serde_json::Map::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(again, UpstreamError::TooLarge { .. }), "{again}");
+    assert!(!client.is_closed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
