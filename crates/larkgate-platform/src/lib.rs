@@ -30,6 +30,7 @@ pub mod ratelimit;
 pub mod registry;
 pub mod server;
 pub mod session;
+pub mod tokens;
 
 pub use capability::{Annotations, CapabilityInfo, Declared, Listing};
 pub use envelope::{Code, Refusal};

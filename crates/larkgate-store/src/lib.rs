@@ -15,7 +15,8 @@ mod sqlite;
 
 pub use model::{
     Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, PinStatus,
-    Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, ToolPin, UpstreamRecord,
+    Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, TokenRecord, ToolPin,
+    UpstreamRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -171,6 +172,18 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn pins(&self, alias: &str) -> Result<Vec<ToolPin>>;
     /// Saves pins (inserting or replacing each by alias and tool) in one transaction.
     async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()>;
+
+    // ---- tokens ----
+
+    /// Stores a new token.
+    async fn add_token(&self, token: TokenRecord) -> Result<()>;
+    /// One token by id.
+    async fn token(&self, id: &str) -> Result<Option<TokenRecord>>;
+    /// Tokens, all or one principal's, oldest first.
+    async fn tokens(&self, principal: Option<&str>) -> Result<Vec<TokenRecord>>;
+    /// Revokes a token at `now_ms`; `false` if there is no such token (revoking twice keeps
+    /// the first time).
+    async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool>;
 
     // ---- audit ----
 

@@ -383,3 +383,22 @@ pub struct ToolPin {
     /// When it last changed (Unix ms).
     pub updated_at_ms: i64,
 }
+
+/// A bearer token as stored: never its secret, only the secret's SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// The token's public id (the part of the token before its secret).
+    pub id: String,
+    /// The principal it authenticates.
+    pub principal: String,
+    /// SHA-256 (hex) of the secret.
+    pub secret_hash: String,
+    /// Who created it.
+    pub created_by: String,
+    /// When (Unix ms).
+    pub created_at_ms: i64,
+    /// When it stops working, if ever.
+    pub expires_at_ms: Option<i64>,
+    /// When it was revoked, if it was.
+    pub revoked_at_ms: Option<i64>,
+}

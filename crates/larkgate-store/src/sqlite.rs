@@ -18,7 +18,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::{
     Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
-    PrincipalKind, Result, Run, ScriptVersion, Store, StoreError, ToolPin, UpstreamRecord,
+    PrincipalKind, Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin,
+    UpstreamRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -185,6 +186,21 @@ fn audit_from_row(row: &Row<'_>) -> rusqlite::Result<AuditRecord> {
 }
 
 /// SQLite integers are signed; sequences and durations are far below 2^63.
+const TOKEN_COLUMNS: &str =
+    "id, principal, secret_hash, created_by, created_at_ms, expires_at_ms, revoked_at_ms";
+
+fn token_from_row(row: &Row<'_>) -> rusqlite::Result<TokenRecord> {
+    Ok(TokenRecord {
+        id: row.get(0)?,
+        principal: row.get(1)?,
+        secret_hash: row.get(2)?,
+        created_by: row.get(3)?,
+        created_at_ms: row.get(4)?,
+        expires_at_ms: row.get(5)?,
+        revoked_at_ms: row.get(6)?,
+    })
+}
+
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -618,6 +634,65 @@ impl Store for SqliteStore {
 
     async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()> {
         self.with(move |c| upstreams::save_pins(c, &pins)).await
+    }
+
+    async fn add_token(&self, token: TokenRecord) -> Result<()> {
+        self.with(move |c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                ),
+                params![
+                    token.id,
+                    token.principal,
+                    token.secret_hash,
+                    token.created_by,
+                    token.created_at_ms,
+                    token.expires_at_ms,
+                    token.revoked_at_ms
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
+        let id = id.to_owned();
+        self.with(move |c| {
+            Ok(c.query_row(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
+                params![id],
+                token_from_row,
+            )
+            .optional()?)
+        })
+        .await
+    }
+
+    async fn tokens(&self, principal: Option<&str>) -> Result<Vec<TokenRecord>> {
+        let principal = principal.map(str::to_owned);
+        self.with(move |c| {
+            let mut statement = c.prepare(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM tokens \
+                 WHERE ?1 IS NULL OR principal = ?1 ORDER BY created_at_ms, id"
+            ))?;
+            let rows = statement.query_map(params![principal], token_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+        .await
+    }
+
+    async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool> {
+        let id = id.to_owned();
+        self.with(move |c| {
+            let exists = c.execute(
+                "UPDATE tokens SET revoked_at_ms = COALESCE(revoked_at_ms, ?2) WHERE id = ?1",
+                params![id, now_ms],
+            )?;
+            Ok(exists > 0)
+        })
+        .await
     }
 
     async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()> {

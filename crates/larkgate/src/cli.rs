@@ -9,6 +9,7 @@ mod principal;
 mod run;
 mod runs;
 mod script;
+mod token;
 mod upstream;
 
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ enum Command {
     /// Save, publish and list scripts.
     #[command(subcommand)]
     Script(script::Command),
+    /// Bearer tokens for network clients: create (shown once), list, revoke.
+    #[command(subcommand)]
+    Token(token::Command),
     /// Federate third-party MCP servers: add, list, review changed tools, remove.
     #[command(subcommand)]
     Upstream(upstream::Command),
@@ -88,6 +92,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Runs(command) => runs::run(command, &context, out).await,
             Command::Script(command) => script::run(command, &context, out).await,
             Command::Upstream(command) => upstream::run(command, &context, out).await,
+            Command::Token(command) => token::run(command, &context, out).await,
         };
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;

@@ -3,3 +3,4 @@
 mod audit;
 mod capabilities;
 mod envelopes;
+mod tokens;

@@ -111,6 +111,17 @@ const MIGRATIONS: &[&str] = &[
         updated_at_ms INTEGER NOT NULL,
         PRIMARY KEY (alias, tool)
     ) STRICT;",
+    // 4: bearer tokens, stored only as hashes of their secrets.
+    "CREATE TABLE tokens (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        secret_hash TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        expires_at_ms INTEGER,
+        revoked_at_ms INTEGER
+    ) STRICT;
+    CREATE INDEX tokens_by_principal ON tokens (principal);",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -4,6 +4,7 @@ mod audit;
 mod capabilities;
 mod principals_and_approvals;
 mod scripts;
+mod tokens;
 mod upstreams;
 
 use std::path::Path;

@@ -1,0 +1,126 @@
+//! Bearer tokens: how a network client proves which principal it is.
+//!
+//! # Threat model
+//!
+//! A token is a password for a principal. Whoever reads the database (a backup, a stolen
+//! disk) must not be able to use the tokens in it; whoever can send requests must not be able
+//! to guess one, or to learn one byte at a time from response timings; a token whose
+//! principal was removed, that was revoked, or that expired must stop working at once.
+//!
+//! - A token is `lgt_<id>_<secret>`: a public 12-character id (to find the record without
+//!   searching by secret) and a 256-bit secret from the operating system's CSPRNG, both
+//!   base64url without padding. It is shown once, when created.
+//! - Only SHA-256 of the secret is stored (a 256-bit random secret needs no slow hash: there is
+//!   nothing to brute-force). Verification compares hashes in constant time.
+//! - Every failure — malformed, unknown id, wrong secret, revoked, expired, principal gone — is
+//!   the same [`TokenError::Invalid`] to the caller, so a response does not say which ids exist.
+//! - Roles live on the principal, read at every verification: changing a principal's roles
+//!   changes what its tokens may do, immediately.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use larkgate_store::{Principal, Store, TokenRecord};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The prefix every larkgate token starts with (recognisable in logs and secret scanners).
+pub const TOKEN_PREFIX: &str = "lgt_";
+
+/// Why a token was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Not a token that authenticates anyone now. Deliberately says nothing more.
+    #[error("the token is not valid")]
+    Invalid,
+    /// The store failed.
+    #[error("tokens could not be read: {0}")]
+    Store(String),
+}
+
+/// A token just created: the only time its text exists.
+#[derive(Debug)]
+pub struct NewToken {
+    /// The whole token, to hand to the client.
+    pub token: String,
+    /// Its stored record.
+    pub record: TokenRecord,
+}
+
+fn random(bytes: usize) -> String {
+    let mut buffer = vec![0u8; bytes];
+    getrandom::fill(&mut buffer).expect("the operating system's random source works");
+    URL_SAFE_NO_PAD.encode(buffer)
+}
+
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Creates and stores a token for `principal`, by `created_by`, valid for `lifetime` (or
+/// until revoked).
+pub async fn create(
+    store: &dyn Store,
+    principal: &str,
+    created_by: &str,
+    lifetime: Option<Duration>,
+    now_ms: i64,
+) -> Result<NewToken, TokenError> {
+    let id = random(9); // 12 characters
+    let secret = random(32); // 256 bits
+    let record = TokenRecord {
+        id: id.clone(),
+        principal: principal.to_owned(),
+        secret_hash: hash(&secret),
+        created_by: created_by.to_owned(),
+        created_at_ms: now_ms,
+        expires_at_ms: lifetime
+            .map(|l| now_ms.saturating_add(i64::try_from(l.as_millis()).unwrap_or(i64::MAX))),
+        revoked_at_ms: None,
+    };
+    store
+        .add_token(record.clone())
+        .await
+        .map_err(|e| TokenError::Store(e.to_string()))?;
+    Ok(NewToken {
+        token: format!("{TOKEN_PREFIX}{id}_{secret}"),
+        record,
+    })
+}
+
+/// Splits a token into its id and secret, checking the form only.
+fn parse(token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix(TOKEN_PREFIX)?;
+    let (id, secret) = rest.split_at_checked(12)?;
+    let secret = secret.strip_prefix('_')?;
+    let base64url = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    (secret.len() == 43 && base64url(id) && base64url(secret)).then_some((id, secret))
+}
+
+/// The principal `token` authenticates at `now_ms`, with its roles as they are now.
+pub async fn verify(store: &dyn Store, token: &str, now_ms: i64) -> Result<Principal, TokenError> {
+    let (id, secret) = parse(token.trim()).ok_or(TokenError::Invalid)?;
+    let record = store
+        .token(id)
+        .await
+        .map_err(|e| TokenError::Store(e.to_string()))?;
+    // Hash even when the id is unknown, so both paths take the same time.
+    let presented = hash(secret);
+    let stored = record
+        .as_ref()
+        .map_or_else(|| "0".repeat(64), |r| r.secret_hash.clone());
+    let matches: bool = presented.as_bytes().ct_eq(stored.as_bytes()).into();
+    let record = record.filter(|_| matches).ok_or(TokenError::Invalid)?;
+    if record.revoked_at_ms.is_some() || record.expires_at_ms.is_some_and(|t| t <= now_ms) {
+        return Err(TokenError::Invalid);
+    }
+    store
+        .principal(&record.principal)
+        .await
+        .map_err(|e| TokenError::Store(e.to_string()))?
+        .ok_or(TokenError::Invalid)
+}

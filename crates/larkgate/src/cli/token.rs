@@ -1,0 +1,128 @@
+//! `larkgate token create | list | revoke`: bearer tokens for network clients.
+//!
+//! Tokens belong to registered principals (their roles are the principal's, read at every
+//! use), are shown once when created, and are stored only as hashes. Managing tokens is for
+//! admins.
+
+use std::io::Write;
+
+use anyhow::{Context as _, bail};
+use larkgate_platform::platform::now_ms;
+use larkgate_platform::policy::ROLE_ADMIN;
+use larkgate_platform::tokens;
+use larkgate_store::Store;
+
+use super::context::Context;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Create a token for a registered principal; it is printed once.
+    Create {
+        /// The principal the token authenticates.
+        #[arg(long)]
+        principal: String,
+        /// How long it stays valid (`30d`, `12h`); without it, until revoked.
+        #[arg(long, value_name = "DURATION")]
+        expires: Option<humantime::Duration>,
+    },
+    /// List tokens (never their secrets).
+    List {
+        /// Only this principal's.
+        #[arg(long)]
+        principal: Option<String>,
+    },
+    /// Revoke a token by its id; it stops working at once.
+    Revoke {
+        /// The token's id (`token list` shows it; it is the 12 characters after `lgt_`).
+        id: String,
+    },
+}
+
+fn require_admin(context: &Context) -> anyhow::Result<()> {
+    if !context.actor_has(ROLE_ADMIN) {
+        bail!(
+            "{} may not manage tokens: it needs the admin role",
+            context.actor.id
+        );
+    }
+    Ok(())
+}
+
+fn time(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    larkgate_platform::capabilities::rfc3339_millis(at)
+}
+
+pub(crate) async fn run(
+    command: Command,
+    context: &Context,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    require_admin(context)?;
+    match command {
+        Command::Create { principal, expires } => {
+            context
+                .store
+                .principal(&principal)
+                .await?
+                .with_context(|| {
+                    format!(
+                        "there is no principal {principal:?}; add it first with \
+                     `larkgate principal add {principal} --roles ...`"
+                    )
+                })?;
+            let new = tokens::create(
+                context.store.as_ref(),
+                &principal,
+                &context.actor.id,
+                expires.map(Into::into),
+                now_ms(),
+            )
+            .await?;
+            writeln!(out, "{}", new.token)?;
+            eprintln!(
+                "token {} for {principal}{}: this is the only time it is shown; store it now",
+                new.record.id,
+                new.record
+                    .expires_at_ms
+                    .map_or_else(String::new, |t| format!(", valid until {}", time(t)))
+            );
+            Ok(())
+        }
+        Command::List { principal } => {
+            let list = context.store.tokens(principal.as_deref()).await?;
+            if list.is_empty() {
+                writeln!(out, "no tokens")?;
+            }
+            let now = now_ms();
+            for t in list {
+                let state = match (t.revoked_at_ms, t.expires_at_ms) {
+                    (Some(at), _) => format!("revoked {}", time(at)),
+                    (None, Some(at)) if at <= now => format!("expired {}", time(at)),
+                    (None, Some(at)) => format!("valid until {}", time(at)),
+                    (None, None) => "valid".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "{}  {}  created {} by {}  {state}",
+                    t.id,
+                    t.principal,
+                    time(t.created_at_ms),
+                    t.created_by
+                )?;
+            }
+            Ok(())
+        }
+        Command::Revoke { id } => {
+            let id = id
+                .strip_prefix(tokens::TOKEN_PREFIX)
+                .map_or(id.as_str(), |rest| rest.get(..12).unwrap_or(rest))
+                .to_owned();
+            if !context.store.revoke_token(&id, now_ms()).await? {
+                bail!("there is no token {id:?}; `larkgate token list` shows them");
+            }
+            writeln!(out, "revoked {id}")?;
+            Ok(())
+        }
+    }
+}
