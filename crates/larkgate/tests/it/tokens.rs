@@ -36,7 +36,7 @@ fn tokens_are_created_shown_once_listed_and_revoked() {
     assert!(listed.contains("valid until"), "{listed}");
     assert!(!listed.contains(&token[17..]), "the secret is never listed");
     // The database holds no secret either.
-    let secret = token[17..].as_bytes();
+    let secret = &token.as_bytes()[17..];
     for file in ["larkgate.sqlite3", "larkgate.sqlite3-wal"] {
         let bytes = std::fs::read(dir.join("larkgate-data").join(file)).unwrap_or_default();
         assert!(!bytes.windows(secret.len()).any(|w| w == secret), "{file}");
