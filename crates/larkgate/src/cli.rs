@@ -64,12 +64,18 @@ enum Command {
     /// Federate third-party MCP servers: add, list, review changed tools, remove.
     #[command(subcommand)]
     Upstream(upstream::Command),
+    /// Validate the configuration (policy, limits, upstreams, their header variables) without
+    /// opening the data directory or connecting anywhere.
+    Check,
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     let out = &mut std::io::stdout().lock();
     if let Command::Capabilities(args) = cli.command {
         return capabilities::run(args, out);
+    }
+    if let Command::Check = cli.command {
+        return check(cli.config.as_deref(), out);
     }
     let options = context::Options {
         config: cli.config,
@@ -83,7 +89,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let context = context::Context::open(options).await?;
         let result = match cli.command {
-            Command::Capabilities(_) => Ok(()),
+            Command::Capabilities(_) | Command::Check => Ok(()),
             Command::Call(args) => call::run(args, &context, out).await,
             Command::Principal(command) => principal::run(command, &context, out).await,
             Command::Approvals(command) => approvals::run(command, &context, out).await,
@@ -98,4 +104,23 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         context.close().await?;
         result
     })
+}
+
+/// `larkgate check`: loads and validates the configuration, including every upstream's
+/// `${VAR}` header references against the environment, and says what it found.
+fn check(path: Option<&std::path::Path>, out: &mut impl std::io::Write) -> anyhow::Result<()> {
+    let config = crate::config::Config::load(path)?;
+    for upstream in &config.upstreams {
+        upstream
+            .endpoint(|name| std::env::var(name).ok())
+            .map_err(anyhow::Error::msg)?;
+    }
+    writeln!(
+        out,
+        "configuration is valid: data_dir {}, {} roles, {} upstreams",
+        config.data_dir.display(),
+        config.policy.roles.len(),
+        config.upstreams.len()
+    )?;
+    Ok(())
 }

@@ -2,6 +2,7 @@
 
 mod audit;
 mod capabilities;
+mod check;
 mod principals_and_approvals;
 mod scripts;
 mod tokens;

@@ -1,0 +1,48 @@
+//! `larkgate check`: the configuration validated without starting anything.
+
+use crate::{fails, stderr, stdout};
+
+#[test]
+fn check_validates_the_configuration_without_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(
+        dir.join("good.toml"),
+        "[[upstreams]]\nalias = \"gh\"\nurl = \"https://api.example.com/mcp\"\nheaders = { Authorization = \"Bearer ${LARKGATE_TEST_TOKEN}\" }\n",
+    )
+    .unwrap();
+    let missing_env = fails(dir, &["--config", "good.toml", "check"]);
+    assert!(
+        missing_env.contains("LARKGATE_TEST_TOKEN is not set"),
+        "{missing_env}"
+    );
+    let with_env = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir)
+        .args(["--config", "good.toml", "check"])
+        .env("LARKGATE_TEST_TOKEN", "x")
+        .output()
+        .unwrap();
+    assert!(with_env.status.success(), "{}", stderr(&with_env));
+    assert!(stdout(&with_env).contains("1 upstreams"));
+    assert!(
+        !dir.join("larkgate-data").exists(),
+        "check opens no data directory"
+    );
+
+    let cases = [
+        ("data_dri = \"x\"", "unknown field `data_dri`"),
+        (
+            "[[upstreams]]\nalias = \"x\"\nurl = \"http://10.0.0.1/mcp\"",
+            "upstreams[0]",
+        ),
+        (
+            "[policy.roles.a]\ncall = [\"bad name\"]",
+            "not a tool pattern",
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(dir.join("bad.toml"), text).unwrap();
+        let error = fails(dir, &["--config", "bad.toml", "check"]);
+        assert!(error.contains(expected), "{text}: {error}");
+    }
+}
