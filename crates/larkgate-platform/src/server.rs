@@ -20,14 +20,47 @@ use crate::session::SessionIdentity;
 #[derive(Clone, Debug)]
 pub struct PlatformServer {
     platform: Platform,
-    identity: Option<Arc<SessionIdentity>>,
+    identity: Identity,
+}
+
+/// Where a handler's caller comes from.
+#[derive(Clone, Debug)]
+enum Identity {
+    /// Bound when the session was opened (in-memory sessions, stdio).
+    Bound(Option<Arc<SessionIdentity>>),
+    /// Per HTTP request: the identity the authentication layer put into the request's
+    /// extensions after verifying its bearer token. A request without one is unauthenticated.
+    FromRequest,
 }
 
 impl PlatformServer {
     /// A handler for a session bound to `identity` (`None`: an unauthenticated session, whose
     /// every call is refused as `unauthenticated`).
     pub fn new(platform: Platform, identity: Option<Arc<SessionIdentity>>) -> Self {
-        PlatformServer { platform, identity }
+        PlatformServer {
+            platform,
+            identity: Identity::Bound(identity),
+        }
+    }
+
+    /// A handler for Streamable HTTP: each request's caller is the [`SessionIdentity`] the
+    /// HTTP authentication layer inserted into the request's extensions.
+    pub fn per_request(platform: Platform) -> Self {
+        PlatformServer {
+            platform,
+            identity: Identity::FromRequest,
+        }
+    }
+
+    fn identity(&self, context: &RequestContext<RoleServer>) -> Option<Arc<SessionIdentity>> {
+        match &self.identity {
+            Identity::Bound(identity) => identity.clone(),
+            Identity::FromRequest => context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| parts.extensions.get::<Arc<SessionIdentity>>())
+                .cloned(),
+        }
     }
 }
 
@@ -42,10 +75,10 @@ impl ServerHandler for PlatformServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult {
-            tools: self.platform.list(self.identity.as_deref()),
+            tools: self.platform.list(self.identity(&context).as_deref()),
             ..Default::default()
         })
     }
@@ -53,12 +86,14 @@ impl ServerHandler for PlatformServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // The identity is the session's: nothing in `request` or `_context` is consulted.
+        // The identity is the session's, or the verified token's: nothing the client wrote in
+        // `request` is consulted.
+        let identity = self.identity(&context);
         let result = self
             .platform
-            .call(self.identity.clone(), &request.name, request.arguments)
+            .call(identity, &request.name, request.arguments)
             .await;
         let result = match result {
             Ok(map) => {

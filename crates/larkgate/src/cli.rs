@@ -9,6 +9,7 @@ mod principal;
 mod run;
 mod runs;
 mod script;
+mod serve;
 mod token;
 mod upstream;
 
@@ -64,6 +65,8 @@ enum Command {
     /// Federate third-party MCP servers: add, list, review changed tools, remove.
     #[command(subcommand)]
     Upstream(upstream::Command),
+    /// Serve MCP over Streamable HTTP at /mcp (bearer tokens; the first start prints one).
+    Serve(serve::Args),
     /// Validate the configuration (policy, limits, upstreams, their header variables) without
     /// opening the data directory or connecting anywhere.
     Check,
@@ -81,6 +84,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         config: cli.config,
         data_dir: cli.data_dir,
         as_principal: cli.as_principal,
+        listen: match &cli.command {
+            Command::Serve(args) => Some(args.listen),
+            _ => None,
+        },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -99,6 +106,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Script(command) => script::run(command, &context, out).await,
             Command::Upstream(command) => upstream::run(command, &context, out).await,
             Command::Token(command) => token::run(command, &context, out).await,
+            Command::Serve(args) => serve::run(args, &context, out).await,
         };
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;

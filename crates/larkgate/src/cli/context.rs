@@ -21,6 +21,8 @@ pub(crate) struct Options {
     pub(crate) config: Option<PathBuf>,
     pub(crate) data_dir: Option<PathBuf>,
     pub(crate) as_principal: Option<String>,
+    /// For `serve`: its listen address, which upstreams may never target.
+    pub(crate) listen: Option<std::net::SocketAddr>,
 }
 
 pub(crate) struct Context {
@@ -59,9 +61,14 @@ impl Context {
                 })?;
             upstreams.push(stored);
         }
-        let federation = Federation::start(&platform, upstreams, Arc::new(SystemResolver), None)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let federation = Federation::start(
+            &platform,
+            upstreams,
+            Arc::new(SystemResolver),
+            options.listen,
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
         let actor = match options.as_principal {
             None => Principal {
                 id: OPERATOR.to_owned(),

@@ -5,6 +5,7 @@ mod capabilities;
 mod check;
 mod principals_and_approvals;
 mod scripts;
+mod serve;
 mod tokens;
 mod upstreams;
 

@@ -1,0 +1,247 @@
+//! `larkgate serve [--listen ADDR]`: the MCP endpoint over Streamable HTTP at `/mcp`, with
+//! `/healthz` and `/readyz`.
+//!
+//! Every request to `/mcp` must carry `Authorization: Bearer <token>` (401 with
+//! `WWW-Authenticate` otherwise); the token's principal, with its roles as they are now, is
+//! the caller of whatever the request does. `Host` must name this server (loopback by
+//! default) and a browser `Origin` is refused (403; rmcp's own validation). A 2025-11-25
+//! session is bound to the principal that opened it: another principal's token on it is
+//! refused (403). The first start on a data directory without tokens creates an `admin`
+//! principal and prints its token once, with a client configuration to paste.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use larkgate_platform::platform::now_ms;
+use larkgate_platform::policy::ROLE_ADMIN;
+use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
+use larkgate_store::{Principal, PrincipalKind, Store};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::context::Context;
+
+/// The default listen address.
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8940";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Where to listen.
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    pub(crate) listen: SocketAddr,
+}
+
+/// What the authentication layer shares between requests.
+#[derive(Clone)]
+struct Auth {
+    store: Arc<dyn Store>,
+    /// 2025-11-25 sessions and the principal that opened each.
+    sessions: Arc<Mutex<HashMap<String, String>>>,
+}
+
+fn json_rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": code, "message": message}
+    });
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Verifies the bearer token, binds sessions to principals, and hands the handler the caller.
+async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let principal = match token {
+        Some(token) => tokens::verify(auth.store.as_ref(), &token, now_ms()).await,
+        None => Err(tokens::TokenError::Invalid),
+    };
+    let principal = match principal {
+        Ok(principal) => principal,
+        Err(tokens::TokenError::Store(e)) => {
+            tracing::error!(%e, "tokens could not be read");
+            return json_rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32603, "larkgate failed");
+        }
+        Err(tokens::TokenError::Invalid) => {
+            let mut response = json_rpc_error(
+                StatusCode::UNAUTHORIZED,
+                -32001,
+                "unauthenticated: send `Authorization: Bearer <token>` with a valid larkgate \
+                 token (an admin creates one with `larkgate token create --principal NAME`)",
+            );
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"larkgate\""),
+            );
+            return response;
+        }
+    };
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(session) = &session {
+        let owner = auth
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session)
+            .cloned();
+        if owner.as_ref().is_some_and(|o| *o != principal.id) {
+            tracing::warn!(session, principal = %principal.id, "a session was presented with another principal's token");
+            return json_rpc_error(
+                StatusCode::FORBIDDEN,
+                -32001,
+                "this session belongs to another principal",
+            );
+        }
+    }
+    let id = principal.id.clone();
+    request.extensions_mut().insert(Arc::new(SessionIdentity {
+        run: RunContext {
+            principal,
+            run_id: None,
+            kind: RunKind::Direct,
+            depth: 0,
+        },
+        label: "http".into(),
+    }));
+    let response = next.run(request).await;
+    if session.is_none()
+        && let Some(opened) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        auth.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(opened.to_owned(), id);
+    }
+    response
+}
+
+/// On a data directory without tokens: an `admin` principal and its first token, printed once.
+async fn bootstrap(
+    context: &Context,
+    listen: SocketAddr,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    if !context.store.tokens(None).await?.is_empty() {
+        return Ok(());
+    }
+    if context.store.principal("admin").await?.is_none() {
+        context
+            .store
+            .add_principal(Principal {
+                id: "admin".into(),
+                kind: PrincipalKind::User,
+                roles: vec![ROLE_ADMIN.to_owned()],
+            })
+            .await?;
+    }
+    let new = tokens::create(context.store.as_ref(), "admin", "larkgate", None, now_ms()).await?;
+    let config = serde_json::json!({
+        "mcpServers": {
+            "larkgate": {
+                "type": "http",
+                "url": format!("http://{listen}/mcp"),
+                "headers": {"Authorization": format!("Bearer {}", new.token)}
+            }
+        }
+    });
+    writeln!(
+        out,
+        "First start: created the principal `admin` and its token (shown only now):\n\n  {}\n\n\
+         A client configuration to paste:\n\n{}\n",
+        new.token,
+        serde_json::to_string_pretty(&config)?
+    )?;
+    out.flush()?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("a SIGTERM handler can be installed");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listen = listener.local_addr()?;
+    bootstrap(context, listen, out).await?;
+    let maintenance = context.federation.maintain();
+
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "[::1]".to_owned(),
+    ];
+    hosts.push(listen.ip().to_string());
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .enforce_origin_validation();
+    let cancel = config.cancellation_token.clone();
+    let platform = context.platform.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(PlatformServer::per_request(platform.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let auth = Auth {
+        store: context.store.clone(),
+        sessions: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(auth, authenticate))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(|| async { "ready\n" }))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                Body::from("not found; MCP is at /mcp\n"),
+            )
+        });
+    eprintln!("larkgate: serving MCP at http://{listen}/mcp");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            eprintln!("larkgate: shutting down");
+            cancel.cancel();
+        })
+        .await?;
+    maintenance.abort();
+    Ok(())
+}

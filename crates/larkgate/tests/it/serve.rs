@@ -1,0 +1,270 @@
+//! `larkgate serve` as a real process on 127.0.0.1:0, spoken to by larkgate's own MCP client
+//! (both protocol revisions) and by raw HTTP for what a client library would not send.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
+use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
+
+use crate::ok;
+
+/// A running `larkgate serve`, stopped with SIGTERM when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    first_start: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
+            .current_dir(dir)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let url = loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "serve exited");
+            if let Some(rest) = line.trim().strip_prefix("larkgate: serving MCP at ") {
+                break rest.to_owned();
+            }
+        };
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || for _ in stderr.lines() {});
+        // The first-start banner, when there is one, was written to stdout before the line
+        // above; collect whatever is there.
+        let (lines, received) = std::sync::mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut first_start = String::new();
+        while let Ok(line) = received.recv_timeout(std::time::Duration::from_millis(500)) {
+            first_start.push_str(&line);
+            first_start.push('\n');
+        }
+        Server {
+            child,
+            url,
+            first_start,
+        }
+    }
+
+    fn stop(mut self) -> std::process::ExitStatus {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        let status = self.child.wait().unwrap();
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn client(url: &str, token: &str, revisions: Revisions) -> Result<UpstreamClient, String> {
+    let endpoint = Endpoint {
+        url: url.to_owned(),
+        revisions,
+        headers: BTreeMap::from([("Authorization".to_owned(), format!("Bearer {token}"))]),
+        limits: UpstreamLimits::default(),
+    };
+    let guard = UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]);
+    UpstreamClient::connect(&endpoint, Arc::new(guard), Arc::new(SystemResolver))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn token_in(text: &str) -> String {
+    text.split_whitespace()
+        .find(|w| w.starts_with("lgt_"))
+        .expect("a token")
+        .trim_matches(|c: char| c == '"' || c == ',')
+        .to_owned()
+}
+
+#[test]
+fn the_first_start_prints_an_admin_token_that_works_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    assert!(
+        server.first_start.contains("created the principal `admin`"),
+        "{}",
+        server.first_start
+    );
+    assert!(
+        server.first_start.contains("\"mcpServers\""),
+        "{}",
+        server.first_start
+    );
+    let token = token_in(&server.first_start);
+    let url = server.url.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let admin = client(&url, &token, Revisions::Latest).await.unwrap();
+        let result = admin
+            .call_tool(
+                "kv_set",
+                serde_json::json!({"key": "k", "value": "v"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            )
+            .await
+            .unwrap();
+        assert_ne!(result.is_error, Some(true), "{result:?}");
+    });
+    assert!(server.stop().success(), "SIGTERM is a clean shutdown");
+
+    // A restart keeps the principal, the token and the data; no second banner.
+    let server = Server::start(dir.path());
+    assert!(server.first_start.is_empty(), "{}", server.first_start);
+    let url = server.url.clone();
+    runtime.block_on(async {
+        let admin = client(&url, &token, Revisions::Legacy).await.unwrap();
+        let result = admin
+            .call_tool(
+                "kv_get",
+                serde_json::json!({"key": "k"}).as_object().unwrap().clone(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(result.structured_content.unwrap()["value"], "v");
+    });
+    assert!(server.stop().success());
+    let tail = ok(dir.path(), &["audit", "tail", "--principal", "admin"]);
+    assert!(tail.contains("kv_set -> ok"), "{tail}");
+}
+
+#[test]
+fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["principal", "add", "ada", "--roles", "writer"]);
+    ok(d, &["principal", "add", "bob", "--roles", "writer"]);
+    std::fs::write(
+        d.join("larkgate.toml"),
+        "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.writer]\ncall = [\"kv_*\"]\n",
+    )
+    .unwrap();
+    let ada = ok(d, &["token", "create", "--principal", "ada"])
+        .trim()
+        .to_owned();
+    let bob = ok(d, &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    assert!(server.first_start.is_empty(), "tokens exist: no bootstrap");
+    let url = server.url.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        // Each revision, as ada: her tools, her calls.
+        for revisions in [Revisions::Latest, Revisions::Legacy] {
+            let c = client(&url, &ada, revisions).await.unwrap();
+            let names: Vec<String> = c
+                .list_tools()
+                .await
+                .unwrap()
+                .iter()
+                .map(|t| t.name.to_string())
+                .collect();
+            assert!(names.contains(&"kv_get".to_owned()), "{names:?}");
+            assert!(!names.contains(&"approvals_list".to_owned()), "{names:?}");
+            c.close().await;
+        }
+        // A wrong token cannot connect.
+        let refused = client(&url, "lgt_AAAAAAAAAAAA_AAAA", Revisions::Latest)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.contains("401") || refused.contains("uth"),
+            "{refused}"
+        );
+
+        let http = reqwest::Client::new();
+        let initialize = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}
+        });
+        let post = |token: Option<&str>| {
+            let mut request = http
+                .post(&url)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            request
+        };
+        // No token: 401 with a challenge and a JSON-RPC error.
+        let response = post(None).json(&initialize).send().await.unwrap();
+        assert_eq!(response.status(), 401);
+        assert_eq!(
+            response.headers()["www-authenticate"],
+            "Bearer realm=\"larkgate\""
+        );
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("token create")
+        );
+        // A foreign Host (DNS rebinding) and a browser Origin are refused.
+        let response = post(Some(&ada))
+            .header("host", "evil.example")
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403);
+        let response = post(Some(&ada))
+            .header("origin", "https://evil.example")
+            .json(&initialize)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403);
+        // Ada opens a 2025-11-25 session; Bob's token on it is refused.
+        let response = post(Some(&ada)).json(&initialize).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let hijack = post(Some(&bob))
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&list)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(hijack.status(), 403);
+        // Health endpoints need no token.
+        let base = url.trim_end_matches("/mcp");
+        let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+        assert_eq!(health.status(), 200);
+        let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
+        assert_eq!(ready.status(), 200);
+    });
+    assert!(server.stop().success());
+}
