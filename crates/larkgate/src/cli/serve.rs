@@ -6,7 +6,8 @@
 //! the caller of whatever the request does. `Host` must name this server (loopback by
 //! default) and a browser `Origin` is refused (403; rmcp's own validation). A 2025-11-25
 //! session is bound to the principal that opened it: another principal's token on it is
-//! refused (403). The first start on a data directory without tokens creates an `admin`
+//! refused (403). Malformed JSON-RPC is answered in JSON-RPC (-32700, -32600; rmcp answers
+//! unknown methods with -32601). The first start on a data directory without tokens creates an `admin`
 //! principal and prints its token once, with a client configuration to paste.
 
 use std::collections::HashMap;
@@ -139,6 +140,79 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
     response
 }
 
+/// The largest request body `/mcp` reads (the platform's own argument limit is smaller).
+const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// Answers malformed JSON-RPC in JSON-RPC, before rmcp (which answers some of it with plain
+/// text): unparsable JSON is a parse error (-32700); a batch, a message that is not an object,
+/// or one without `"jsonrpc": "2.0"` is an invalid request (-32600). Unknown methods are left
+/// to rmcp (-32601). The server keeps serving whatever it receives.
+async fn json_rpc_shape(request: Request, next: Next) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return json_rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                -32600,
+                &format!("the request body exceeds {MAX_BODY} bytes"),
+            );
+        }
+    };
+    let message: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(message) => message,
+        Err(e) => {
+            return json_rpc_error(
+                StatusCode::BAD_REQUEST,
+                -32700,
+                &format!("parse error: the body is not JSON ({e})"),
+            );
+        }
+    };
+    let problem = match &message {
+        serde_json::Value::Array(_) => {
+            Some("batches are not supported; send one message per request")
+        }
+        serde_json::Value::Object(object) => {
+            if object.get("jsonrpc").and_then(|v| v.as_str()) != Some("2.0") {
+                Some("a JSON-RPC message needs \"jsonrpc\": \"2.0\"")
+            } else if object.contains_key("method") && !object["method"].is_string() {
+                Some("\"method\" must be a string")
+            } else if !object.contains_key("method")
+                && !object.contains_key("result")
+                && !object.contains_key("error")
+            {
+                Some("a JSON-RPC message needs a \"method\" (or a \"result\" or \"error\")")
+            } else {
+                None
+            }
+        }
+        _ => Some("a JSON-RPC message must be an object"),
+    };
+    if let Some(problem) = problem {
+        let id = message
+            .get("id")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": -32600, "message": format!("invalid request: {problem}")}
+        });
+        let mut response = (StatusCode::BAD_REQUEST, body.to_string()).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return response;
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
 /// On a data directory without tokens: an `admin` principal and its first token, printed once.
 async fn bootstrap(
     context: &Context,
@@ -225,6 +299,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     };
     let app = axum::Router::new()
         .route_service("/mcp", service)
+        .layer(axum::middleware::from_fn(json_rpc_shape))
         .layer(axum::middleware::from_fn_with_state(auth, authenticate))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(|| async { "ready\n" }))

@@ -259,6 +259,36 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
             .await
             .unwrap();
         assert_eq!(hijack.status(), 403);
+        // Malformed JSON-RPC gets JSON-RPC errors, and the server keeps serving.
+        let cases: [(&str, i64); 6] = [
+            ("{not json", -32700),
+            (
+                "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]",
+                -32600,
+            ),
+            ("\"hello\"", -32600),
+            ("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"ping\"}", -32600),
+            ("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":7}", -32600),
+            ("{\"jsonrpc\":\"2.0\",\"id\":1}", -32600),
+        ];
+        for (body, code) in cases {
+            let response = post(Some(&ada)).body(body).send().await.unwrap();
+            assert_eq!(response.status(), 400, "{body}");
+            let answer: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+        }
+        let unknown = post(Some(&ada))
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "no/such"}))
+            .send()
+            .await
+            .unwrap();
+        let text = unknown.text().await.unwrap();
+        assert!(text.contains("-32601"), "{text}");
+        let still = client(&url, &ada, Revisions::Latest).await.unwrap();
+        assert!(!still.list_tools().await.unwrap().is_empty());
+
         // Health endpoints need no token.
         let base = url.trim_end_matches("/mcp");
         let health = http.get(format!("{base}/healthz")).send().await.unwrap();
