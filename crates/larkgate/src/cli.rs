@@ -10,6 +10,7 @@ mod run;
 mod runs;
 mod script;
 mod serve;
+mod stdio;
 mod token;
 mod upstream;
 
@@ -67,13 +68,17 @@ enum Command {
     Upstream(upstream::Command),
     /// Serve MCP over Streamable HTTP at /mcp (bearer tokens; the first start prints one).
     Serve(serve::Args),
+    /// One MCP session over stdin/stdout for desktop clients (token from LARKGATE_TOKEN or
+    /// --token-file).
+    Stdio(stdio::Args),
     /// Validate the configuration (policy, limits, upstreams, their header variables) without
     /// opening the data directory or connecting anywhere.
     Check,
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
-    let out = &mut std::io::stdout().lock();
+    // Not locked for the whole command: `stdio` hands standard output to the MCP transport.
+    let out = &mut std::io::stdout();
     if let Command::Capabilities(args) = cli.command {
         return capabilities::run(args, out);
     }
@@ -107,6 +112,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Upstream(command) => upstream::run(command, &context, out).await,
             Command::Token(command) => token::run(command, &context, out).await,
             Command::Serve(args) => serve::run(args, &context, out).await,
+            Command::Stdio(args) => stdio::run(args, &context).await,
         };
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;

@@ -6,6 +6,7 @@ mod check;
 mod principals_and_approvals;
 mod scripts;
 mod serve;
+mod stdio;
 mod tokens;
 mod upstreams;
 
