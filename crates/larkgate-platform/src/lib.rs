@@ -23,6 +23,7 @@ pub mod builtin;
 pub mod capabilities;
 pub mod capability;
 pub mod envelope;
+pub mod metrics;
 pub mod pipeline;
 pub mod platform;
 pub mod policy;

@@ -566,7 +566,21 @@ where
         let identity = request.identity.clone();
         let tool = request.tool.clone();
         Box::pin(async move {
+            let started = std::time::Instant::now();
             let response = inner.call(request).await?;
+            let code = match &response.result {
+                Ok(_) => "ok",
+                Err(refusal) => refusal.code.as_str(),
+            };
+            // A tool that does not exist (or is invisible) gets no label of its own.
+            let label = if code == Code::NotFound.as_str() && !response.admitted {
+                "-"
+            } else {
+                tool.as_str()
+            };
+            services
+                .metrics
+                .record_call(label, code, started.elapsed().as_secs_f64());
             if let (false, Err(refusal)) = (response.admitted, &response.result) {
                 let entry = AuditEntry {
                     kind: Some(AuditKind::Refusal),

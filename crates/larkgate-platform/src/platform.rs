@@ -47,6 +47,8 @@ pub struct Services {
     pub limits: CallLimits,
     /// Whether intents record the canonical arguments themselves, not only their hash.
     pub record_arguments: bool,
+    /// Calls by tool and outcome, latencies, sessions, runs.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Unix milliseconds now.
@@ -211,6 +213,7 @@ impl PlatformBuilder {
             audit: self.audit,
             limits: self.limits,
             record_arguments: self.record_arguments,
+            metrics: crate::metrics::Metrics::default(),
         });
         let registry = Arc::new(ToolTable::new(self.registry));
         Platform {

@@ -125,8 +125,16 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
         },
         label: "http".into(),
     }));
+    let deleting = request.method() == axum::http::Method::DELETE;
     let response = next.run(request).await;
-    if session.is_none()
+    if deleting && response.status().is_success() {
+        if let Some(session) = &session {
+            auth.sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(session);
+        }
+    } else if session.is_none()
         && let Some(opened) = response
             .headers()
             .get("mcp-session-id")
@@ -138,6 +146,67 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
             .insert(opened.to_owned(), id);
     }
     response
+}
+
+/// `/metrics`: the platform's metrics plus what only the endpoint knows, refreshed at each
+/// scrape: open 2025-11-25 sessions and each upstream's health.
+struct Scrape {
+    platform: larkgate_platform::Platform,
+    federation: Arc<larkgate_upstream::federate::Federation>,
+    sessions: Arc<Mutex<HashMap<String, String>>>,
+    upstream_up: prometheus_client::metrics::family::Family<
+        Vec<(String, String)>,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    upstream_tools: prometheus_client::metrics::family::Family<
+        Vec<(String, String)>,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+}
+
+impl Scrape {
+    fn new(context: &Context, sessions: Arc<Mutex<HashMap<String, String>>>) -> Self {
+        let scrape = Scrape {
+            platform: context.platform.clone(),
+            federation: Arc::clone(&context.federation),
+            sessions,
+            upstream_up: Default::default(),
+            upstream_tools: Default::default(),
+        };
+        let metrics = &scrape.platform.services().metrics;
+        metrics.register(
+            "upstream_up",
+            "Whether an upstream is connected (1) or down (0)",
+            scrape.upstream_up.clone(),
+        );
+        metrics.register(
+            "upstream_tools",
+            "Tools federated from an upstream",
+            scrape.upstream_tools.clone(),
+        );
+        scrape
+    }
+
+    fn render(&self) -> String {
+        let metrics = &self.platform.services().metrics;
+        let open = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        metrics.active_sessions.set(open as i64);
+        for upstream in self.federation.upstreams() {
+            let status = upstream.status();
+            let labels = vec![("alias".to_owned(), status.alias.clone())];
+            self.upstream_up
+                .get_or_create(&labels)
+                .set(i64::from(status.connected));
+            self.upstream_tools
+                .get_or_create(&labels)
+                .set(status.tools as i64);
+        }
+        metrics.encode()
+    }
 }
 
 /// The largest request body `/mcp` reads (the platform's own argument limit is smaller).
@@ -297,12 +366,28 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         store: context.store.clone(),
         sessions: Arc::default(),
     };
+    let metrics = Arc::new(Scrape::new(context, Arc::clone(&auth.sessions)));
     let app = axum::Router::new()
         .route_service("/mcp", service)
         .layer(axum::middleware::from_fn(json_rpc_shape))
         .layer(axum::middleware::from_fn_with_state(auth, authenticate))
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(|| async { "ready\n" }))
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let metrics = Arc::clone(&metrics);
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.render(),
+                    )
+                }
+            }),
+        )
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,

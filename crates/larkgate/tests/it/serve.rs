@@ -130,6 +130,34 @@ fn the_first_start_prints_an_admin_token_that_works_after_a_restart() {
             .await
             .unwrap();
         assert_ne!(result.is_error, Some(true), "{result:?}");
+        let unknown = admin
+            .call_tool("no_such_tool_x1", serde_json::Map::new())
+            .await
+            .unwrap();
+        assert_eq!(unknown.is_error, Some(true));
+        // Metrics: calls by tool and code (an unknown tool gets no label of its own),
+        // latencies, upstream health.
+        let base = url.trim_end_matches("/mcp");
+        let text = reqwest::get(format!("{base}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            text.contains("larkgate_calls_total{tool=\"kv_set\",code=\"ok\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("larkgate_calls_total{tool=\"-\",code=\"not_found\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("no_such_tool_x1"), "{text}");
+        assert!(
+            text.contains("larkgate_call_duration_seconds_bucket"),
+            "{text}"
+        );
+        assert!(text.contains("larkgate_active_sessions"), "{text}");
     });
     assert!(server.stop().success(), "SIGTERM is a clean shutdown");
 
