@@ -30,6 +30,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::context::Context;
 
+/// How long in-flight requests may run after a shutdown signal.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The default listen address.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8940";
 
@@ -395,13 +398,24 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             )
         });
     eprintln!("larkgate: serving MCP at http://{listen}/mcp");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            eprintln!("larkgate: shutting down");
-            cancel.cancel();
-        })
-        .await?;
+    let (stopping, mut stopped) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        eprintln!(
+            "larkgate: shutting down; in-flight calls have {} s to finish",
+            GRACE.as_secs()
+        );
+        cancel.cancel();
+        let _ = stopping.send(true);
+    });
+    let grace = async move {
+        let _ = stopped.wait_for(|stopping| *stopping).await;
+        tokio::time::sleep(GRACE).await;
+    };
+    tokio::select! {
+        served = std::future::IntoFuture::into_future(server) => served?,
+        () = grace => eprintln!("larkgate: the grace period is over; stopping now"),
+    }
     maintenance.abort();
     Ok(())
 }
