@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
@@ -406,9 +405,4 @@ impl From<HttpError> for UpstreamError {
     fn from(error: HttpError) -> Self {
         UpstreamError::Unavailable(error.to_string())
     }
-}
-
-/// The upstream's URL as the guard parsed it, for display.
-pub fn display_url(url: &str) -> String {
-    Url::parse(url).map_or_else(|_| url.to_owned(), |u| u.to_string())
 }
