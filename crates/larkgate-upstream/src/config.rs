@@ -123,6 +123,20 @@ impl UpstreamConfig {
         Ok(guard)
     }
 
+    /// Connects as larkgate does: header secrets from the environment, the strict guard with
+    /// this upstream's allow-list, refusing larkgate's own `listen` address.
+    pub async fn connect(
+        &self,
+        listen: Option<SocketAddr>,
+        resolver: std::sync::Arc<dyn crate::guard::Resolve>,
+    ) -> Result<crate::client::UpstreamClient, String> {
+        let endpoint = self.endpoint(|name| std::env::var(name).ok())?;
+        let guard = std::sync::Arc::new(self.guard(listen)?);
+        crate::client::UpstreamClient::connect(&endpoint, guard, resolver)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Checks everything that can be checked without connecting.
     pub fn validate(&self) -> Result<(), String> {
         larkgate_platform::registry::check_alias_syntax(&self.alias)

@@ -164,15 +164,10 @@ impl Federation {
     /// marks it down; only a tool-name collision is fatal.
     async fn connect(&self, upstream: &Upstream) -> Result<(), Fatal> {
         let config = &upstream.config;
-        let result = async {
-            let endpoint = config.endpoint(|name| std::env::var(name).ok())?;
-            let guard = Arc::new(config.guard(self.listen)?);
-            let client = UpstreamClient::connect(&endpoint, guard, Arc::clone(&self.resolver))
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(Arc::new(client))
-        }
-        .await;
+        let result = config
+            .connect(self.listen, Arc::clone(&self.resolver))
+            .await
+            .map(Arc::new);
         match result {
             Ok(client) => self.refresh(upstream, client).await,
             Err(why) => {

@@ -22,6 +22,22 @@ const POLICY: &str = r#"
 call = ["weather__*", "kv_get"]
 "#;
 
+/// A platform on a real store and audit log in `dir`, with `policy` when given.
+async fn platform_in(
+    dir: &std::path::Path,
+    policy: Option<&str>,
+) -> (Arc<SqliteStore>, Arc<AuditLog>, Platform) {
+    let store = Arc::new(SqliteStore::open(dir).unwrap());
+    let audit = AuditLog::open(dir, store.clone(), AuditOptions::default())
+        .await
+        .unwrap();
+    let mut builder = Platform::builder(store.clone(), audit.clone()).unwrap();
+    if let Some(policy) = policy {
+        builder = builder.policy(toml::from_str(policy).unwrap());
+    }
+    (store, audit, builder.build())
+}
+
 struct Setup {
     _dir: tempfile::TempDir,
     _peer: Peer,
@@ -40,14 +56,7 @@ fn principal(id: &str, roles: &[&str]) -> Principal {
 async fn setup(approval: Approval, limits: UpstreamLimits) -> Setup {
     let peer = weather(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
-        .await
-        .unwrap();
-    let platform = Platform::builder(store, audit)
-        .unwrap()
-        .policy(toml::from_str(POLICY).unwrap())
-        .build();
+    let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
     let endpoint = Endpoint {
         url: peer.url.clone(),
         revisions: Revisions::Latest,
@@ -321,13 +330,7 @@ async fn a_changed_tool_is_quarantined_across_restarts_until_reviewed() {
     };
     // Each "start" opens the data directory afresh, as a restarted larkgate would.
     let start = || async {
-        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-        let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
-            .await
-            .unwrap();
-        let platform = Platform::builder(store.clone(), audit.clone())
-            .unwrap()
-            .build();
+        let (store, audit, platform) = platform_in(dir.path(), None).await;
         let federation = Federation::start(
             &platform,
             vec![config.clone()],
@@ -408,11 +411,7 @@ async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
         .unwrap()
         .port();
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
-        .await
-        .unwrap();
-    let platform = Platform::builder(store, audit).unwrap().build();
+    let (_, _, platform) = platform_in(dir.path(), None).await;
     let config = UpstreamConfig {
         alias: "late".into(),
         url: format!("http://127.0.0.1:{port}/mcp"),
@@ -452,14 +451,7 @@ async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
 
     let peer = weather(&[]);
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
-        .await
-        .unwrap();
-    let platform = Platform::builder(store, audit)
-        .unwrap()
-        .policy(toml::from_str(POLICY).unwrap())
-        .build();
+    let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
     let config = UpstreamConfig {
         alias: "weather".into(),
         url: peer.url.clone(),

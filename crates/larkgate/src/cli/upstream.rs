@@ -13,7 +13,7 @@ use larkgate_platform::platform::now_ms;
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_store::{PinStatus, Store, UpstreamRecord};
 use larkgate_upstream::SystemResolver;
-use larkgate_upstream::client::{Revisions, UpstreamClient};
+use larkgate_upstream::client::Revisions;
 use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
 use larkgate_upstream::federate::{audit_pin, check_and_pin};
 use larkgate_upstream::federation::{Approval, SEPARATOR, adopt};
@@ -280,12 +280,10 @@ async fn add(
         .check_alias(&alias)
         .map_err(|e| anyhow::anyhow!("{alias:?} cannot be an alias: {e}"))?;
     // Connect and list before anything is saved.
-    let endpoint = config
-        .endpoint(|name| std::env::var(name).ok())
-        .map_err(anyhow::Error::msg)?;
-    let guard = Arc::new(config.guard(None).map_err(anyhow::Error::msg)?);
-    let client = UpstreamClient::connect(&endpoint, guard, Arc::new(SystemResolver))
+    let client = config
+        .connect(None, Arc::new(SystemResolver))
         .await
+        .map_err(anyhow::Error::msg)
         .with_context(|| format!("{alias}: cannot connect to {}", config.url))?;
     let tools = client
         .list_tools()
