@@ -154,6 +154,12 @@ where
 
     /// Registers the capability under its name.
     pub fn register(self, registry: &mut Registry) -> Result<(), RegistryError> {
+        let (spec, handler) = self.into_tool();
+        registry.register(spec, handler)
+    }
+
+    /// The capability's registry entry, for adding it to a running platform's tool table.
+    pub fn into_tool(self) -> (ToolSpec, Arc<dyn ToolHandler>) {
         let listing = self.declared.listing();
         let info = self.declared.info;
         let as_object = |v: serde_json::Value| match v {
@@ -187,7 +193,7 @@ where
             roles: self.platform_roles,
             requires_approval: false,
         };
-        registry.register(spec, Arc::new(self))
+        (spec, Arc::new(self))
     }
 }
 

@@ -246,12 +246,37 @@ impl ToolTable {
         alias: &str,
         tools: Vec<(ToolSpec, Arc<dyn ToolHandler>)>,
     ) -> Result<(), RegistryError> {
+        self.replace(
+            |spec| {
+                spec.origin.source == Source::Upstream
+                    && spec.origin.alias.as_deref() == Some(alias)
+            },
+            tools,
+        )
+    }
+
+    /// Replaces every published script's tool (`script__<name>`) with `tools`, all or
+    /// nothing.
+    pub fn replace_scripts(
+        &self,
+        tools: Vec<(ToolSpec, Arc<dyn ToolHandler>)>,
+    ) -> Result<(), RegistryError> {
+        self.replace(|spec| spec.origin.source == Source::Script, tools)
+    }
+
+    /// Adds tools, all or nothing (a name already taken is a collision).
+    pub fn add(&self, tools: Vec<(ToolSpec, Arc<dyn ToolHandler>)>) -> Result<(), RegistryError> {
+        self.replace(|_| false, tools)
+    }
+
+    fn replace(
+        &self,
+        remove: impl Fn(&ToolSpec) -> bool,
+        tools: Vec<(ToolSpec, Arc<dyn ToolHandler>)>,
+    ) -> Result<(), RegistryError> {
         let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
         let mut next = Registry::clone(&current);
-        next.tools.retain(|_, t| {
-            !(t.spec.origin.source == Source::Upstream
-                && t.spec.origin.alias.as_deref() == Some(alias))
-        });
+        next.tools.retain(|_, t| !remove(&t.spec));
         for (spec, handler) in tools {
             next.register(spec, handler)?;
         }

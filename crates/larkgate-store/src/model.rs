@@ -316,6 +316,9 @@ pub struct Run {
     pub started_at_ms: i64,
     /// When it finished.
     pub finished_at_ms: Option<i64>,
+    /// Who started it (for a published run, the caller of its tool; unknown for runs recorded
+    /// before larkgate kept it).
+    pub started_by: Option<String>,
 }
 
 /// An upstream added with `larkgate upstream add` (those in the configuration file are not

@@ -18,6 +18,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// Script workers kept started by `serve` and `stdio`.
+const SCRIPT_WORKERS: usize = 2;
+
 /// larkgate: one governed MCP endpoint in front of typed capabilities, federated MCP servers
 /// and Starlark scripts.
 #[derive(Debug, Parser)]
@@ -92,6 +95,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         listen: match &cli.command {
             Command::Serve(args) => Some(args.listen),
             _ => None,
+        },
+        workers: match &cli.command {
+            Command::Serve(_) | Command::Stdio(_) => SCRIPT_WORKERS,
+            _ => 0,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -4,6 +4,7 @@
 
 mod cli;
 mod config;
+mod scripting;
 
 use std::process::ExitCode;
 

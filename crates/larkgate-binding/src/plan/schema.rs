@@ -325,7 +325,9 @@ impl Ty {
     pub(crate) fn json_schema(&self) -> Json {
         use serde_json::json;
         match self {
-            Ty::Any => Json::Bool(true),
+            // `{}`, not the equivalent `true`: MCP clients (the TypeScript SDK among them)
+            // accept only object schemas as property schemas.
+            Ty::Any => json!({}),
             Ty::Str => json!({ "type": "string" }),
             Ty::Int => json!({ "type": "integer" }),
             Ty::Bool => json!({ "type": "boolean" }),

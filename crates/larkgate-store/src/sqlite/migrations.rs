@@ -122,6 +122,8 @@ const MIGRATIONS: &[&str] = &[
         revoked_at_ms INTEGER
     ) STRICT;
     CREATE INDEX tokens_by_principal ON tokens (principal);",
+    // 5: who started a run (a published run runs as `script:<name>`, started by someone else).
+    "ALTER TABLE runs ADD COLUMN started_by TEXT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

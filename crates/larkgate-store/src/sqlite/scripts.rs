@@ -127,7 +127,7 @@ pub(super) fn publish(
 
 pub(super) const RUN_COLUMNS: &str = "id, script, version, hash, kind, principal, status, result, \
      error_code, error, tool_calls, paces, duration_ms, peak_memory_bytes, started_at_ms, \
-     finished_at_ms";
+     finished_at_ms, started_by";
 
 pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
     let status: String = row.get(6)?;
@@ -151,6 +151,7 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         },
         started_at_ms: row.get(14)?,
         finished_at_ms: row.get(15)?,
+        started_by: row.get(16)?,
     })
 }
 
@@ -158,13 +159,13 @@ pub(super) fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize
     let sql = if insert {
         format!(
             "INSERT INTO runs ({RUN_COLUMNS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
         )
     } else {
         "UPDATE runs SET script = ?2, version = ?3, hash = ?4, kind = ?5, principal = ?6, \
          status = ?7, result = ?8, error_code = ?9, error = ?10, tool_calls = ?11, paces = ?12, \
-         duration_ms = ?13, peak_memory_bytes = ?14, started_at_ms = ?15, finished_at_ms = ?16 \
-         WHERE id = ?1"
+         duration_ms = ?13, peak_memory_bytes = ?14, started_at_ms = ?15, finished_at_ms = ?16, \
+         started_by = ?17 WHERE id = ?1"
             .to_owned()
     };
     Ok(c.execute(
@@ -186,6 +187,7 @@ pub(super) fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize
             run.stats.peak_memory_bytes.map(signed),
             run.started_at_ms,
             run.finished_at_ms,
+            run.started_by,
         ],
     )?)
 }

@@ -130,6 +130,7 @@ fn run(id: &str) -> Run {
         stats: RunStats::default(),
         started_at_ms: 5,
         finished_at_ms: None,
+        started_by: Some("ada".into()),
     }
 }
 

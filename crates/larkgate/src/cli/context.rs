@@ -7,12 +7,17 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_script::{ScriptLimits, WorkerCommand, WorkerPool};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::federate::Federation;
 
 use crate::config::Config;
+use crate::scripting::{Scripts, Workers};
+
+/// How many script runs (worker processes) may go at once; more wait their turn.
+const MAX_CONCURRENT_RUNS: usize = 32;
 
 /// The local operator's principal id.
 pub(crate) const OPERATOR: &str = "operator";
@@ -23,6 +28,8 @@ pub(crate) struct Options {
     pub(crate) as_principal: Option<String>,
     /// For `serve`: its listen address, which upstreams may never target.
     pub(crate) listen: Option<std::net::SocketAddr>,
+    /// Pre-started script workers (for long-running commands); 0 starts one per run.
+    pub(crate) workers: usize,
 }
 
 pub(crate) struct Context {
@@ -31,6 +38,8 @@ pub(crate) struct Context {
     pub(crate) platform: Platform,
     /// The federated upstreams, connected (or recorded as down) when the command started.
     pub(crate) federation: Arc<Federation>,
+    /// The script lifecycle: drafts, publishing, runs, script tools.
+    pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
     pub(crate) actor: Principal,
 }
@@ -69,6 +78,20 @@ impl Context {
         )
         .await
         .map_err(anyhow::Error::msg)?;
+        let command = WorkerCommand::current_exe()?;
+        let workers = match options.workers {
+            0 => Workers::Fresh(command),
+            size => Workers::Pool(WorkerPool::new(command, size)),
+        };
+        let scripts = Scripts::start(
+            platform.clone(),
+            store.clone(),
+            audit.clone(),
+            workers,
+            ScriptLimits::default(),
+            MAX_CONCURRENT_RUNS,
+        )
+        .await?;
         let actor = match options.as_principal {
             None => Principal {
                 id: OPERATOR.to_owned(),
@@ -84,6 +107,7 @@ impl Context {
             audit,
             platform,
             federation,
+            scripts,
             actor,
         })
     }

@@ -9,18 +9,14 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use larkgate_binding::Limits;
-use larkgate_platform::platform::now_ms;
-use larkgate_platform::{RunContext, RunKind};
-use larkgate_script::{RunError, ScriptLimits, WorkerCommand, run_in_worker};
-use larkgate_store::{Principal, PrincipalKind, Run, RunStats, RunStatus, Store};
+use larkgate_platform::RunKind;
+use larkgate_store::Store;
 
 use super::call::arguments_from;
 use super::context::Context;
-use super::script::{check, source_hash};
+use crate::scripting::{RunRequest, check};
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["file", "draft", "script"])))]
@@ -41,15 +37,10 @@ pub(crate) struct Args {
     args_json: Option<String>,
 }
 
-fn run_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("run-{nanos:x}-{:x}", std::process::id())
-}
-
 pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
-    let (name, source, principal, kind, version) = match (&args.file, &args.draft, &args.script) {
+    let scripts = &context.scripts;
+    let actor = &context.actor;
+    let (name, saved, source) = match (&args.file, &args.draft, &args.script) {
         (Some(file), _, _) => {
             let source = std::fs::read_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
@@ -58,126 +49,48 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
                 .and_then(|s| s.to_str())
                 .unwrap_or("script")
                 .to_owned();
-            (name, source, context.actor.clone(), RunKind::Draft, None)
+            (name, false, source)
         }
         (None, Some(name), _) => {
-            // The same answer whether the draft is missing or someone else's.
-            let draft = context
-                .store
-                .draft(name)
-                .await?
-                .filter(|d| d.author == context.actor.id)
-                .with_context(|| {
-                    format!(
-                        "you ({}) have no draft named {name:?}; only a draft's author runs it \
-                         (save one with `larkgate script save {name} FILE`)",
-                        context.actor.id
-                    )
-                })?;
-            (
-                name.clone(),
-                draft.source,
-                context.actor.clone(),
-                RunKind::Draft,
-                None,
-            )
+            let draft = scripts
+                .own_draft(actor, name)
+                .await
+                .with_context(|| format!("save a draft with `larkgate script save {name} FILE`"))?;
+            (name.clone(), true, draft.source)
         }
         (None, None, Some(name)) => {
             let versions = context.store.versions(name).await?;
             let latest = versions
                 .last()
                 .with_context(|| format!("{name:?} has no published version; publish it first"))?;
-            let principal = Principal {
-                id: format!("script:{name}"),
-                kind: PrincipalKind::Script,
-                roles: latest.author_roles.clone(),
-            };
-            (
-                name.clone(),
-                latest.source.clone(),
-                principal,
-                RunKind::Published,
-                Some(latest.version),
-            )
+            (name.clone(), true, latest.source.clone())
         }
         (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
     };
     let entry = check(&name, &source)?;
     let fields = entry.input.to_fields();
     let arguments = arguments_from(args.args_json.as_deref(), &args.args, Some(&fields))?;
-    let id = run_id();
-    let hash = source_hash(&source);
-    let started = Instant::now();
-    let mut record = Run {
-        id: id.clone(),
-        script: args.draft.clone().or_else(|| args.script.clone()),
-        version,
-        hash,
-        kind: kind.as_str().to_owned(),
-        principal: principal.id.clone(),
-        status: RunStatus::Running,
-        result: None,
-        error_code: None,
-        error: None,
-        stats: RunStats::default(),
-        started_at_ms: now_ms(),
-        finished_at_ms: None,
+    let request = match &args.script {
+        Some(name) => scripts.published_run(name, arguments, 1, &actor.id).await?,
+        None => RunRequest {
+            name,
+            saved,
+            source,
+            version: None,
+            principal: actor.clone(),
+            kind: RunKind::Draft,
+            arguments,
+            depth: 1,
+            started_by: actor.id.clone(),
+        },
     };
-    context.store.start_run(record.clone()).await?;
-    let run = RunContext {
-        principal,
-        run_id: Some(id.clone()),
-        kind,
-        depth: 1,
-    };
-    let (caller, teardown) = larkgate_session::connect(
-        &context.platform,
-        run,
-        &format!("script-{kind}"),
-        Limits::default(),
-    )
-    .await?;
-    let command = WorkerCommand::current_exe()?;
-    let limits = ScriptLimits::default();
-    let report = run_in_worker(
-        &command,
-        &caller,
-        &format!("{name}.star"),
-        &source,
-        &arguments,
-        &limits,
-        kind == RunKind::Draft,
-    )
-    .await;
-    teardown.close().await;
-    record.finished_at_ms = Some(now_ms());
-    record.stats = RunStats {
-        tool_calls: report.usage.tool_calls,
-        paces: report.usage.paces,
-        duration_ms: started.elapsed().as_millis() as u64,
-        peak_memory_bytes: report.usage.peak_memory_bytes,
-    };
+    let finished = scripts.run(request).await?;
+    let record = &finished.record;
     // What the script printed goes to stderr whether it succeeded or not.
-    eprint!("{}", report.printed);
-    let result = match report.outcome {
-        Ok(value) => {
-            record.status = RunStatus::Succeeded;
-            record.result = Some(value.to_string());
-            context.store.finish_run(record.clone()).await?;
-            serde_json::to_writer_pretty(&mut *out, &value)?;
-            writeln!(out)?;
-            Ok(())
-        }
-        Err(error) => {
-            record.status = RunStatus::Failed;
-            record.error_code = Some(error.code().to_owned());
-            record.error = Some(error.to_string());
-            context.store.finish_run(record.clone()).await?;
-            Err(run_failed(&error))
-        }
-    };
+    eprint!("{}", finished.printed);
     eprintln!(
-        "run {id}: {} as {}, {} tool calls, {} paces, {} ms, peak memory {}",
+        "run {}: {} as {}, {} tool calls, {} paces, {} ms, peak memory {}",
+        record.id,
         record.status.as_str(),
         record.principal,
         record.stats.tool_calls,
@@ -188,9 +101,15 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             |b| format!("{:.1} MiB", b as f64 / 1048576.0)
         ),
     );
-    result
-}
-
-fn run_failed(error: &RunError) -> anyhow::Error {
-    anyhow::anyhow!("the run failed ({}): {error}", error.code())
+    match &finished.outcome {
+        Ok(value) => {
+            serde_json::to_writer_pretty(&mut *out, value)?;
+            writeln!(out)?;
+            Ok(())
+        }
+        Err(error) => Err(anyhow::anyhow!(
+            "the run failed ({}): {error}",
+            error.code()
+        )),
+    }
 }

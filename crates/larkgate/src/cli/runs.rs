@@ -1,13 +1,10 @@
 //! `larkgate runs show RUN_ID`: a run's record as JSON.
 //!
-//! A record is readable by an admin and by the principal it ran as (for a published run,
-//! `script:NAME`); anyone else gets the same answer as for a run that does not exist.
+//! The same rule as the `run_get` tool: a record is readable by whoever started it, by the
+//! principal it ran as, and by admins; anyone else gets the same answer as for a run that does
+//! not exist.
 
 use std::io::Write;
-
-use anyhow::bail;
-use larkgate_platform::policy::ROLE_ADMIN;
-use larkgate_store::Store;
 
 use super::context::Context;
 
@@ -28,13 +25,10 @@ pub(crate) async fn run(
     match command {
         Command::Show { run_id } => {
             let record = context
-                .store
-                .run(&run_id)
-                .await?
-                .filter(|r| context.actor_has(ROLE_ADMIN) || r.principal == context.actor.id);
-            let Some(record) = record else {
-                bail!("there is no run {run_id:?} that you may read");
-            };
+                .scripts
+                .run_record(&context.actor, &run_id)
+                .await
+                .map_err(|_| anyhow::anyhow!("there is no run {run_id:?} that you may read"))?;
             serde_json::to_writer_pretty(&mut *out, &record)?;
             writeln!(out)?;
             Ok(())

@@ -1,18 +1,10 @@
-//! `larkgate script ...`: drafts and published versions.
-//!
-//! A draft belongs to its author (`author` role, or `admin`); `publish` needs `publisher` (or
-//! `admin`), captures the draft *author's* roles in the same transaction, and records the
-//! publisher. Both check that the script parses and has a valid `main` first.
+//! `larkgate script ...`: drafts and published versions, through the same service as the
+//! `script_*` MCP tools (see `crate::scripting`).
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
-use larkgate_platform::audit::{AuditEntry, AuditSink};
-use larkgate_platform::platform::now_ms;
-use larkgate_platform::policy::{ROLE_ADMIN, ROLE_AUTHOR, ROLE_PUBLISHER};
-use larkgate_store::{AuditKind, Store};
-use sha2::{Digest, Sha256};
 
 use super::context::Context;
 
@@ -39,33 +31,12 @@ pub(crate) enum Command {
     },
 }
 
-/// The SHA-256 (hex) of a script's source.
-pub(crate) fn source_hash(source: &str) -> String {
-    hex::encode(Sha256::digest(source.as_bytes()))
-}
-
-/// Parses a script and reads its entry point, or says what is wrong.
-pub(crate) fn check(name: &str, source: &str) -> anyhow::Result<larkgate_script::EntryPoint> {
-    let ast = larkgate_script::parse(&format!("{name}.star"), source)?;
-    Ok(larkgate_script::entry_point(&ast)?)
-}
-
-fn require_any(context: &Context, roles: &[&str], what: &str) -> anyhow::Result<()> {
-    if !roles.iter().any(|r| context.actor_has(r)) {
-        bail!(
-            "{} may not {what}: that needs the {} role",
-            context.actor.id,
-            roles[0]
-        );
-    }
-    Ok(())
-}
-
 pub(crate) async fn run(
     command: Command,
     context: &Context,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    let scripts = &context.scripts;
     match command {
         Command::Save { name, file } => {
             if context.actor.id == super::context::OPERATOR {
@@ -75,51 +46,13 @@ pub(crate) async fn run(
                      `larkgate --as NAME script save ...`"
                 );
             }
-            require_any(context, &[ROLE_AUTHOR, ROLE_ADMIN], "save drafts")?;
-            context
-                .platform
-                .registry()
-                .check_alias(&name)
-                .map_err(|why| anyhow::anyhow!("{name:?} is not a script name: {why}"))?;
             let source = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            let entry = check(&name, &source)?;
-            context
-                .store
-                .save_draft(&name, &source, &context.actor.id, now_ms())
-                .await?;
-            writeln!(
-                out,
-                "saved draft {name} ({})",
-                entry.input.signature("main", "any")
-            )?;
+            let saved = scripts.save_draft(&context.actor, &name, &source).await?;
+            writeln!(out, "saved draft {name} ({})", saved.signature)?;
         }
         Command::Publish { name } => {
-            require_any(context, &[ROLE_PUBLISHER, ROLE_ADMIN], "publish scripts")?;
-            let draft = context
-                .store
-                .draft(&name)
-                .await?
-                .with_context(|| format!("there is no draft named {name:?}"))?;
-            check(&name, &draft.source)?;
-            let hash = source_hash(&draft.source);
-            let version = context
-                .store
-                .publish(&name, &draft.source, &hash, &context.actor.id, now_ms())
-                .await?;
-            context.audit.append(AuditEntry {
-                kind: Some(AuditKind::Event),
-                principal: context.actor.id.clone(),
-                tool: Some(format!("script__{name}")),
-                code: Some("published".into()),
-                detail: Some(format!(
-                    "published {name} version {} by {} with roles [{}], hash {hash}",
-                    version.version,
-                    version.author,
-                    version.author_roles.join(",")
-                )),
-                ..Default::default()
-            })?;
+            let version = scripts.publish(&context.actor, &name).await?;
             writeln!(
                 out,
                 "published {name} version {}: runs as script:{name} with {}'s roles [{}]",
@@ -129,10 +62,10 @@ pub(crate) async fn run(
             )?;
         }
         Command::List => {
-            for draft in context.store.drafts().await? {
+            for draft in scripts.drafts().await? {
                 writeln!(out, "draft      {:<24} by {}", draft.name, draft.author)?;
             }
-            for version in context.store.latest_versions().await? {
+            for version in scripts.published().await? {
                 writeln!(
                     out,
                     "published  {:<24} v{} by {}, published by {}",
@@ -141,11 +74,7 @@ pub(crate) async fn run(
             }
         }
         Command::History { name } => {
-            let versions = context.store.versions(&name).await?;
-            if versions.is_empty() {
-                bail!("{name:?} has no published versions");
-            }
-            for v in versions {
+            for v in scripts.history(&name).await? {
                 writeln!(
                     out,
                     "v{:<4} {}  by {} (roles [{}]), published by {}  sha256 {}",

@@ -21,6 +21,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::platform::now_ms;
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
@@ -52,11 +53,21 @@ struct Auth {
 }
 
 fn json_rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": code, "message": message}
-    });
+    json_rpc_error_with(status, code, message, None)
+}
+
+/// A JSON-RPC error answer; `data` carries larkgate's envelope where there is one.
+fn json_rpc_error_with(
+    status: StatusCode,
+    code: i64,
+    message: &str,
+    data: Option<serde_json::Value>,
+) -> Response {
+    let mut error = serde_json::json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": error});
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -84,11 +95,17 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
             return json_rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32603, "larkgate failed");
         }
         Err(tokens::TokenError::Invalid) => {
-            let mut response = json_rpc_error(
+            let refusal = Refusal::new(
+                Code::Unauthenticated,
+                "no valid bearer token: send `Authorization: Bearer <token>` with a larkgate \
+                 token",
+            )
+            .with_hint("an admin creates one with `larkgate token create --principal NAME`");
+            let mut response = json_rpc_error_with(
                 StatusCode::UNAUTHORIZED,
                 -32001,
-                "unauthenticated: send `Authorization: Bearer <token>` with a valid larkgate \
-                 token (an admin creates one with `larkgate token create --principal NAME`)",
+                &format!("unauthenticated: {}", refusal.message),
+                Some(refusal.envelope()),
             );
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -155,6 +172,8 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
 /// scrape: open 2025-11-25 sessions and each upstream's health.
 struct Scrape {
     platform: larkgate_platform::Platform,
+    scripts: Arc<crate::scripting::Scripts>,
+    idle_workers: prometheus_client::metrics::gauge::Gauge,
     federation: Arc<larkgate_upstream::federate::Federation>,
     sessions: Arc<Mutex<HashMap<String, String>>>,
     upstream_up: prometheus_client::metrics::family::Family<
@@ -171,6 +190,8 @@ impl Scrape {
     fn new(context: &Context, sessions: Arc<Mutex<HashMap<String, String>>>) -> Self {
         let scrape = Scrape {
             platform: context.platform.clone(),
+            scripts: Arc::clone(&context.scripts),
+            idle_workers: Default::default(),
             federation: Arc::clone(&context.federation),
             sessions,
             upstream_up: Default::default(),
@@ -181,6 +202,11 @@ impl Scrape {
             "upstream_up",
             "Whether an upstream is connected (1) or down (0)",
             scrape.upstream_up.clone(),
+        );
+        metrics.register(
+            "idle_workers",
+            "Script workers started and waiting for a run",
+            scrape.idle_workers.clone(),
         );
         metrics.register(
             "upstream_tools",
@@ -198,6 +224,9 @@ impl Scrape {
             .unwrap_or_else(|p| p.into_inner())
             .len();
         metrics.active_sessions.set(open as i64);
+        if let Some(pool) = self.scripts.pool() {
+            self.idle_workers.set(pool.idle() as i64);
+        }
         for upstream in self.federation.upstreams() {
             let status = upstream.status();
             let labels = vec![("alias".to_owned(), status.alias.clone())];
@@ -417,5 +446,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         () = grace => eprintln!("larkgate: the grace period is over; stopping now"),
     }
     maintenance.abort();
+    // Runs still going are recorded as cancelled; their workers die with this process.
+    context.scripts.cancel_active().await;
     Ok(())
 }

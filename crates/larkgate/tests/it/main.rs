@@ -5,6 +5,7 @@ mod capabilities;
 mod check;
 mod principals_and_approvals;
 mod scripts;
+mod sdk_clients;
 mod serve;
 mod stdio;
 mod tokens;

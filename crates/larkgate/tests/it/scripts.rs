@@ -165,15 +165,12 @@ fn a_saved_draft_runs_by_name_only_for_its_author_and_is_recorded() {
         dir.path(),
         &["--as", "bob", "run", "--draft", "greet", "--arg", "name=x"],
     );
-    assert!(theirs.contains("have no draft named \"greet\""), "{theirs}");
+    assert!(theirs.contains("has no draft named \"greet\""), "{theirs}");
     let missing = fails(
         dir.path(),
         &["--as", "bob", "run", "--draft", "nope", "--arg", "name=x"],
     );
-    assert!(
-        missing.contains("have no draft named \"nope\""),
-        "{missing}"
-    );
+    assert!(missing.contains("has no draft named \"nope\""), "{missing}");
 
     let output = larkgate_in(
         dir.path(),

@@ -12,15 +12,15 @@ use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 
 use crate::ok;
 
-/// A running `larkgate serve`, stopped with SIGTERM when dropped.
-struct Server {
+/// A running `larkgate serve`, killed when dropped (`stop` is the graceful way).
+pub(crate) struct Server {
     child: Child,
-    url: String,
-    first_start: String,
+    pub(crate) url: String,
+    pub(crate) first_start: String,
 }
 
 impl Server {
-    fn start(dir: &Path) -> Server {
+    pub(crate) fn start(dir: &Path) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
             .current_dir(dir)
             .args(["serve", "--listen", "127.0.0.1:0"])
@@ -61,7 +61,8 @@ impl Server {
         }
     }
 
-    fn stop(mut self) -> std::process::ExitStatus {
+    /// SIGTERM, then waits for the process to exit.
+    pub(crate) fn stop(mut self) -> std::process::ExitStatus {
         Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -79,7 +80,11 @@ impl Drop for Server {
     }
 }
 
-async fn client(url: &str, token: &str, revisions: Revisions) -> Result<UpstreamClient, String> {
+pub(crate) async fn client(
+    url: &str,
+    token: &str,
+    revisions: Revisions,
+) -> Result<UpstreamClient, String> {
     let endpoint = Endpoint {
         url: url.to_owned(),
         revisions,
@@ -92,7 +97,7 @@ async fn client(url: &str, token: &str, revisions: Revisions) -> Result<Upstream
         .map_err(|e| e.to_string())
 }
 
-fn token_in(text: &str) -> String {
+pub(crate) fn token_in(text: &str) -> String {
     text.split_whitespace()
         .find(|w| w.starts_with("lgt_"))
         .expect("a token")
@@ -250,11 +255,13 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
             "Bearer realm=\"larkgate\""
         );
         let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["data"]["code"], "unauthenticated", "{body}");
         assert!(
-            body["error"]["message"]
+            body["error"]["data"]["hint"]
                 .as_str()
                 .unwrap()
-                .contains("token create")
+                .contains("token create"),
+            "{body}"
         );
         // A foreign Host (DNS rebinding) and a browser Origin are refused.
         let response = post(Some(&ada))

@@ -1,0 +1,569 @@
+//! The script lifecycle, one implementation behind both the command line (`larkgate script`,
+//! `larkgate run`, `larkgate runs`) and the MCP platform tools (`script_save_draft`,
+//! `script_run_draft`, `script_publish`, `script_list`, `script_history`, `run_get`), so the
+//! two cannot drift apart.
+//!
+//! Authority, decided here and nowhere else:
+//! - a draft belongs to its author (`author` or `admin` role); only the author saves over it
+//!   or runs it, and a draft run runs **as the caller** with the write barrier on;
+//! - publishing needs `publisher` (or `admin`), captures the draft *author's* roles in the same
+//!   store transaction, and records the publisher;
+//! - a published run runs as `script:<name>` with the captured roles, one nesting level deeper
+//!   than whoever called it, refused past [`MAX_DEPTH`];
+//! - a run record is readable by whoever started it, by the principal it ran as, and by
+//!   admins.
+//!
+//! Every operation answers with a [`Refusal`], so MCP callers get envelopes and the CLI prints
+//! the same sentences.
+
+pub(crate) mod tools;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use larkgate_binding::{Limits, Map, Value};
+use larkgate_platform::audit::{AuditEntry, AuditSink};
+use larkgate_platform::envelope::{Code, Refusal};
+use larkgate_platform::platform::now_ms;
+use larkgate_platform::policy::{ROLE_ADMIN, ROLE_AUTHOR, ROLE_PUBLISHER};
+use larkgate_platform::{Platform, RunContext, RunKind};
+use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerPool};
+use larkgate_store::{
+    AuditKind, Draft, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, Store,
+    StoreError,
+};
+use sha2::{Digest, Sha256};
+
+/// How deep published scripts may call each other: a direct caller is depth 0, the script it
+/// calls depth 1, and a script that script calls depth 2, up to this.
+pub(crate) const MAX_DEPTH: u32 = 4;
+
+/// The roles that save and run drafts.
+pub(crate) const AUTHORS: &[&str] = &[ROLE_AUTHOR, ROLE_ADMIN];
+/// The roles that publish.
+pub(crate) const PUBLISHERS: &[&str] = &[ROLE_PUBLISHER, ROLE_ADMIN];
+/// The roles that read the script catalogue and run records.
+pub(crate) const READERS: &[&str] = &[ROLE_AUTHOR, ROLE_PUBLISHER, ROLE_ADMIN];
+
+/// Where runs get their worker processes.
+#[derive(Debug)]
+pub(crate) enum Workers {
+    /// Pre-started workers (`serve`, `stdio`): a run does not wait for a process to start.
+    Pool(Arc<WorkerPool>),
+    /// A fresh worker per run (one-shot commands, which would waste a pool).
+    Fresh(WorkerCommand),
+}
+
+/// The SHA-256 (hex) of a script's source.
+pub(crate) fn source_hash(source: &str) -> String {
+    hex::encode(Sha256::digest(source.as_bytes()))
+}
+
+/// Parses a script and reads its entry point, or says what is wrong.
+pub(crate) fn check(name: &str, source: &str) -> Result<EntryPoint, Refusal> {
+    larkgate_script::parse(&format!("{name}.star"), source)
+        .and_then(|ast| larkgate_script::entry_point(&ast))
+        .map_err(|e| Refusal::new(Code::InvalidArguments, format!("{name}: {e}")))
+}
+
+fn has_any(principal: &Principal, roles: &[&str]) -> bool {
+    principal.roles.iter().any(|r| roles.contains(&r.as_str()))
+}
+
+fn require(principal: &Principal, roles: &[&str], what: &str) -> Result<(), Refusal> {
+    if has_any(principal, roles) {
+        return Ok(());
+    }
+    Err(
+        Refusal::new(Code::Forbidden, format!("{} may not {what}", principal.id))
+            .with_hint(format!("that needs the {} role", roles[0])),
+    )
+}
+
+fn store_failed(error: StoreError) -> Refusal {
+    Refusal::internal(error.to_string())
+}
+
+/// A saved draft, as reported back.
+#[derive(Clone, Debug)]
+pub(crate) struct Saved {
+    /// The draft.
+    pub(crate) draft: Draft,
+    /// `main`'s signature.
+    pub(crate) signature: String,
+    /// `main`'s docstring.
+    pub(crate) description: Option<String>,
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub(crate) struct RunRequest {
+    /// The script's name (a file's stem, for unsaved sources).
+    pub(crate) name: String,
+    /// Whether `name` is a saved draft or a published script (recorded with the run).
+    pub(crate) saved: bool,
+    /// The source.
+    pub(crate) source: String,
+    /// The published version, for published runs.
+    pub(crate) version: Option<u32>,
+    /// Who the run runs as.
+    pub(crate) principal: Principal,
+    /// Draft or published.
+    pub(crate) kind: RunKind,
+    /// Arguments for `main`.
+    pub(crate) arguments: Map,
+    /// The nesting depth of the run (1 for a run started directly).
+    pub(crate) depth: u32,
+    /// Who started it.
+    pub(crate) started_by: String,
+}
+
+/// A finished run: its record, what it printed, and its outcome.
+#[derive(Clone, Debug)]
+pub(crate) struct Finished {
+    /// The run as recorded.
+    pub(crate) record: Run,
+    /// What it printed.
+    pub(crate) printed: String,
+    /// `main`'s result, or why the run failed.
+    pub(crate) outcome: Result<Value, RunError>,
+}
+
+impl Finished {
+    /// The failed run as a refusal: its own code and text, and where to read the record.
+    pub(crate) fn refusal(&self, error: &RunError) -> Refusal {
+        let code = serde_json::from_value::<Code>(error.code().into()).unwrap_or(Code::Internal);
+        Refusal::new(code, format!("run {} failed: {error}", self.record.id)).with_hint(format!(
+            "read the run with run_get(run_id=\"{}\")",
+            self.record.id
+        ))
+    }
+}
+
+/// The lifecycle service. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    platform: Platform,
+    store: Arc<dyn Store>,
+    audit: Arc<dyn AuditSink>,
+    workers: Workers,
+    limits: ScriptLimits,
+    /// Runs this process has started and not yet recorded as finished.
+    active: Mutex<HashSet<String>>,
+    /// Bounds how many runs (worker processes) go at once; others wait their turn.
+    slots: tokio::sync::Semaphore,
+}
+
+impl Scripts {
+    /// The service, with its tools registered on `platform` and every published script
+    /// listed as a tool.
+    pub(crate) async fn start(
+        platform: Platform,
+        store: Arc<dyn Store>,
+        audit: Arc<dyn AuditSink>,
+        workers: Workers,
+        limits: ScriptLimits,
+        max_concurrent_runs: usize,
+    ) -> anyhow::Result<Arc<Self>> {
+        let scripts = Arc::new(Scripts {
+            platform,
+            store,
+            audit,
+            workers,
+            limits,
+            active: Mutex::new(HashSet::new()),
+            slots: tokio::sync::Semaphore::new(max_concurrent_runs.max(1)),
+        });
+        scripts
+            .platform
+            .tool_table()
+            .add(tools::platform_tools(Arc::downgrade(&scripts))?)?;
+        scripts.refresh_tools().await?;
+        Ok(scripts)
+    }
+
+    /// The worker pool, when runs use one.
+    pub(crate) fn pool(&self) -> Option<&Arc<WorkerPool>> {
+        match &self.workers {
+            Workers::Pool(pool) => Some(pool),
+            Workers::Fresh(_) => None,
+        }
+    }
+
+    /// Lists every published script's latest version as a `script__<name>` tool.
+    pub(crate) async fn refresh_tools(self: &Arc<Self>) -> anyhow::Result<()> {
+        let mut tools = Vec::new();
+        for version in self.store.latest_versions().await? {
+            match tools::script_tool(Arc::downgrade(self), &version) {
+                Ok(tool) => tools.push(tool),
+                // A version that no longer parses (the engine's dialect changed) is left out
+                // rather than keeping every other script from being served.
+                Err(error) => tracing::warn!(
+                    "published script {} v{} is not served: {error}",
+                    version.name,
+                    version.version
+                ),
+            }
+        }
+        self.platform.tool_table().replace_scripts(tools)?;
+        Ok(())
+    }
+
+    /// Saves `source` as `actor`'s draft `name`.
+    pub(crate) async fn save_draft(
+        &self,
+        actor: &Principal,
+        name: &str,
+        source: &str,
+    ) -> Result<Saved, Refusal> {
+        require(actor, AUTHORS, "save drafts")?;
+        self.platform.registry().check_alias(name).map_err(|why| {
+            Refusal::new(
+                Code::InvalidArguments,
+                format!("{name:?} is not a script name: {why}"),
+            )
+        })?;
+        let entry = check(name, source)?;
+        let draft = self
+            .store
+            .save_draft(name, source, &actor.id, now_ms())
+            .await
+            .map_err(|e| match e {
+                StoreError::Conflict(_) => Refusal::new(
+                    Code::Forbidden,
+                    format!("the draft {name:?} belongs to another author"),
+                )
+                .with_hint("choose another name"),
+                other => store_failed(other),
+            })?;
+        self.event(
+            actor,
+            name,
+            "draft_saved",
+            format!("saved draft {name}, sha256 {}", source_hash(source)),
+        )?;
+        Ok(Saved {
+            draft,
+            signature: entry.input.signature("main", "any"),
+            description: entry.description,
+        })
+    }
+
+    /// Publishes the draft `name` as its next version, published by `actor`.
+    pub(crate) async fn publish(
+        self: &Arc<Self>,
+        actor: &Principal,
+        name: &str,
+    ) -> Result<ScriptVersion, Refusal> {
+        require(actor, PUBLISHERS, "publish scripts")?;
+        let draft = self
+            .store
+            .draft(name)
+            .await
+            .map_err(store_failed)?
+            .ok_or_else(|| {
+                Refusal::new(Code::NotFound, format!("there is no draft named {name:?}"))
+                    .with_hint("save one with script_save_draft first")
+            })?;
+        check(name, &draft.source)?;
+        let hash = source_hash(&draft.source);
+        let version = self
+            .store
+            .publish(name, &draft.source, &hash, &actor.id, now_ms())
+            .await
+            .map_err(|e| match e {
+                StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
+                other => store_failed(other),
+            })?;
+        self.event(
+            actor,
+            name,
+            "published",
+            format!(
+                "published {name} version {} by {} with roles [{}], hash {hash}",
+                version.version,
+                version.author,
+                version.author_roles.join(",")
+            ),
+        )?;
+        self.refresh_tools()
+            .await
+            .map_err(|e| Refusal::internal(format!("the script tools were not refreshed: {e}")))?;
+        Ok(version)
+    }
+
+    fn event(
+        &self,
+        actor: &Principal,
+        name: &str,
+        code: &str,
+        detail: String,
+    ) -> Result<(), Refusal> {
+        self.audit
+            .append(AuditEntry {
+                kind: Some(AuditKind::Event),
+                principal: actor.id.clone(),
+                tool: Some(format!("script__{name}")),
+                code: Some(code.to_owned()),
+                detail: Some(detail),
+                ..Default::default()
+            })
+            .map(|_| ())
+            .map_err(|e| Refusal::internal(format!("the change could not be audited: {e}")))
+    }
+
+    /// Every draft, by name.
+    pub(crate) async fn drafts(&self) -> Result<Vec<Draft>, Refusal> {
+        self.store.drafts().await.map_err(store_failed)
+    }
+
+    /// The latest version of every published script, by name.
+    pub(crate) async fn published(&self) -> Result<Vec<ScriptVersion>, Refusal> {
+        self.store.latest_versions().await.map_err(store_failed)
+    }
+
+    /// Every version of `name`, oldest first.
+    pub(crate) async fn history(&self, name: &str) -> Result<Vec<ScriptVersion>, Refusal> {
+        let versions = self.store.versions(name).await.map_err(store_failed)?;
+        if versions.is_empty() {
+            return Err(Refusal::new(
+                Code::NotFound,
+                format!("{name:?} has no published versions"),
+            ));
+        }
+        Ok(versions)
+    }
+
+    /// The run `id`, if `reader` may read it: whoever started it, the principal it ran as,
+    /// and admins. Others are told it does not exist.
+    pub(crate) async fn run_record(&self, reader: &Principal, id: &str) -> Result<Run, Refusal> {
+        let run = self.store.run(id).await.map_err(store_failed)?;
+        run.filter(|run| {
+            run.principal == reader.id
+                || run.started_by.as_deref() == Some(reader.id.as_str())
+                || has_any(reader, &[ROLE_ADMIN])
+        })
+        .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
+    }
+
+    /// The draft `name` for `actor` to run: only its author runs it.
+    pub(crate) async fn own_draft(&self, actor: &Principal, name: &str) -> Result<Draft, Refusal> {
+        // The same answer whether the draft is missing or someone else's.
+        self.store
+            .draft(name)
+            .await
+            .map_err(store_failed)?
+            .filter(|d| d.author == actor.id)
+            .ok_or_else(|| {
+                Refusal::new(
+                    Code::NotFound,
+                    format!(
+                        "{} has no draft named {name:?}; only a draft's author runs it",
+                        actor.id
+                    ),
+                )
+            })
+    }
+
+    /// The request for a run of the latest published version of `name`.
+    pub(crate) async fn published_run(
+        &self,
+        name: &str,
+        arguments: Map,
+        depth: u32,
+        started_by: &str,
+    ) -> Result<RunRequest, Refusal> {
+        let versions = self.store.versions(name).await.map_err(store_failed)?;
+        let latest = versions.last().ok_or_else(|| {
+            Refusal::new(Code::NotFound, format!("{name:?} has no published version"))
+                .with_hint("publish it first")
+        })?;
+        Ok(RunRequest {
+            name: name.to_owned(),
+            saved: true,
+            source: latest.source.clone(),
+            version: Some(latest.version),
+            principal: Principal {
+                id: format!("script:{name}"),
+                kind: PrincipalKind::Script,
+                roles: latest.author_roles.clone(),
+            },
+            kind: RunKind::Published,
+            arguments,
+            depth,
+            started_by: started_by.to_owned(),
+        })
+    }
+
+    /// Runs a script in a worker and records the run. A refusal means the run never started
+    /// (a bad script or arguments, too deep a nesting); a run that started and failed is a
+    /// [`Finished`] with an error outcome.
+    pub(crate) async fn run(&self, request: RunRequest) -> Result<Finished, Refusal> {
+        if request.depth > MAX_DEPTH {
+            return Err(Refusal::new(
+                Code::LimitExceeded,
+                format!(
+                    "the run exceeded its script nesting depth limit: scripts may call scripts \
+                     at most {MAX_DEPTH} deep"
+                ),
+            ));
+        }
+        let entry = check(&request.name, &request.source)?;
+        // Bound here too, so a bad argument is refused before a worker or a record is spent.
+        entry
+            .input
+            .bind_map("main", &request.arguments)
+            .map_err(|e| larkgate_platform::envelope::refuse_arguments(&e))?;
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| Refusal::internal("larkgate is stopping"))?;
+        let id = run_id();
+        let started = Instant::now();
+        let mut record = Run {
+            id: id.clone(),
+            script: request.saved.then(|| request.name.clone()),
+            version: request.version,
+            hash: source_hash(&request.source),
+            kind: request.kind.as_str().to_owned(),
+            principal: request.principal.id.clone(),
+            status: RunStatus::Running,
+            result: None,
+            error_code: None,
+            error: None,
+            stats: RunStats::default(),
+            started_at_ms: now_ms(),
+            finished_at_ms: None,
+            started_by: Some(request.started_by.clone()),
+        };
+        self.store
+            .start_run(record.clone())
+            .await
+            .map_err(store_failed)?;
+        let metrics = &self.platform.services().metrics;
+        metrics.active_runs.inc();
+        self.lock_active().insert(id.clone());
+        let report = self.execute(&request, &id).await;
+        self.lock_active().remove(&id);
+        metrics.active_runs.dec();
+        record.finished_at_ms = Some(now_ms());
+        record.stats = RunStats {
+            tool_calls: report.usage.tool_calls,
+            paces: report.usage.paces,
+            duration_ms: started.elapsed().as_millis() as u64,
+            peak_memory_bytes: report.usage.peak_memory_bytes,
+        };
+        match &report.outcome {
+            Ok(value) => {
+                record.status = RunStatus::Succeeded;
+                record.result = Some(value.to_string());
+            }
+            Err(error) => {
+                record.status = RunStatus::Failed;
+                record.error_code = Some(error.code().to_owned());
+                record.error = Some(error.to_string());
+            }
+        }
+        self.store
+            .finish_run(record.clone())
+            .await
+            .map_err(store_failed)?;
+        Ok(Finished {
+            record,
+            printed: report.printed,
+            outcome: report.outcome,
+        })
+    }
+
+    async fn execute(&self, request: &RunRequest, id: &str) -> larkgate_script::RunReport {
+        let context = RunContext {
+            principal: request.principal.clone(),
+            run_id: Some(id.to_owned()),
+            kind: request.kind,
+            depth: request.depth,
+        };
+        let label = format!("script-{}", request.kind);
+        let (caller, teardown) =
+            match larkgate_session::connect(&self.platform, context, &label, Limits::default())
+                .await
+            {
+                Ok(session) => session,
+                Err(e) => {
+                    return larkgate_script::RunReport::failed(RunError::Failed(e.to_string()));
+                }
+            };
+        let filename = format!("{}.star", request.name);
+        let draft = request.kind == RunKind::Draft;
+        let report = match &self.workers {
+            Workers::Pool(pool) => {
+                pool.run(
+                    &caller,
+                    &filename,
+                    &request.source,
+                    &request.arguments,
+                    &self.limits,
+                    draft,
+                )
+                .await
+            }
+            Workers::Fresh(command) => {
+                larkgate_script::run_in_worker(
+                    command,
+                    &caller,
+                    &filename,
+                    &request.source,
+                    &request.arguments,
+                    &self.limits,
+                    draft,
+                )
+                .await
+            }
+        };
+        teardown.close().await;
+        report
+    }
+
+    fn lock_active(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.active.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records every run still going as failed (`larkgate stopped`), for a shutdown that
+    /// could not wait for them; new runs are refused from now on.
+    pub(crate) async fn cancel_active(&self) {
+        self.slots.close();
+        let ids: Vec<String> = self.lock_active().drain().collect();
+        for id in ids {
+            let Ok(Some(mut run)) = self.store.run(&id).await else {
+                continue;
+            };
+            run.status = RunStatus::Failed;
+            run.error_code = Some(Code::Internal.as_str().to_owned());
+            run.error = Some("the run was cancelled: larkgate stopped".to_owned());
+            run.finished_at_ms = Some(now_ms());
+            if let Err(error) = self.store.finish_run(run).await {
+                tracing::warn!("run {id} could not be recorded as cancelled: {error}");
+            }
+        }
+    }
+}
+
+/// A new run id: time-ordered, unique across processes.
+fn run_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!("run-{nanos:x}-{:x}-{n:x}", std::process::id())
+}
+
+/// Holds the service for tool handlers without keeping it alive: the platform's tool table
+/// outlives nothing that owns it.
+pub(crate) fn upgrade(scripts: &Weak<Scripts>) -> Result<Arc<Scripts>, Refusal> {
+    scripts
+        .upgrade()
+        .ok_or_else(|| Refusal::internal("the script service has stopped"))
+}

