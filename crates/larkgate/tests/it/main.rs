@@ -7,6 +7,7 @@ mod principals_and_approvals;
 mod scripts;
 mod sdk_clients;
 mod serve;
+mod serve_state;
 mod stdio;
 mod tokens;
 mod upstreams;

@@ -226,3 +226,59 @@ fn a_failed_run_shows_what_it_printed_and_records_the_error() {
         "{record}"
     );
 }
+
+const COUNTDOWN: &str = r#"
+def main(*, n: int):
+    """Counts down by calling itself as a tool."""
+    if n == 0:
+        return 0
+    return script.countdown(n = n - 1)["result"] + 1
+"#;
+
+#[test]
+fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("larkgate.toml"),
+        format!("{POLICY}[policy.roles.author]\ncall = [\"script__*\"]\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("countdown.star"), COUNTDOWN).unwrap();
+    ok(
+        dir.path(),
+        &[
+            "--as",
+            "ada",
+            "script",
+            "save",
+            "countdown",
+            "countdown.star",
+        ],
+    );
+    ok(
+        dir.path(),
+        &["--as", "pat", "script", "publish", "countdown"],
+    );
+    // Depth 1 (this run) calls depth 2, 3 and 4: the limit is 4.
+    let output = larkgate_in(
+        dir.path(),
+        &["run", "--script", "countdown", "--arg", "n=3"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "3");
+    // A fifth level is refused, and every level above fails with that refusal.
+    let err = fails(
+        dir.path(),
+        &["run", "--script", "countdown", "--arg", "n=4"],
+    );
+    assert!(err.contains("limit_exceeded"), "{err}");
+    assert!(err.contains("script nesting depth limit"), "{err}");
+    // A draft may not call a script tool: script tools are writes.
+    std::fs::write(
+        dir.path().join("calls.star"),
+        "def main():\n    return script.countdown(n = 0)\n",
+    )
+    .unwrap();
+    let err = fails(dir.path(), &["--as", "ada", "run", "calls.star"]);
+    assert!(err.contains("write_barrier"), "{err}");
+}

@@ -1,0 +1,229 @@
+//! `larkgate serve` over time: what a restart keeps, and many clients at once.
+
+use std::sync::Arc;
+
+use larkgate_upstream::client::{Revisions, UpstreamClient};
+
+use crate::ok;
+use crate::sdk_clients::prepare;
+use crate::serve::{Server, client};
+
+fn object(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    value.as_object().unwrap().clone()
+}
+
+/// Calls a tool that must succeed; returns its structured result.
+async fn call(c: &UpstreamClient, tool: &str, args: serde_json::Value) -> serde_json::Value {
+    let result = c.call_tool(tool, object(args)).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+    serde_json::Value::Object(
+        result
+            .structured_content
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .clone(),
+    )
+}
+
+/// Calls a tool that must be refused with `code`; returns the envelope.
+async fn refused(
+    c: &UpstreamClient,
+    tool: &str,
+    args: serde_json::Value,
+    code: &str,
+) -> serde_json::Value {
+    let result = c.call_tool(tool, object(args)).await.unwrap();
+    assert_eq!(result.is_error, Some(true), "{tool}: {result:?}");
+    let envelope = result.structured_content.unwrap();
+    assert_eq!(envelope["code"], code, "{tool}: {envelope}");
+    envelope
+}
+
+const REMEMBER: &str = r#"
+def main(*, word: str):
+    """Says a word back."""
+    return {"word": word}
+"#;
+
+#[test]
+fn a_restart_keeps_principals_tokens_scripts_versions_runs_approvals_and_audit() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: serde_json::Value = serde_json::from_str(&prepare(dir.path())).unwrap();
+    let token = |role: &str| tokens[role].as_str().unwrap().to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    let server = Server::start(dir.path());
+    let url = server.url.clone();
+    let (run_id, approval_id) = runtime.block_on(async {
+        let ada = client(&url, &token("author"), Revisions::Latest)
+            .await
+            .unwrap();
+        call(
+            &ada,
+            "script_save_draft",
+            serde_json::json!({"name": "echo", "source": REMEMBER}),
+        )
+        .await;
+        let ran = call(
+            &ada,
+            "script_run_draft",
+            serde_json::json!({"name": "echo", "args": {"word": "kept"}}),
+        )
+        .await;
+        let pat = client(&url, &token("publisher"), Revisions::Legacy)
+            .await
+            .unwrap();
+        call(&pat, "script_publish", serde_json::json!({"name": "echo"})).await;
+        let gated = refused(
+            &ada,
+            "kv_delete",
+            serde_json::json!({"key": "k"}),
+            "approval_required",
+        )
+        .await;
+        let approval = gated["approval_id"].as_str().unwrap().to_owned();
+        let eve = client(&url, &token("approver"), Revisions::Latest)
+            .await
+            .unwrap();
+        call(
+            &eve,
+            "approvals_approve",
+            serde_json::json!({"id": approval}),
+        )
+        .await;
+        // The worker pool and run gauges are exported.
+        let base = url.trim_end_matches("/mcp");
+        let metrics = reqwest::get(format!("{base}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(metrics.contains("larkgate_idle_workers"), "{metrics}");
+        assert!(metrics.contains("larkgate_active_runs 0"), "{metrics}");
+        assert!(
+            metrics.contains("larkgate_calls_total{tool=\"script_run_draft\",code=\"ok\"} 1"),
+            "{metrics}"
+        );
+        (ran["run_id"].as_str().unwrap().to_owned(), approval)
+    });
+    assert!(server.stop().success());
+
+    let server = Server::start(dir.path());
+    assert!(server.first_start.is_empty(), "{}", server.first_start);
+    let url = server.url.clone();
+    runtime.block_on(async {
+        // Tokens and principals: the same tokens work, with the same roles.
+        let ada = client(&url, &token("author"), Revisions::Legacy)
+            .await
+            .unwrap();
+        // Scripts and versions: the draft, the version, and its tool.
+        let list = call(&ada, "script_list", serde_json::json!({})).await;
+        assert_eq!(list["drafts"][0]["name"], "echo", "{list}");
+        assert_eq!(list["published"][0]["version"], 1, "{list}");
+        let history = call(&ada, "script_history", serde_json::json!({"name": "echo"})).await;
+        assert_eq!(history["versions"][0]["publisher"], "pat", "{history}");
+        let echoed = call(&ada, "script__echo", serde_json::json!({"word": "again"})).await;
+        assert_eq!(echoed["result"]["word"], "again", "{echoed}");
+        // Runs.
+        let run = call(&ada, "run_get", serde_json::json!({"run_id": run_id})).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        assert_eq!(run["result"]["word"], "kept", "{run}");
+        // Approvals: the approval granted before the restart is still usable, once.
+        call(&ada, "kv_delete", serde_json::json!({"key": "k"})).await;
+        let eve = client(&url, &token("approver"), Revisions::Latest)
+            .await
+            .unwrap();
+        let used = call(
+            &eve,
+            "approvals_list",
+            serde_json::json!({"status": "used"}),
+        )
+        .await;
+        assert_eq!(used["approvals"][0]["id"], approval_id.as_str(), "{used}");
+    });
+    assert!(server.stop().success());
+    // Audit: the chain verifies and holds what happened before and after the restart.
+    let verified = ok(dir.path(), &["audit", "verify"]);
+    assert!(verified.contains("intact"), "{verified}");
+    let tail = ok(dir.path(), &["audit", "tail", "-n", "200"]);
+    for expected in [
+        "draft_saved",
+        "published",
+        "approved",
+        "script__echo",
+        "kv_delete",
+    ] {
+        assert!(tail.contains(expected), "{expected} missing from\n{tail}");
+    }
+}
+
+const CLIENTS: usize = 32;
+const CALLS: usize = 500;
+
+#[test]
+fn thirty_two_clients_making_500_calls_each_see_no_errors_and_every_intent_has_its_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["principal", "add", "loader", "--roles", "admin"]);
+    let token = ok(d, &["token", "create", "--principal", "loader"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    let url = server.url.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let errors: usize = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for n in 0..CLIENTS {
+            // Half the clients speak each revision.
+            let revisions = if n % 2 == 0 {
+                Revisions::Latest
+            } else {
+                Revisions::Legacy
+            };
+            let c = Arc::new(client(&url, &token, revisions).await.unwrap());
+            tasks.push(tokio::spawn(async move {
+                let mut errors = 0;
+                for i in 0..CALLS {
+                    let args = serde_json::json!({"key": format!("c{n}-{i}"), "value": "x"});
+                    match c.call_tool("kv_set", object(args)).await {
+                        Ok(result) if result.is_error != Some(true) => {}
+                        other => {
+                            errors += 1;
+                            eprintln!("client {n} call {i}: {other:?}");
+                        }
+                    }
+                }
+                errors
+            }));
+        }
+        let mut errors = 0;
+        for task in tasks {
+            errors += task.await.unwrap();
+        }
+        errors
+    });
+    assert_eq!(errors, 0);
+    assert!(server.stop().success());
+    // Every call left an intent and its outcome in the audit chain, and every write landed.
+    let db = rusqlite::Connection::open(d.join("larkgate-data/larkgate.sqlite3")).unwrap();
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).unwrap() };
+    let total = (CLIENTS * CALLS) as i64;
+    assert_eq!(
+        count("SELECT COUNT(*) FROM audit WHERE principal = 'loader' AND kind = 'intent'"),
+        total
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM audit WHERE principal = 'loader' AND kind = 'outcome' \
+             AND code = 'ok'"
+        ),
+        total
+    );
+    assert_eq!(count("SELECT COUNT(*) FROM kv"), total);
+    assert!(ok(d, &["audit", "verify"]).contains("intact"));
+}
