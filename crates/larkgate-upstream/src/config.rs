@@ -6,6 +6,8 @@
 //! alias = "github"
 //! url = "https://api.githubcopilot.com/mcp/"
 //! headers = { Authorization = "Bearer ${GITHUB_TOKEN}" }   # from the environment
+//! # ...or leave secrets out entirely: LARKGATE_UPSTREAM_GITHUB_AUTHORIZATION, when set,
+//! # replaces (or supplies) the header; see `header_override`.
 //! approval = "always"            # or "never": the policy's patterns decide
 //! allow = ["10.0.0.0/8"]         # reach internal addresses (logged at start)
 //! revisions = "latest"           # or "legacy": 2025-11-25 only
@@ -25,6 +27,15 @@ use serde::{Deserialize, Serialize};
 use crate::client::{Endpoint, Revisions, UpstreamLimits};
 use crate::federation::Approval;
 use crate::guard::{Allowed, UrlGuard};
+
+/// The environment variable that overrides header `header` of upstream `alias`:
+/// `LARKGATE_UPSTREAM_<ALIAS>_<HEADER>`, upper-cased, `-` as `_`
+/// (`LARKGATE_UPSTREAM_GITHUB_AUTHORIZATION`, `LARKGATE_UPSTREAM_WEATHER_X_API_KEY`).
+pub fn header_override(alias: &str, header: &str) -> String {
+    format!("LARKGATE_UPSTREAM_{alias}_{header}")
+        .to_ascii_uppercase()
+        .replace('-', "_")
+}
 
 /// An upstream's limits; each absent one takes its default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,13 +100,25 @@ impl UpstreamConfig {
         }
     }
 
-    /// The endpoint, with `${NAME}` in header values taken from `env`.
+    /// The endpoint, with `${NAME}` in header values taken from `env`, and each header
+    /// (and `Authorization`, configured or not) replaced whole by the variable
+    /// [`header_override`] names when that is set — so a deployment can supply secrets without
+    /// writing them into the file.
     pub fn endpoint(&self, env: impl Fn(&str) -> Option<String>) -> Result<Endpoint, String> {
         let mut headers = BTreeMap::new();
         for (name, value) in &self.headers {
-            let value = expand(value, &env)
-                .map_err(|e| format!("upstream {:?}, header {name:?}: {e}", self.alias))?;
+            let value = match env(&header_override(&self.alias, name)) {
+                Some(value) => value,
+                None => expand(value, &env)
+                    .map_err(|e| format!("upstream {:?}, header {name:?}: {e}", self.alias))?,
+            };
             headers.insert(name.clone(), value);
+        }
+        let configured = |wanted: &str| headers.keys().any(|n| n.eq_ignore_ascii_case(wanted));
+        if !configured("Authorization")
+            && let Some(value) = env(&header_override(&self.alias, "Authorization"))
+        {
+            headers.insert("Authorization".to_owned(), value);
         }
         Ok(Endpoint {
             url: self.url.clone(),

@@ -18,9 +18,6 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-/// Script workers kept started by `serve` and `stdio`.
-const SCRIPT_WORKERS: usize = 2;
-
 /// larkgate: one governed MCP endpoint in front of typed capabilities, federated MCP servers
 /// and Starlark scripts.
 #[derive(Debug, Parser)]
@@ -92,14 +89,11 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         config: cli.config,
         data_dir: cli.data_dir,
         as_principal: cli.as_principal,
-        listen: match &cli.command {
+        serve: match &cli.command {
             Command::Serve(args) => Some(args.listen),
             _ => None,
         },
-        workers: match &cli.command {
-            Command::Serve(_) | Command::Stdio(_) => SCRIPT_WORKERS,
-            _ => 0,
-        },
+        pool: matches!(cli.command, Command::Serve(_) | Command::Stdio(_)),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -138,8 +132,9 @@ fn check(path: Option<&std::path::Path>, out: &mut impl std::io::Write) -> anyho
     }
     writeln!(
         out,
-        "configuration is valid: data_dir {}, {} roles, {} upstreams",
+        "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams",
         config.data_dir.display(),
+        config.listen,
         config.policy.roles.len(),
         config.upstreams.len()
     )?;

@@ -102,3 +102,42 @@ fn a_tool_whose_prefixed_name_is_invalid_is_dropped_and_counted() {
     assert!(adoption.specs[0].requires_approval);
     assert_eq!(adoption.invalid.len(), 2);
 }
+
+#[test]
+fn environment_variables_override_header_secrets() {
+    let config: UpstreamConfig = toml::from_str(
+        r#"
+        alias = "my_api"
+        url = "https://api.example.com/mcp"
+        headers = { X-Api-Key = "${MISSING}", Accept-Language = "en" }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(
+        larkgate_upstream::config::header_override("my_api", "X-Api-Key"),
+        "LARKGATE_UPSTREAM_MY_API_X_API_KEY"
+    );
+    // Without the override, the missing variable is an error naming it.
+    assert!(config.endpoint(env).unwrap_err().contains("MISSING"));
+    let overrides = |name: &str| match name {
+        "LARKGATE_UPSTREAM_MY_API_X_API_KEY" => Some("from-env".to_owned()),
+        "LARKGATE_UPSTREAM_MY_API_AUTHORIZATION" => Some("Bearer supplied".to_owned()),
+        _ => None,
+    };
+    let endpoint = config.endpoint(overrides).unwrap();
+    assert_eq!(endpoint.headers["X-Api-Key"], "from-env");
+    assert_eq!(endpoint.headers["Accept-Language"], "en");
+    assert_eq!(endpoint.headers["Authorization"], "Bearer supplied");
+    // An override replaces a configured Authorization rather than adding a second one.
+    let configured: UpstreamConfig = toml::from_str(
+        r#"
+        alias = "my_api"
+        url = "https://api.example.com/mcp"
+        headers = { authorization = "Bearer ${TOKEN}" }
+        "#,
+    )
+    .unwrap();
+    let endpoint = configured.endpoint(overrides).unwrap();
+    assert_eq!(endpoint.headers.len(), 1);
+    assert_eq!(endpoint.headers["authorization"], "Bearer supplied");
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
-use larkgate_script::{ScriptLimits, WorkerCommand, WorkerPool};
+use larkgate_script::{WorkerCommand, WorkerPool};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::config::UpstreamConfig;
@@ -16,9 +16,6 @@ use larkgate_upstream::federate::Federation;
 use crate::config::Config;
 use crate::scripting::{Scripts, Workers};
 
-/// How many script runs (worker processes) may go at once; more wait their turn.
-const MAX_CONCURRENT_RUNS: usize = 32;
-
 /// The local operator's principal id.
 pub(crate) const OPERATOR: &str = "operator";
 
@@ -26,10 +23,11 @@ pub(crate) struct Options {
     pub(crate) config: Option<PathBuf>,
     pub(crate) data_dir: Option<PathBuf>,
     pub(crate) as_principal: Option<String>,
-    /// For `serve`: its listen address, which upstreams may never target.
-    pub(crate) listen: Option<std::net::SocketAddr>,
-    /// Pre-started script workers (for long-running commands); 0 starts one per run.
-    pub(crate) workers: usize,
+    /// For `serve`: whether it serves, and its `--listen`.
+    pub(crate) serve: Option<Option<std::net::SocketAddr>>,
+    /// Whether to keep script workers started (long-running commands) rather than start one
+    /// per run.
+    pub(crate) pool: bool,
 }
 
 pub(crate) struct Context {
@@ -38,6 +36,9 @@ pub(crate) struct Context {
     pub(crate) platform: Platform,
     /// The federated upstreams, connected (or recorded as down) when the command started.
     pub(crate) federation: Arc<Federation>,
+    /// For `serve`: where it listens (`--listen`, else the configuration's), which upstreams
+    /// may never target.
+    pub(crate) listen: Option<std::net::SocketAddr>,
     /// The script lifecycle: drafts, publishing, runs, script tools.
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
@@ -47,6 +48,7 @@ pub(crate) struct Context {
 impl Context {
     pub(crate) async fn open(options: Options) -> anyhow::Result<Self> {
         let config = Config::load(options.config.as_deref())?;
+        let listen = options.serve.map(|flag| flag.unwrap_or(config.listen));
         let data_dir = options.data_dir.unwrap_or(config.data_dir);
         let store = Arc::new(SqliteStore::open(&data_dir)?);
         let audit = AuditLog::open(
@@ -70,26 +72,21 @@ impl Context {
                 })?;
             upstreams.push(stored);
         }
-        let federation = Federation::start(
-            &platform,
-            upstreams,
-            Arc::new(SystemResolver),
-            options.listen,
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
+        let federation = Federation::start(&platform, upstreams, Arc::new(SystemResolver), listen)
+            .await
+            .map_err(anyhow::Error::msg)?;
         let command = WorkerCommand::current_exe()?;
-        let workers = match options.workers {
-            0 => Workers::Fresh(command),
-            size => Workers::Pool(WorkerPool::new(command, size)),
+        let workers = match config.scripts.workers() {
+            size if options.pool && size > 0 => Workers::Pool(WorkerPool::new(command, size)),
+            _ => Workers::Fresh(command),
         };
         let scripts = Scripts::start(
             platform.clone(),
             store.clone(),
             audit.clone(),
             workers,
-            ScriptLimits::default(),
-            MAX_CONCURRENT_RUNS,
+            config.scripts.limits(),
+            config.scripts.max_concurrent_runs(),
         )
         .await?;
         let actor = match options.as_principal {
@@ -107,6 +104,7 @@ impl Context {
             audit,
             platform,
             federation,
+            listen,
             scripts,
             actor,
         })

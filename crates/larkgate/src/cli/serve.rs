@@ -34,14 +34,11 @@ use super::context::Context;
 /// How long in-flight requests may run after a shutdown signal.
 const GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The default listen address.
-pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8940";
-
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Where to listen.
-    #[arg(long, default_value = DEFAULT_LISTEN)]
-    pub(crate) listen: SocketAddr,
+    /// Where to listen (default: the configuration's `listen`, else 127.0.0.1:8940).
+    #[arg(long)]
+    pub(crate) listen: Option<SocketAddr>,
 }
 
 /// What the authentication layer shares between requests.
@@ -370,10 +367,16 @@ async fn shutdown_signal() {
     let _ = interrupt.await;
 }
 
-pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
+pub(crate) async fn run(
+    _args: Args,
+    context: &Context,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    // `--listen`, else the configuration's: decided when the context opened.
+    let address = context.listen.context("serve has a listen address")?;
+    let listener = tokio::net::TcpListener::bind(address)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {address}"))?;
     let listen = listener.local_addr()?;
     bootstrap(context, listen, out).await?;
     let maintenance = context.federation.maintain();

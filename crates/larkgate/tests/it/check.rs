@@ -39,6 +39,11 @@ fn check_validates_the_configuration_without_starting() {
             "[policy.roles.a]\ncall = [\"bad name\"]",
             "not a tool pattern",
         ),
+        (
+            "[scripts]\nmax_wall_time_ms = 0",
+            "scripts.max_wall_time_ms",
+        ),
+        ("listen = \"nowhere\"", "listen"),
     ];
     for (text, expected) in cases {
         std::fs::write(dir.join("bad.toml"), text).unwrap();
