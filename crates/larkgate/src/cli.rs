@@ -4,6 +4,7 @@ mod approvals;
 mod audit;
 mod call;
 mod capabilities;
+mod client;
 mod context;
 mod principal;
 mod run;
@@ -68,6 +69,9 @@ enum Command {
     Upstream(upstream::Command),
     /// Serve MCP over Streamable HTTP at /mcp (bearer tokens; the first start prints one).
     Serve(serve::Args),
+    /// A small MCP client for a running server: list its tools, call one (token from
+    /// LARKGATE_TOKEN or --token-file).
+    Client(client::Args),
     /// One MCP session over stdin/stdout for desktop clients (token from LARKGATE_TOKEN or
     /// --token-file).
     Stdio(stdio::Args),
@@ -84,6 +88,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Check = cli.command {
         return check(cli.config.as_deref(), out);
+    }
+    if let Command::Client(args) = cli.command {
+        return client::run(args, out);
     }
     let options = context::Options {
         config: cli.config,
@@ -102,7 +109,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let context = context::Context::open(options).await?;
         let result = match cli.command {
-            Command::Capabilities(_) | Command::Check => Ok(()),
+            Command::Capabilities(_) | Command::Check | Command::Client(_) => Ok(()),
             Command::Call(args) => call::run(args, &context, out).await,
             Command::Principal(command) => principal::run(command, &context, out).await,
             Command::Approvals(command) => approvals::run(command, &context, out).await,

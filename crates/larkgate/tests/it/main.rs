@@ -11,6 +11,7 @@ mod serve_state;
 mod stdio;
 mod tokens;
 mod upstreams;
+mod walkthrough;
 
 use std::path::Path;
 use std::process::{Command, Output};
