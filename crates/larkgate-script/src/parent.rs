@@ -36,8 +36,8 @@ impl WorkerCommand {
         })
     }
 
-    fn spawn(&self) -> std::io::Result<Child> {
-        Command::new(&self.program)
+    fn spawn(&self) -> std::io::Result<Worker> {
+        let child = Command::new(&self.program)
             .arg(WORKER_ARG)
             .env(ADDRESS_SPACE_ENV, self.address_space.to_string())
             .env("MALLOC_ARENA_MAX", "1")
@@ -45,8 +45,56 @@ impl WorkerCommand {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
-            .spawn()
+            .spawn()?;
+        let registered = child.id().map(Registered::new);
+        Ok(Worker { child, registered })
     }
+}
+
+/// Every worker process this process started and still holds, by pid: what [`kill_all`]
+/// kills. A pid leaves the set when its [`Worker`] is dropped, after the run reaped it (or
+/// `kill_on_drop` killed it), so a recycled pid is never signalled.
+static LIVE: std::sync::Mutex<std::collections::BTreeSet<u32>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<u32>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A pid's entry in [`LIVE`], removed when dropped.
+#[derive(Debug)]
+struct Registered(u32);
+
+impl Registered {
+    fn new(pid: u32) -> Self {
+        live().insert(pid);
+        Registered(pid)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        live().remove(&self.0);
+    }
+}
+
+/// A started worker process.
+#[derive(Debug)]
+struct Worker {
+    child: Child,
+    registered: Option<Registered>,
+}
+
+/// Kills every worker this process has started and not yet reaped — idle ones and those in
+/// the middle of a run (whose runs then end as failed) — for a shutdown that cannot wait for
+/// them. Returns how many were signalled.
+pub fn kill_all() -> usize {
+    use rustix::process::{Pid, Signal, kill_process};
+    let pids: Vec<u32> = live().iter().copied().collect();
+    pids.into_iter()
+        .filter_map(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
+        .filter(|&pid| kill_process(pid, Signal::KILL).is_ok())
+        .count()
 }
 
 fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> Result<(), FrameError> {
@@ -105,7 +153,7 @@ fn limit(limit: &'static str, message: impl Into<String>) -> RunError {
 #[derive(Debug)]
 pub struct WorkerPool {
     command: WorkerCommand,
-    idle: std::sync::Mutex<std::collections::VecDeque<Child>>,
+    idle: std::sync::Mutex<std::collections::VecDeque<Worker>>,
     size: usize,
 }
 
@@ -123,7 +171,7 @@ impl WorkerPool {
         pool
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Child>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Worker>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -143,7 +191,7 @@ impl WorkerPool {
     }
 
     /// A started worker, or a new one if none is waiting.
-    fn take(&self) -> std::io::Result<Child> {
+    fn take(&self) -> std::io::Result<Worker> {
         let child = self.lock().pop_front();
         match child {
             Some(child) => Ok(child),
@@ -199,7 +247,7 @@ fn cannot_start(error: &std::io::Error) -> RunReport {
 
 /// Feeds one worker one run and reads how it ended.
 async fn drive<C: Caller>(
-    mut child: Child,
+    worker: Worker,
     caller: &C,
     filename: &str,
     source: &str,
@@ -225,6 +273,9 @@ async fn drive<C: Caller>(
             )));
         }
     };
+    // Dropped in reverse order: the child (reaped or killed) before its registration.
+    let _registered = worker.registered;
+    let mut child = worker.child;
     let pipes = match (child.stdin.take(), child.stdout.take()) {
         (Some(stdin), Some(stdout)) => stdin
             .into_owned_fd()

@@ -3,6 +3,7 @@
 //! ```toml
 //! data_dir = "./larkgate-data"
 //! listen = "127.0.0.1:8940"  # where `larkgate serve` listens (`--listen` overrides)
+//! shutdown_grace_ms = 10000  # after SIGTERM/SIGINT, how long in-flight calls may finish
 //!
 //! [scripts]                  # every key optional; the defaults are larkgate's limits table
 //! max_wall_time_ms = 30000   # per run
@@ -140,6 +141,9 @@ pub(crate) struct Config {
     /// Where `serve` listens.
     #[serde(default = "default_listen")]
     pub(crate) listen: SocketAddr,
+    /// After a shutdown signal, how long in-flight calls may finish (ms).
+    #[serde(default = "default_grace_ms")]
+    pub(crate) shutdown_grace_ms: u64,
     /// Script limits and workers.
     #[serde(default)]
     pub(crate) scripts: ScriptsConfig,
@@ -152,6 +156,10 @@ pub(crate) struct Config {
     /// Federated MCP servers.
     #[serde(default)]
     pub(crate) upstreams: Vec<UpstreamConfig>,
+}
+
+fn default_grace_ms() -> u64 {
+    10_000
 }
 
 fn default_listen() -> SocketAddr {
@@ -169,6 +177,7 @@ impl Default for Config {
         Config {
             data_dir: default_data_dir(),
             listen: default_listen(),
+            shutdown_grace_ms: default_grace_ms(),
             scripts: ScriptsConfig::default(),
             audit: AuditConfig::default(),
             policy: Policy::default(),

@@ -151,6 +151,8 @@ pub(crate) struct Scripts {
     limits: ScriptLimits,
     /// Runs this process has started and not yet recorded as finished.
     active: Mutex<HashSet<String>>,
+    /// Set at shutdown: runs that end now were cancelled.
+    stopping: std::sync::atomic::AtomicBool,
     /// Bounds how many runs (worker processes) go at once; others wait their turn.
     slots: tokio::sync::Semaphore,
 }
@@ -173,6 +175,7 @@ impl Scripts {
             workers,
             limits,
             active: Mutex::new(HashSet::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             slots: tokio::sync::Semaphore::new(max_concurrent_runs.max(1)),
         });
         scripts
@@ -445,7 +448,10 @@ impl Scripts {
         let metrics = &self.platform.services().metrics;
         metrics.active_runs.inc();
         self.lock_active().insert(id.clone());
-        let report = self.execute(&request, &id).await;
+        let mut report = self.execute(&request, &id).await;
+        if report.outcome.is_err() && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            report.outcome = Err(RunError::Failed(CANCELLED.to_owned()));
+        }
         self.lock_active().remove(&id);
         metrics.active_runs.dec();
         record.finished_at_ms = Some(now_ms());
@@ -529,10 +535,21 @@ impl Scripts {
         self.active.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records every run still going as failed (`larkgate stopped`), for a shutdown that
-    /// could not wait for them; new runs are refused from now on.
+    /// Cancels every run still going, for a shutdown that could not wait for them: new runs
+    /// are refused, every worker is killed, and each run is recorded as failed with
+    /// [`CANCELLED`] — by the run itself as its worker dies, or here for one that does not
+    /// finish recording within a second.
     pub(crate) async fn cancel_active(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.slots.close();
+        larkgate_script::kill_all();
+        for _ in 0..20 {
+            if self.lock_active().is_empty() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         let ids: Vec<String> = self.lock_active().drain().collect();
         for id in ids {
             let Ok(Some(mut run)) = self.store.run(&id).await else {
@@ -540,7 +557,7 @@ impl Scripts {
             };
             run.status = RunStatus::Failed;
             run.error_code = Some(Code::Internal.as_str().to_owned());
-            run.error = Some("the run was cancelled: larkgate stopped".to_owned());
+            run.error = Some(format!("the script failed: {CANCELLED}"));
             run.finished_at_ms = Some(now_ms());
             if let Err(error) = self.store.finish_run(run).await {
                 tracing::warn!("run {id} could not be recorded as cancelled: {error}");
@@ -548,6 +565,9 @@ impl Scripts {
         }
     }
 }
+
+/// Why a run that was going at shutdown failed.
+const CANCELLED: &str = "the run was cancelled: larkgate stopped";
 
 /// A new run id: time-ordered, unique across processes.
 fn run_id() -> String {

@@ -39,6 +39,8 @@ pub(crate) struct Context {
     /// For `serve`: where it listens (`--listen`, else the configuration's), which upstreams
     /// may never target.
     pub(crate) listen: Option<std::net::SocketAddr>,
+    /// For `serve`: how long in-flight requests may run after a shutdown signal.
+    pub(crate) shutdown_grace: std::time::Duration,
     /// The script lifecycle: drafts, publishing, runs, script tools.
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
@@ -105,6 +107,7 @@ impl Context {
             platform,
             federation,
             listen,
+            shutdown_grace: std::time::Duration::from_millis(config.shutdown_grace_ms),
             scripts,
             actor,
         })

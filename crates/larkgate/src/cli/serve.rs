@@ -31,9 +31,6 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::context::Context;
 
-/// How long in-flight requests may run after a shutdown signal.
-const GRACE: std::time::Duration = std::time::Duration::from_secs(10);
-
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Where to listen (default: the configuration's `listen`, else 127.0.0.1:8940).
@@ -430,19 +427,20 @@ pub(crate) async fn run(
             )
         });
     eprintln!("larkgate: serving MCP at http://{listen}/mcp");
+    let grace = context.shutdown_grace;
     let (stopping, mut stopped) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         eprintln!(
             "larkgate: shutting down; in-flight calls have {} s to finish",
-            GRACE.as_secs()
+            grace.as_secs_f64()
         );
         cancel.cancel();
         let _ = stopping.send(true);
     });
     let grace = async move {
         let _ = stopped.wait_for(|stopping| *stopping).await;
-        tokio::time::sleep(GRACE).await;
+        tokio::time::sleep(grace).await;
     };
     tokio::select! {
         served = std::future::IntoFuture::into_future(server) => served?,

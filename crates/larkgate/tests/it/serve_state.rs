@@ -227,3 +227,72 @@ fn thirty_two_clients_making_500_calls_each_see_no_errors_and_every_intent_has_i
     assert_eq!(count("SELECT COUNT(*) FROM kv"), total);
     assert!(ok(d, &["audit", "verify"]).contains("intact"));
 }
+
+#[test]
+fn shutdown_cancels_runs_still_going_and_records_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("larkgate.toml"),
+        "shutdown_grace_ms = 300\n[scripts]\nmax_wall_time_ms = 120000\nmax_ticks = 100000000000\n",
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+    let token = ok(d, &["token", "create", "--principal", "ada"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    let url = server.url.clone();
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let forever =
+        "def main():\n    n = 0\n    for i in range(2000000000):\n        n += 1\n    return n\n";
+    let call = {
+        let url = url.clone();
+        let token = token.clone();
+        runtime.spawn(async move {
+            let c = client(&url, &token, Revisions::Latest).await.unwrap();
+            c.call_tool(
+                "script_run_draft",
+                object(serde_json::json!({"source": forever})),
+            )
+            .await
+        })
+    };
+    runtime.block_on(async {
+        // Wait until the run is going.
+        for _ in 0..200 {
+            let metrics = reqwest::get(format!("{base}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            if metrics.contains("larkgate_active_runs 1") {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the run never started");
+    });
+    let stopping = std::time::Instant::now();
+    assert!(server.stop().success());
+    assert!(
+        stopping.elapsed() < std::time::Duration::from_secs(20),
+        "shutdown waited for the run"
+    );
+    // The call did not succeed: the client saw the connection end or a failed run.
+    let answered = runtime.block_on(call).unwrap();
+    assert!(
+        answered.as_ref().map_or(true, |r| r.is_error == Some(true)),
+        "{answered:?}"
+    );
+    let db = rusqlite::Connection::open(d.join("larkgate-data/larkgate.sqlite3")).unwrap();
+    let (status, error): (String, String) = db
+        .query_row("SELECT status, error FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(status, "failed");
+    assert!(error.contains("cancelled: larkgate stopped"), "{error}");
+}

@@ -22,7 +22,7 @@ fn a_desktop_client_lists_and_calls_as_the_token_s_principal() {
         "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.reader]\ncall = [\"kv_get\", \"clock_now\"]\n",
     )
     .unwrap();
-    ok(d, &["principal", "add", "desk", "--roles", "reader"]);
+    ok(d, &["principal", "add", "desk", "--roles", "reader,author"]);
     let token = ok(d, &["token", "create", "--principal", "desk"])
         .trim()
         .to_owned();
@@ -52,11 +52,30 @@ fn a_desktop_client_lists_and_calls_as_the_token_s_principal() {
                 .await
                 .unwrap();
             assert_eq!(refused.is_error, Some(true));
+            // Code mode over stdio: a draft runs in a worker, as the token's principal.
+            let source = "def main():\n    return clock_now()['unix_ms'] > 0\n";
+            let ran = client
+                .call_tool(
+                    CallToolRequestParams::new("script_run_draft").with_arguments(
+                        serde_json::json!({"source": source})
+                            .as_object()
+                            .unwrap()
+                            .clone(),
+                    ),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                ran.structured_content.as_ref().unwrap()["result"],
+                true,
+                "{ran:?}"
+            );
             client.cancel().await.unwrap();
         }
     });
     let tail = ok(d, &["audit", "tail", "--principal", "desk"]);
     assert!(tail.contains("clock_now -> ok"), "{tail}");
+    assert!(tail.contains("script_run_draft -> ok"), "{tail}");
 
     // Without a valid token there is no session.
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))

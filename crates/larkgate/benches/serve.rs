@@ -1,0 +1,234 @@
+//! `tools/call` over Streamable HTTP on loopback: `larkgate serve` (the whole pipeline:
+//! bearer token, policy, audit intent and outcome) against the official MCP Python SDK's
+//! server answering the same trivial tool (`clock_now`, `benches/peers/noop_server.py`), with
+//! one load generator (larkgate's own MCP client, the 2026-07-28 revision) and 1 and 32
+//! concurrent clients, in one run.
+//!
+//! Criterion measures the time per call at each concurrency (its inverse is the throughput);
+//! then a fixed pass of timed calls prints throughput, p50 and p99 for both servers and the
+//! ratios. Target: at 32 clients larkgate serves at least 10× the Python SDK server's calls
+//! per second.
+//!
+//! Needs the Python SDK: run `scripts/test` once (it installs it into `.cache/py`), or point
+//! `LARKGATE_TEST_PYTHON` at a Python that has `mcp` installed.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
+use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
+
+const CONCURRENCY: [usize; 2] = [1, 32];
+/// Calls per client in the fixed pass that measures percentiles.
+const PASS_CALLS: usize = 4000;
+
+/// A server process, killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn larkgate(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("larkgate runs");
+    assert!(output.status.success(), "larkgate {args:?} failed");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// `larkgate serve` on a fresh data directory; its URL and a token.
+fn start_larkgate(dir: &Path) -> (Process, String, String) {
+    larkgate(dir, &["principal", "add", "bench", "--roles", "admin"]);
+    let token = larkgate(dir, &["token", "create", "--principal", "bench"])
+        .trim()
+        .to_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let url = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "serve exited");
+        if let Some(url) = line.trim().strip_prefix("larkgate: serving MCP at ") {
+            break url.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    (Process(child), url, token)
+}
+
+fn start_python() -> (Process, String) {
+    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/py/bin/python"));
+    assert!(
+        python.exists(),
+        "the baseline needs the MCP Python SDK: run scripts/test once, or set LARKGATE_TEST_PYTHON"
+    );
+    let mut child = Command::new(python)
+        .arg(root().join("crates/larkgate/benches/peers/noop_server.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    (
+        Process(child),
+        format!("http://127.0.0.1:{}/mcp", port.trim()),
+    )
+}
+
+async fn clients(url: &str, token: Option<&str>, n: usize) -> Vec<Arc<UpstreamClient>> {
+    let mut headers = std::collections::BTreeMap::new();
+    if let Some(token) = token {
+        headers.insert("Authorization".to_owned(), format!("Bearer {token}"));
+    }
+    let endpoint = Endpoint {
+        url: url.to_owned(),
+        revisions: Revisions::Latest,
+        headers,
+        limits: UpstreamLimits::default(),
+    };
+    let guard = Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]));
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let client = UpstreamClient::connect(&endpoint, guard.clone(), Arc::new(SystemResolver))
+            .await
+            .expect("the server answers");
+        // The 2026-07-28 client lists tools before it calls them, as clients do.
+        client.list_tools().await.unwrap();
+        out.push(Arc::new(client));
+    }
+    out
+}
+
+/// `per_client` calls from each client at once; every call's latency.
+async fn load(clients: &[Arc<UpstreamClient>], per_client: usize) -> (Duration, Vec<Duration>) {
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let client = Arc::clone(client);
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_client);
+                for _ in 0..per_client {
+                    let at = Instant::now();
+                    let result = client
+                        .call_tool("clock_now", serde_json::Map::new())
+                        .await
+                        .unwrap();
+                    assert_ne!(result.is_error, Some(true), "{result:?}");
+                    latencies.push(at.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    (started.elapsed(), all)
+}
+
+struct Figures {
+    per_second: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn figures(elapsed: Duration, mut latencies: Vec<Duration>) -> Figures {
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    Figures {
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (_larkgate, larkgate_url, token) = start_larkgate(dir.path());
+    let (_python, python_url) = start_python();
+
+    let mut summary = Vec::new();
+    for n in CONCURRENCY {
+        let ours = runtime.block_on(clients(&larkgate_url, Some(&token), n));
+        let theirs = runtime.block_on(clients(&python_url, None, n));
+        let mut group = c.benchmark_group(format!("tools_call_{n}_clients"));
+        group.sample_size(10);
+        group.measurement_time(Duration::from_secs(5));
+        for (name, set) in [("python_sdk", &theirs), ("larkgate", &ours)] {
+            group.bench_function(name, |b| {
+                // Time per call: `iters` calls spread over the clients.
+                b.iter_custom(|iters| {
+                    let per_client = (iters as usize).div_ceil(n).max(1);
+                    let (elapsed, latencies) = runtime.block_on(load(set, per_client));
+                    elapsed.mul_f64(iters as f64 / latencies.len() as f64)
+                });
+            });
+        }
+        group.finish();
+        let per_client = PASS_CALLS / n.min(8);
+        let (e, l) = runtime.block_on(load(&theirs, per_client));
+        let python = figures(e, l);
+        let (e, l) = runtime.block_on(load(&ours, per_client));
+        let larkgate = figures(e, l);
+        summary.push((n, python, larkgate));
+    }
+    println!();
+    println!("tools/call over Streamable HTTP on loopback (2026-07-28), same load generator:");
+    for (n, python, larkgate) in &summary {
+        println!(
+            "  {n:>2} client(s): Python SDK {:>8.0} calls/s (p50 {:>8.2?}, p99 {:>8.2?}) | \
+             larkgate {:>8.0} calls/s (p50 {:>8.2?}, p99 {:>8.2?}) | throughput ratio {:.1}x, \
+             p50 ratio {:.2}x",
+            python.per_second,
+            python.p50,
+            python.p99,
+            larkgate.per_second,
+            larkgate.p50,
+            larkgate.p99,
+            larkgate.per_second / python.per_second,
+            larkgate.p50.as_secs_f64() / python.p50.as_secs_f64(),
+        );
+    }
+    if let Some((_, python, larkgate)) = summary.iter().find(|(n, _, _)| *n == 32) {
+        let ratio = larkgate.per_second / python.per_second;
+        println!(
+            "  target: at 32 clients, at least 10x the Python SDK server's throughput: {:.1}x ({})",
+            ratio,
+            if ratio >= 10.0 { "met" } else { "NOT met" }
+        );
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
