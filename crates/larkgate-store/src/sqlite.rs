@@ -228,13 +228,13 @@ impl Store for SqliteStore {
 
     async fn principal(&self, id: &str) -> Result<Option<Principal>> {
         let id = id.to_owned();
+        // Read on every authenticated request: the statement is prepared once.
         self.with(move |c| {
-            Ok(c.query_row(
-                "SELECT id, kind, roles FROM principals WHERE id = ?1",
-                params![id],
-                principal_from_row,
+            Ok(
+                c.prepare_cached("SELECT id, kind, roles FROM principals WHERE id = ?1")?
+                    .query_row(params![id], principal_from_row)
+                    .optional()?,
             )
-            .optional()?)
         })
         .await
     }
@@ -659,13 +659,13 @@ impl Store for SqliteStore {
 
     async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
         let id = id.to_owned();
+        // Read on every authenticated request: the statement is prepared once.
         self.with(move |c| {
-            Ok(c.query_row(
-                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
-                params![id],
-                token_from_row,
+            Ok(
+                c.prepare_cached(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"))?
+                    .query_row(params![id], token_from_row)
+                    .optional()?,
             )
-            .optional()?)
         })
         .await
     }

@@ -9,6 +9,10 @@
 //! ratios. Target: at 32 clients larkgate serves at least 10× the Python SDK server's calls
 //! per second.
 //!
+//! The Python server is measured as it ships (uvicorn, its defaults); on loopback its single
+//! client round trip sits near 40 ms, the signature of Nagle's algorithm meeting delayed
+//! acknowledgements, so the 1-client ratio says more about that than about Python.
+//!
 //! Needs the Python SDK: run `scripts/test` once (it installs it into `.cache/py`), or point
 //! `LARKGATE_TEST_PYTHON` at a Python that has `mcp` installed.
 

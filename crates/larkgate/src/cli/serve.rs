@@ -384,7 +384,10 @@ pub(crate) async fn run(
         "[::1]".to_owned(),
     ];
     hosts.push(listen.ip().to_string());
+    // A plain JSON answer for a call that sends nothing before its result (the usual case);
+    // rmcp switches to an event stream for one that sends progress or requests first.
     let config = StreamableHttpServerConfig::default()
+        .with_json_response(true)
         .with_allowed_hosts(hosts)
         .enforce_origin_validation();
     let cancel = config.cancellation_token.clone();
