@@ -4,7 +4,9 @@
 //! Why blocking I/O: a tool call from a worker is a frame up the pipe and a frame back. Read
 //! through the async runtime, each frame also pays an event-loop wake-up, which made the worker
 //! add about twice a bare pipe round trip per call; read by a thread blocked on the pipe, it
-//! adds about one round trip (see the script benchmark).
+//! adds about one round trip. Both ends also try for a frame for a short, adaptive while
+//! before they sleep ([`Spin`]), which takes most of the remaining scheduler wake-ups out of a
+//! call (see the script benchmark).
 //!
 //! Threat model: the worker runs a hostile script and may stop reading or writing at any time
 //! (stopped, looping in native code, or replaced by a forged program in tests). Nothing here may
@@ -14,15 +16,125 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
+
+/// How long the parent keeps trying for a worker's next frame before it sleeps in `poll`. A
+/// script's next call usually follows its last answer within microseconds; a reader that went
+/// to sleep pays the scheduler's wake-up on top, which on small machines is as much as the
+/// pipe round trip itself.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
+/// How long the worker keeps trying for a tool call's answer before it sleeps: longer than
+/// [`SPIN`], because an answer takes a whole trip through the pipeline (tens of microseconds).
+pub(crate) const WORKER_SPIN: Duration = Duration::from_micros(200);
+
+/// A reader's spin budget, adapted to how frames have been arriving. When a spin ends
+/// empty-handed the reader sleeps; when it wakes, [`Spin::woke`] asks whether a longer spin
+/// would have caught the frame (it came within twice the maximum): then the budget is the
+/// maximum again; otherwise it halves. So a loaded machine or a slow tool soon stops the
+/// spinning (it would only take CPU from whoever produces the frame), and it comes back as soon
+/// as frames arrive quickly again.
+#[derive(Debug)]
+pub(crate) struct Spin {
+    max: Duration,
+    current: Duration,
+    /// When the last spin that caught nothing began.
+    missed: Option<Instant>,
+}
+
+impl Spin {
+    /// A budget of at most `max`.
+    pub(crate) fn new(max: Duration) -> Self {
+        Spin {
+            max,
+            current: max,
+            missed: None,
+        }
+    }
+
+    /// Tries a non-blocking `read` of `file` until it returns something other than
+    /// `WouldBlock` or the budget has passed (`None`: nothing yet; wait, then call
+    /// [`Spin::woke`]).
+    pub(crate) fn read(&mut self, file: &mut File, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        let started = Instant::now();
+        let until = started + self.current;
+        loop {
+            match file.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= until {
+                        self.missed = Some(started);
+                        return None;
+                    }
+                    // Give the core to whoever is producing the frame, if they are waiting
+                    // for one; on an idle core this returns at once.
+                    std::thread::yield_now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return Some(other),
+            }
+        }
+    }
+
+    /// After a missed spin, the wait is over: adapt the budget to how long the frame took.
+    pub(crate) fn woke(&mut self) {
+        if let Some(started) = self.missed.take() {
+            self.current = if started.elapsed() <= self.max * 2 {
+                self.max
+            } else {
+                self.current / 2
+            };
+        }
+    }
+}
+
+/// The worker's end of its input pipe: reads spin (up to [`WORKER_SPIN`]), then sleep in
+/// `poll` with no deadline (the parent kills a worker that outlives its run).
+pub(crate) struct SpinReader {
+    file: File,
+    spin: Spin,
+}
+
+impl SpinReader {
+    /// Takes over `fd`, making it non-blocking.
+    pub(crate) fn new(fd: OwnedFd) -> io::Result<Self> {
+        rustix::io::ioctl_fionbio(&fd, true)?;
+        Ok(SpinReader {
+            file: fd.into(),
+            spin: Spin::new(WORKER_SPIN),
+        })
+    }
+}
+
+impl Read for SpinReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some(result) = self.spin.read(&mut self.file, buf) {
+                return result;
+            }
+            let mut fds = [PollFd::new(&self.file, PollFlags::IN)];
+            match poll(&mut fds, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.spin.woke();
+            // Woken: the frame is there (or the pipe hung up); read it.
+            match self.file.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+}
 
 /// One end of a pipe whose reads or writes give up at `deadline` with
 /// [`io::ErrorKind::TimedOut`].
 pub(crate) struct DeadlinePipe {
     file: File,
     deadline: Instant,
+    spin: Spin,
 }
 
 impl DeadlinePipe {
@@ -32,6 +144,7 @@ impl DeadlinePipe {
         Ok(DeadlinePipe {
             file: fd.into(),
             deadline,
+            spin: Spin::new(SPIN),
         })
     }
 
@@ -73,9 +186,13 @@ impl DeadlinePipe {
 
 impl Read for DeadlinePipe {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // The parent reads only when it expects an answer that is rarely there yet: wait
-        // first rather than try a read that would fail with `WouldBlock`.
-        self.wait(PollFlags::IN)?;
+        // The parent reads when it expects the worker's next frame: usually within the spin.
+        if let Some(result) = self.spin.read(&mut self.file, buf) {
+            return result;
+        }
+        let waited = self.wait(PollFlags::IN);
+        self.spin.woke();
+        waited?;
         self.retry(PollFlags::IN, |file| file.read(buf))
     }
 }
@@ -101,6 +218,31 @@ mod tests {
             DeadlinePipe::new(reader, deadline).unwrap(),
             DeadlinePipe::new(writer, deadline).unwrap(),
         )
+    }
+
+    #[test]
+    fn the_spin_budget_shrinks_while_frames_are_slow_and_comes_back_when_they_are_quick() {
+        let (reader, writer) = rustix::pipe::pipe().unwrap();
+        rustix::io::ioctl_fionbio(&reader, true).unwrap();
+        let (mut reader, mut writer): (File, File) = (reader.into(), writer.into());
+        let max = Duration::from_micros(2048);
+        let mut spin = Spin::new(max);
+        let mut buf = [0u8; 4];
+        // Slow frames: each wait is far longer than the budget, which halves each time.
+        for expected in [1024, 512, 256] {
+            assert!(spin.read(&mut reader, &mut buf).is_none());
+            std::thread::sleep(Duration::from_millis(20));
+            spin.woke();
+            assert_eq!(spin.current, Duration::from_micros(expected));
+        }
+        // A frame that came just after a missed spin: a longer spin would have caught it.
+        assert!(spin.read(&mut reader, &mut buf).is_none());
+        spin.woke();
+        assert_eq!(spin.current, max);
+        // A frame that is there is read within the spin, and the budget stays.
+        writer.write_all(b"x").unwrap();
+        assert_eq!(spin.read(&mut reader, &mut buf).unwrap().unwrap(), 1);
+        assert_eq!(spin.current, max);
     }
 
     #[test]

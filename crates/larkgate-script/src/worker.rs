@@ -210,7 +210,7 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> std::i
 /// system call each (not through `Stdout`'s line buffering, which would split a frame at any
 /// `0x0A` byte) and read through one buffer.
 struct Pipes {
-    input: std::io::BufReader<std::fs::File>,
+    input: std::io::BufReader<crate::pipe::SpinReader>,
     output: std::fs::File,
 }
 
@@ -220,7 +220,7 @@ impl Pipes {
         let input = std::io::stdin().as_fd().try_clone_to_owned()?;
         let output = std::io::stdout().as_fd().try_clone_to_owned()?;
         Ok(Pipes {
-            input: std::io::BufReader::new(input.into()),
+            input: std::io::BufReader::new(crate::pipe::SpinReader::new(input)?),
             output: output.into(),
         })
     }
