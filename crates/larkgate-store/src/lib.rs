@@ -151,6 +151,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<ScriptVersion>;
     /// Every version of a script, oldest first.
     async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>>;
+    /// The latest version of one script, if it was ever published.
+    async fn latest_version(&self, name: &str) -> Result<Option<ScriptVersion>>;
     /// The latest version of every published script, by name.
     async fn latest_versions(&self) -> Result<Vec<ScriptVersion>>;
     /// Records a run as it starts.

@@ -529,6 +529,20 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn latest_version(&self, name: &str) -> Result<Option<ScriptVersion>> {
+        let name = name.to_owned();
+        // Read on every call of a script's tool: the statement is prepared once.
+        self.with(move |c| {
+            Ok(c.prepare_cached(&format!(
+                "SELECT {} FROM script_versions WHERE name = ?1 ORDER BY version DESC LIMIT 1",
+                scripts::VERSION_COLUMNS
+            ))?
+            .query_row(params![name], scripts::version_from_row)
+            .optional()?)
+        })
+        .await
+    }
+
     async fn latest_versions(&self) -> Result<Vec<ScriptVersion>> {
         self.with(|c| {
             let mut statement = c.prepare(&format!(

@@ -377,8 +377,12 @@ impl Scripts {
         depth: u32,
         started_by: &str,
     ) -> Result<RunRequest, Refusal> {
-        let versions = self.store.versions(name).await.map_err(store_failed)?;
-        let latest = versions.last().ok_or_else(|| {
+        let latest = self
+            .store
+            .latest_version(name)
+            .await
+            .map_err(store_failed)?;
+        let latest = latest.ok_or_else(|| {
             Refusal::new(Code::NotFound, format!("{name:?} has no published version"))
                 .with_hint("publish it first")
         })?;

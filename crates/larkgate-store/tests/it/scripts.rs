@@ -76,6 +76,8 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
     let latest = store.latest_versions().await.unwrap();
     assert_eq!(latest.len(), 1);
     assert_eq!(latest[0].version, 2);
+    assert_eq!(store.latest_version("digest").await.unwrap(), Some(v2));
+    assert_eq!(store.latest_version("never").await.unwrap(), None);
 }
 
 #[tokio::test]

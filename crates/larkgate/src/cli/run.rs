@@ -40,33 +40,32 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
     let scripts = &context.scripts;
     let actor = &context.actor;
-    let (name, saved, source) = match (&args.file, &args.draft, &args.script) {
-        (Some(file), _, _) => {
-            let source = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read {}", file.display()))?;
-            let name = file
-                .file_stem()
-                .and_then(|s| s.to_str())
-                .unwrap_or("script")
-                .to_owned();
-            (name, false, source)
-        }
-        (None, Some(name), _) => {
-            let draft = scripts
-                .own_draft(actor, name)
-                .await
-                .with_context(|| format!("save a draft with `larkgate script save {name} FILE`"))?;
-            (name.clone(), true, draft.source)
-        }
-        (None, None, Some(name)) => {
-            let versions = context.store.versions(name).await?;
-            let latest = versions
-                .last()
-                .with_context(|| format!("{name:?} has no published version; publish it first"))?;
-            (name.clone(), true, latest.source.clone())
-        }
-        (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
-    };
+    let (name, saved, source) =
+        match (&args.file, &args.draft, &args.script) {
+            (Some(file), _, _) => {
+                let source = std::fs::read_to_string(file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                let name = file
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or("script")
+                    .to_owned();
+                (name, false, source)
+            }
+            (None, Some(name), _) => {
+                let draft = scripts.own_draft(actor, name).await.with_context(|| {
+                    format!("save a draft with `larkgate script save {name} FILE`")
+                })?;
+                (name.clone(), true, draft.source)
+            }
+            (None, None, Some(name)) => {
+                let latest = context.store.latest_version(name).await?.with_context(|| {
+                    format!("{name:?} has no published version; publish it first")
+                })?;
+                (name.clone(), true, latest.source.clone())
+            }
+            (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
+        };
     let entry = check(&name, &source)?;
     let fields = entry.input.to_fields();
     let arguments = arguments_from(args.args_json.as_deref(), &args.args, Some(&fields))?;
