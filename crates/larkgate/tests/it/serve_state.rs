@@ -296,3 +296,215 @@ fn shutdown_cancels_runs_still_going_and_records_them() {
     assert_eq!(status, "failed");
     assert!(error.contains("cancelled: larkgate stopped"), "{error}");
 }
+
+#[test]
+fn the_script_tools_refuse_bad_input_with_a_clear_envelope() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: serde_json::Value = serde_json::from_str(&prepare(dir.path())).unwrap();
+    let token = |role: &str| tokens[role].as_str().unwrap().to_owned();
+    ok(
+        dir.path(),
+        &["principal", "add", "bob", "--roles", "author"],
+    );
+    let bob_token = ok(dir.path(), &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let server = Server::start(dir.path());
+    let url = server.url.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let ada = client(&url, &token("author"), Revisions::Latest)
+            .await
+            .unwrap();
+        let bob = client(&url, &bob_token, Revisions::Latest).await.unwrap();
+        let main = "def main():\n    return 1\n";
+        // (tool, arguments, code, words the message must contain)
+        let table = [
+            (
+                "script_run_draft",
+                serde_json::json!({}),
+                "invalid_arguments",
+                "exactly one of",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"name": "a", "source": main}),
+                "invalid_arguments",
+                "exactly one of",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": main, "extra": 1}),
+                "invalid_arguments",
+                "no argument `extra`",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": main, "args": [1]}),
+                "invalid_arguments",
+                "`args` must be an object",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": 7}),
+                "invalid_arguments",
+                "`source` must be a string",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": "def main(:\n"}),
+                "invalid_arguments",
+                "draft",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": "x = 1\n"}),
+                "invalid_arguments",
+                "main",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": "load('x.star', 'y')\ndef main():\n    return 1\n"}),
+                "invalid_arguments",
+                "load",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": "def main(*, n: int):\n    return n\n",
+                                   "args": {"n": "seven"}}),
+                "invalid_arguments",
+                "n",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"source": "def main():\n    fail('the key is missing')\n"}),
+                "internal",
+                "the key is missing",
+            ),
+            (
+                "script_run_draft",
+                serde_json::json!({"name": "nobody_wrote_this"}),
+                "not_found",
+                "no draft named",
+            ),
+            (
+                "script_save_draft",
+                serde_json::json!({"name": "Bad Name", "source": main}),
+                "invalid_arguments",
+                "not a script name",
+            ),
+            (
+                "script_save_draft",
+                serde_json::json!({"name": "kv_get", "source": main}),
+                "invalid_arguments",
+                "not a script name",
+            ),
+            (
+                "script_save_draft",
+                serde_json::json!({"name": "ok_name", "source": "def main(:\n"}),
+                "invalid_arguments",
+                "ok_name",
+            ),
+            (
+                "script_history",
+                serde_json::json!({"name": "never_published"}),
+                "not_found",
+                "no published versions",
+            ),
+            (
+                "run_get",
+                serde_json::json!({"run_id": "run-0"}),
+                "not_found",
+                "no run",
+            ),
+            // Publishing is for publishers: an author does not even see the tool.
+            (
+                "script_publish",
+                serde_json::json!({"name": "x"}),
+                "not_found",
+                "script_publish",
+            ),
+        ];
+        for (tool, args, code, words) in table {
+            let envelope = refused(&ada, tool, args.clone(), code).await;
+            let message = envelope["message"].as_str().unwrap();
+            assert!(message.contains(words), "{tool} {args}: {envelope}");
+        }
+        // A draft belongs to its author: another author cannot overwrite it or run it, and
+        // does not learn more than for a draft that does not exist.
+        call(
+            &ada,
+            "script_save_draft",
+            serde_json::json!({"name": "mine", "source": main}),
+        )
+        .await;
+        let taken = refused(
+            &bob,
+            "script_save_draft",
+            serde_json::json!({"name": "mine", "source": main}),
+            "forbidden",
+        )
+        .await;
+        assert!(
+            taken["message"]
+                .as_str()
+                .unwrap()
+                .contains("another author")
+        );
+        let theirs = refused(
+            &bob,
+            "script_run_draft",
+            serde_json::json!({"name": "mine"}),
+            "not_found",
+        )
+        .await;
+        let missing = refused(
+            &bob,
+            "script_run_draft",
+            serde_json::json!({"name": "absent"}),
+            "not_found",
+        )
+        .await;
+        assert_eq!(
+            theirs["message"]
+                .as_str()
+                .unwrap()
+                .replace("mine", "absent"),
+            missing["message"].as_str().unwrap()
+        );
+        // A run is readable by whoever started it, not by another author.
+        let ran = call(
+            &ada,
+            "script_run_draft",
+            serde_json::json!({"name": "mine"}),
+        )
+        .await;
+        let id = ran["run_id"].as_str().unwrap();
+        call(&ada, "run_get", serde_json::json!({"run_id": id})).await;
+        refused(
+            &bob,
+            "run_get",
+            serde_json::json!({"run_id": id}),
+            "not_found",
+        )
+        .await;
+        // Publishing a draft that does not exist.
+        let pat = client(&url, &token("publisher"), Revisions::Latest)
+            .await
+            .unwrap();
+        let absent = refused(
+            &pat,
+            "script_publish",
+            serde_json::json!({"name": "absent"}),
+            "not_found",
+        )
+        .await;
+        assert!(
+            absent["hint"]
+                .as_str()
+                .unwrap()
+                .contains("script_save_draft")
+        );
+    });
+    assert!(server.stop().success());
+}
