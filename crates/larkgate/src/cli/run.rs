@@ -11,8 +11,9 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
+use larkgate_binding::Map;
 use larkgate_platform::RunKind;
-use larkgate_store::Store;
+use larkgate_store::Principal;
 
 use super::call::arguments_from;
 use super::context::Context;
@@ -40,49 +41,34 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
     let scripts = &context.scripts;
     let actor = &context.actor;
-    let (name, saved, source) =
-        match (&args.file, &args.draft, &args.script) {
-            (Some(file), _, _) => {
-                let source = std::fs::read_to_string(file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
-                let name = file
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .unwrap_or("script")
-                    .to_owned();
-                (name, false, source)
-            }
-            (None, Some(name), _) => {
-                let draft = scripts.own_draft(actor, name).await.with_context(|| {
-                    format!("save a draft with `larkgate script save {name} FILE`")
-                })?;
-                (name.clone(), true, draft.source)
-            }
-            (None, None, Some(name)) => {
-                let latest = context.store.latest_version(name).await?.with_context(|| {
-                    format!("{name:?} has no published version; publish it first")
-                })?;
-                (name.clone(), true, latest.source.clone())
-            }
-            (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
-        };
-    let entry = check(&name, &source)?;
-    let fields = entry.input.to_fields();
-    let arguments = arguments_from(args.args_json.as_deref(), &args.args, Some(&fields))?;
-    let request = match &args.script {
-        Some(name) => scripts.published_run(name, arguments, 1, &actor.id).await?,
-        None => RunRequest {
-            name,
-            saved,
-            source,
-            version: None,
-            principal: actor.clone(),
-            kind: RunKind::Draft,
-            arguments,
-            depth: 1,
-            started_by: actor.id.clone(),
-        },
+    // The request, with its arguments bound once `main`'s parameters are known.
+    let mut request = match (&args.file, &args.draft, &args.script) {
+        (Some(file), _, _) => {
+            let source = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let name = file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("script")
+                .to_owned();
+            draft_request(actor, name, false, source)
+        }
+        (None, Some(name), _) => {
+            let draft = scripts
+                .own_draft(actor, name)
+                .await
+                .with_context(|| format!("save a draft with `larkgate script save {name} FILE`"))?;
+            draft_request(actor, name.clone(), true, draft.source)
+        }
+        (None, None, Some(name)) => {
+            scripts
+                .published_run(name, Map::new(), 1, &actor.id)
+                .await?
+        }
+        (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
     };
+    let fields = check(&request.name, &request.source)?.input.to_fields();
+    request.arguments = arguments_from(args.args_json.as_deref(), &args.args, Some(&fields))?;
     let finished = scripts.run(request).await?;
     let record = &finished.record;
     // What the script printed goes to stderr whether it succeeded or not.
@@ -110,5 +96,20 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             "the run failed ({}): {error}",
             error.code()
         )),
+    }
+}
+
+/// A draft run of `source` as `actor`, started directly (depth 1).
+fn draft_request(actor: &Principal, name: String, saved: bool, source: String) -> RunRequest {
+    RunRequest {
+        name,
+        saved,
+        source,
+        version: None,
+        principal: actor.clone(),
+        kind: RunKind::Draft,
+        arguments: Map::new(),
+        depth: 1,
+        started_by: actor.id.clone(),
     }
 }

@@ -13,8 +13,26 @@ mod tokens;
 mod upstreams;
 mod walkthrough;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// The repository's root.
+pub(crate) fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A Python with the official MCP SDK: `LARKGATE_TEST_PYTHON`, else what `scripts/test`
+/// installed into `.cache/py`.
+pub(crate) fn python() -> PathBuf {
+    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/py/bin/python"));
+    assert!(
+        python.exists(),
+        "run the tests with scripts/test (it installs the Python SDK)"
+    );
+    python
+}
 
 /// Runs `larkgate` in `dir` (its working directory, so `./larkgate-data` lands there).
 pub(crate) fn larkgate_in(dir: &Path, args: &[&str]) -> Output {

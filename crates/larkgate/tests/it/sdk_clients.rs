@@ -7,23 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::ok;
 use crate::serve::Server;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn python() -> PathBuf {
-    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".cache/py/bin/python"));
-    assert!(
-        python.exists(),
-        "run the tests with scripts/test (it installs the Python SDK)"
-    );
-    python
-}
+use crate::{ok, python, root};
 
 fn node_modules() -> PathBuf {
     let modules = std::env::var_os("LARKGATE_TEST_NODE_MODULES")

@@ -4,7 +4,6 @@
 //! upstream that is down.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use crate::{fails, larkgate_in, ok, stderr, stdout};
@@ -23,16 +22,8 @@ impl Drop for Peer {
 }
 
 fn weather() -> Peer {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(".cache/py/bin/python"));
-    assert!(
-        python.exists(),
-        "run the tests with scripts/test (it installs the Python SDK)"
-    );
-    let mut child = Command::new(python)
-        .arg(root.join("crates/larkgate-upstream/tests/peers/weather_server.py"))
+    let mut child = Command::new(crate::python())
+        .arg(crate::root().join("crates/larkgate-upstream/tests/peers/weather_server.py"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
