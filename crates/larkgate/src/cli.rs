@@ -107,18 +107,37 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        // Commands that touch only the store work beside a running `serve`.
+        match cli.command {
+            Command::Token(command) => {
+                let context = context::StoreContext::open(&options).await?;
+                return token::run(command, &context, out).await;
+            }
+            Command::Audit(command) => {
+                let context = context::StoreContext::open(&options).await?;
+                let log = audit::open_log(&context).await?;
+                let result = audit::run(command, context.store.as_ref(), out).await;
+                if let Some(log) = log {
+                    log.flush().await?;
+                }
+                return result;
+            }
+            _ => {}
+        }
         let context = context::Context::open(options).await?;
         let result = match cli.command {
-            Command::Capabilities(_) | Command::Check | Command::Client(_) => Ok(()),
+            Command::Capabilities(_)
+            | Command::Check
+            | Command::Client(_)
+            | Command::Token(_)
+            | Command::Audit(_) => Ok(()),
             Command::Call(args) => call::run(args, &context, out).await,
             Command::Principal(command) => principal::run(command, &context, out).await,
             Command::Approvals(command) => approvals::run(command, &context, out).await,
-            Command::Audit(command) => audit::run(command, &context, out).await,
             Command::Run(args) => run::run(args, &context, out).await,
             Command::Runs(command) => runs::run(command, &context, out).await,
             Command::Script(command) => script::run(command, &context, out).await,
             Command::Upstream(command) => upstream::run(command, &context, out).await,
-            Command::Token(command) => token::run(command, &context, out).await,
             Command::Serve(args) => serve::run(args, &context, out).await,
             Command::Stdio(args) => stdio::run(args, &context).await,
         };

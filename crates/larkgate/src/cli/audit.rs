@@ -6,7 +6,7 @@ use anyhow::bail;
 use larkgate_platform::audit::verify;
 use larkgate_store::{AuditQuery, AuditRecord, Store};
 
-use super::context::Context;
+use super::context::StoreContext;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -60,16 +60,41 @@ fn line(r: &AuditRecord) -> String {
     text
 }
 
+/// The audit log, opened for the `audit` commands so they read the chain whole: opening it
+/// replays whatever a crashed larkgate left in its journal into the store. While a running
+/// larkgate holds the log (`None`), its own flusher moves its records into the store, and the
+/// commands read what it has flushed so far (said on stderr).
+pub(crate) async fn open_log(
+    context: &StoreContext,
+) -> anyhow::Result<Option<std::sync::Arc<larkgate_platform::audit::AuditLog>>> {
+    use larkgate_platform::audit::{AuditError, AuditLog, AuditOptions};
+    let options = AuditOptions {
+        fsync: context.config.audit.fsync,
+        ..AuditOptions::default()
+    };
+    match AuditLog::open(&context.data_dir, context.store.clone(), options).await {
+        Ok(log) => Ok(Some(log)),
+        Err(AuditError::Busy(_)) => {
+            eprintln!(
+                "larkgate: a running larkgate holds this audit log; reading the records it has \
+                 flushed to the store so far"
+            );
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
 pub(crate) async fn run(
     command: Command,
-    context: &Context,
+    store: &dyn Store,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    // Records appended by a running larkgate are moved into the store by its own flusher;
-    // this process's own records were flushed when the log opened.
+    // Records appended by a running larkgate are moved into the store by its own flusher
+    // (see [`open_log`]).
     match command {
         Command::Verify => {
-            let report = verify(context.store.as_ref()).await?;
+            let report = verify(store).await?;
             writeln!(out, "checked {} records", report.records)?;
             if !report.intents_without_outcome.is_empty() {
                 writeln!(
@@ -95,8 +120,7 @@ pub(crate) async fn run(
             tool,
             json,
         } => {
-            let records = context
-                .store
+            let records = store
                 .audit_records(AuditQuery {
                     limit: Some(lines),
                     newest: true,
@@ -113,7 +137,7 @@ pub(crate) async fn run(
                 }
             }
         }
-        Command::Head => match context.store.audit_head().await? {
+        Command::Head => match store.audit_head().await? {
             Some(head) => writeln!(out, "{} {}", head.seq, head.hash)?,
             None => writeln!(out, "0 {}", larkgate_platform::audit::GENESIS_HASH)?,
         },

@@ -1,5 +1,6 @@
-//! What every store-backed command opens: configuration, store, audit log, platform, and the
-//! principal the command acts as.
+//! What store-backed commands open. Most open a [`Context`]: configuration, store, audit log,
+//! platform, federation, scripts, and the principal the command acts as. Commands that only
+//! touch the store open a [`StoreContext`] and work beside a running `larkgate serve`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,12 +48,60 @@ pub(crate) struct Context {
     pub(crate) actor: Principal,
 }
 
+/// What the commands that touch only the store open: the configuration, the store and the
+/// principal the command acts as — no audit log (whose lock a running `serve` holds), no federation, no script
+/// workers. So these commands work beside a running gateway: SQLite serialises the two
+/// processes' writes, and `serve` reads tokens from the store at every request, so a token
+/// created or revoked here counts from that gateway's next request.
+pub(crate) struct StoreContext {
+    pub(crate) config: Config,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) store: Arc<SqliteStore>,
+    /// Who the command acts as: the operator, or `--as NAME`.
+    pub(crate) actor: Principal,
+}
+
+impl StoreContext {
+    pub(crate) async fn open(options: &Options) -> anyhow::Result<Self> {
+        let config = Config::load(options.config.as_deref())?;
+        let data_dir = options
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| config.data_dir.clone());
+        let store = Arc::new(SqliteStore::open(&data_dir)?);
+        let actor = match &options.as_principal {
+            None => Principal {
+                id: OPERATOR.to_owned(),
+                kind: PrincipalKind::User,
+                roles: vec![larkgate_platform::policy::ROLE_ADMIN.to_owned()],
+            },
+            Some(name) => store.principal(name).await?.with_context(|| {
+                format!("there is no principal {name:?}; list them with `larkgate principal list`")
+            })?,
+        };
+        Ok(StoreContext {
+            config,
+            data_dir,
+            store,
+            actor,
+        })
+    }
+
+    /// Whether the actor holds `role`.
+    pub(crate) fn actor_has(&self, role: &str) -> bool {
+        self.actor.roles.iter().any(|r| r == role)
+    }
+}
+
 impl Context {
     pub(crate) async fn open(options: Options) -> anyhow::Result<Self> {
-        let config = Config::load(options.config.as_deref())?;
+        let StoreContext {
+            config,
+            data_dir,
+            store,
+            actor,
+        } = StoreContext::open(&options).await?;
         let listen = options.serve.map(|flag| flag.unwrap_or(config.listen));
-        let data_dir = options.data_dir.unwrap_or(config.data_dir);
-        let store = Arc::new(SqliteStore::open(&data_dir)?);
         let audit = AuditLog::open(
             &data_dir,
             store.clone(),
@@ -91,16 +140,6 @@ impl Context {
             config.scripts.max_concurrent_runs(),
         )
         .await?;
-        let actor = match options.as_principal {
-            None => Principal {
-                id: OPERATOR.to_owned(),
-                kind: PrincipalKind::User,
-                roles: vec![larkgate_platform::policy::ROLE_ADMIN.to_owned()],
-            },
-            Some(name) => store.principal(&name).await?.with_context(|| {
-                format!("there is no principal {name:?}; list them with `larkgate principal list`")
-            })?,
-        };
         Ok(Context {
             store,
             audit,

@@ -2,7 +2,8 @@
 //!
 //! Tokens belong to registered principals (their roles are the principal's, read at every
 //! use), are shown once when created, and are stored only as hashes. Managing tokens is for
-//! admins.
+//! admins, and works while `larkgate serve` runs (see [`StoreContext`]): a leaked token is
+//! revoked without stopping the gateway.
 
 use std::io::Write;
 
@@ -12,7 +13,7 @@ use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::tokens;
 use larkgate_store::Store;
 
-use super::context::Context;
+use super::context::StoreContext;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -38,7 +39,7 @@ pub(crate) enum Command {
     },
 }
 
-fn require_admin(context: &Context) -> anyhow::Result<()> {
+fn require_admin(context: &StoreContext) -> anyhow::Result<()> {
     if !context.actor_has(ROLE_ADMIN) {
         bail!(
             "{} may not manage tokens: it needs the admin role",
@@ -55,7 +56,7 @@ fn time(ms: i64) -> String {
 
 pub(crate) async fn run(
     command: Command,
-    context: &Context,
+    context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     require_admin(context)?;

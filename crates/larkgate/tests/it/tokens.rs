@@ -51,3 +51,70 @@ fn tokens_are_created_shown_once_listed_and_revoked() {
     let unknown = fails(dir, &["token", "revoke", "nope"]);
     assert!(unknown.contains("no token"), "{unknown}");
 }
+
+#[test]
+fn tokens_and_the_audit_chain_are_managed_while_serve_runs() {
+    use crate::serve::{Server, client, token_in};
+    use larkgate_upstream::client::Revisions;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d);
+    let admin = token_in(&server.first_start);
+    let url = server.url.clone();
+
+    // A second token, created beside the running gateway, works at once.
+    let created = larkgate_in(d, &["token", "create", "--principal", "admin"]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    let token = stdout(&created).trim().to_owned();
+    let id = token[4..16].to_owned();
+    assert!(ok(d, &["token", "list"]).contains(&id));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let c = client(&url, &token, Revisions::Latest).await.unwrap();
+        let result = c.call_tool("clock_now", serde_json::Map::new()).await;
+        assert!(result.is_ok(), "{result:?}");
+        c.close().await;
+    });
+
+    // The chain reads beside it: what the gateway has flushed, said so on stderr.
+    let mut tail = String::new();
+    for _ in 0..100 {
+        let output = larkgate_in(d, &["audit", "tail"]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert!(
+            stderr(&output).contains("a running larkgate holds this audit log"),
+            "{}",
+            stderr(&output)
+        );
+        tail = stdout(&output);
+        if tail.contains("clock_now") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(tail.contains("clock_now -> ok"), "{tail}");
+    assert!(ok(d, &["audit", "verify"]).contains("the chain is intact"));
+
+    // A leaked token is revoked without stopping the gateway: its next request is refused,
+    // and the other token keeps working.
+    assert!(ok(d, &["token", "revoke", &id]).contains(&id));
+    runtime.block_on(async {
+        let refused = client(&url, &token, Revisions::Latest).await.unwrap_err();
+        assert!(refused.contains("Auth required"), "{refused}");
+        let c = client(&url, &admin, Revisions::Latest).await.unwrap();
+        assert!(
+            c.call_tool("clock_now", serde_json::Map::new())
+                .await
+                .is_ok()
+        );
+        c.close().await;
+    });
+
+    // Stopped, the chain is read whole (the log opens), with nothing said about a gateway.
+    assert!(server.stop().success());
+    let verified = larkgate_in(d, &["audit", "verify"]);
+    assert!(verified.status.success(), "{}", stderr(&verified));
+    assert!(stdout(&verified).contains("the chain is intact"));
+    assert!(!stderr(&verified).contains("running larkgate"));
+}
