@@ -113,6 +113,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 let context = context::StoreContext::open(&options).await?;
                 return token::run(command, &context, out).await;
             }
+            Command::Principal(principal::Command::List { json }) => {
+                let context = context::StoreContext::open(&options).await?;
+                return principal::list(context.store.as_ref(), json, out).await;
+            }
             Command::Audit(command) => {
                 let context = context::StoreContext::open(&options).await?;
                 let log = audit::open_log(&context).await?;

@@ -97,6 +97,35 @@ fn event(context: &Context, detail: String) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `principal list`: reads only the store, so it works while `larkgate serve` runs.
+pub(crate) async fn list(
+    store: &dyn Store,
+    json: bool,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let principals = store.principals().await?;
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &principals)?;
+        writeln!(out)?;
+    } else if principals.is_empty() {
+        writeln!(
+            out,
+            "no principals; add one with `larkgate principal add NAME --roles ...`"
+        )?;
+    } else {
+        for p in principals {
+            writeln!(
+                out,
+                "{:<24} {:<8} {}",
+                p.id,
+                p.kind.as_str(),
+                p.roles.join(",")
+            )?;
+        }
+    }
+    Ok(())
+}
+
 pub(crate) async fn run(
     command: Command,
     context: &Context,
@@ -134,28 +163,7 @@ pub(crate) async fn run(
             )?;
             writeln!(out, "added {name} with roles [{}]", roles.join(","))?;
         }
-        Command::List { json } => {
-            let principals = context.store.principals().await?;
-            if json {
-                serde_json::to_writer_pretty(&mut *out, &principals)?;
-                writeln!(out)?;
-            } else if principals.is_empty() {
-                writeln!(
-                    out,
-                    "no principals; add one with `larkgate principal add NAME --roles ...`"
-                )?;
-            } else {
-                for p in principals {
-                    writeln!(
-                        out,
-                        "{:<24} {:<8} {}",
-                        p.id,
-                        p.kind.as_str(),
-                        p.roles.join(",")
-                    )?;
-                }
-            }
-        }
+        Command::List { json } => list(context.store.as_ref(), json, out).await?,
         Command::SetRoles { name, roles } => {
             let roles = check_roles(&roles)?;
             context.store.set_roles(&name, roles.clone()).await?;

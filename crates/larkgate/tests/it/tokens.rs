@@ -53,7 +53,7 @@ fn tokens_are_created_shown_once_listed_and_revoked() {
 }
 
 #[test]
-fn tokens_and_the_audit_chain_are_managed_while_serve_runs() {
+fn tokens_principals_and_the_audit_chain_are_read_or_managed_while_serve_runs() {
     use crate::serve::{Server, client, token_in};
     use larkgate_upstream::client::Revisions;
 
@@ -69,6 +69,14 @@ fn tokens_and_the_audit_chain_are_managed_while_serve_runs() {
     let token = stdout(&created).trim().to_owned();
     let id = token[4..16].to_owned();
     assert!(ok(d, &["token", "list"]).contains(&id));
+    assert!(ok(d, &["principal", "list"]).contains("admin"));
+    // Changing a principal appends to the audit chain, which the gateway owns: refused, with
+    // what to do.
+    let busy = fails(d, &["principal", "add", "eve", "--roles", "approver"]);
+    assert!(
+        busy.contains("another larkgate process is using the audit log"),
+        "{busy}"
+    );
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let c = client(&url, &token, Revisions::Latest).await.unwrap();
