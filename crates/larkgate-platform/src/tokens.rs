@@ -9,7 +9,8 @@
 //!
 //! - A token is `lgt_<id>_<secret>`: a public 12-character id (to find the record without
 //!   searching by secret) and a 256-bit secret from the operating system's CSPRNG, both
-//!   base64url without padding. It is shown once, when created.
+//!   base64url without padding. It is shown once, when created. An id never starts with `-`,
+//!   so it can be passed to a command line (`larkgate token revoke ID`) as it is.
 //! - Only SHA-256 of the secret is stored (a 256-bit random secret needs no slow hash: there is
 //!   nothing to brute-force). Verification compares hashes in constant time.
 //! - Every failure — malformed, unknown id, wrong secret, revoked, expired, principal gone — is
@@ -54,6 +55,17 @@ fn random(bytes: usize) -> String {
     URL_SAFE_NO_PAD.encode(buffer)
 }
 
+/// A new public token id: 12 base64url characters, never starting with `-` (a command line
+/// would read it as an option).
+fn new_id() -> String {
+    loop {
+        let id = random(9);
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
 fn hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
@@ -67,7 +79,7 @@ pub async fn create(
     lifetime: Option<Duration>,
     now_ms: i64,
 ) -> Result<NewToken, TokenError> {
-    let id = random(9); // 12 characters
+    let id = new_id();
     let secret = random(32); // 256 bits
     let record = TokenRecord {
         id: id.clone(),
@@ -123,4 +135,20 @@ pub async fn verify(store: &dyn Store, token: &str, now_ms: i64) -> Result<Princ
         .await
         .map_err(|e| TokenError::Store(e.to_string()))?
         .ok_or(TokenError::Invalid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_twelve_base64url_characters_and_never_start_with_a_dash() {
+        // One random id in 64 would start with `-`; 10,000 draws leave no room for luck.
+        for _ in 0..10_000 {
+            let id = new_id();
+            assert_eq!(id.len(), 12, "{id}");
+            assert!(!id.starts_with('-'), "{id}");
+            assert!(parse(&format!("{TOKEN_PREFIX}{id}_{}", random(32))).is_some());
+        }
+    }
 }

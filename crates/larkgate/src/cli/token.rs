@@ -35,6 +35,8 @@ pub(crate) enum Command {
     /// Revoke a token by its id; it stops working at once.
     Revoke {
         /// The token's id (`token list` shows it; it is the 12 characters after `lgt_`).
+        /// Ids made by older versions may start with `-`; they are accepted as they are.
+        #[arg(allow_hyphen_values = true)]
         id: String,
     },
 }

@@ -50,6 +50,9 @@ fn tokens_are_created_shown_once_listed_and_revoked() {
     assert!(ok(dir, &["token", "list", "--principal", "agent"]).contains("revoked"));
     let unknown = fails(dir, &["token", "revoke", "nope"]);
     assert!(unknown.contains("no token"), "{unknown}");
+    // An id is base64url, so one may start with `-`: it is an id, not an option.
+    let dashed = fails(dir, &["token", "revoke", "-PJrZ5mbj7SJ"]);
+    assert!(dashed.contains("no token \"-PJrZ5mbj7SJ\""), "{dashed}");
 }
 
 #[test]
