@@ -18,6 +18,21 @@
 //! chain's head (sequence, hash) is also kept in its own table, moved in the same transaction
 //! as each batch. [`verify`] recomputes the chain and names the first record that breaks it,
 //! a head that is ahead of the table (deleted last records), and intents without an outcome.
+//!
+//! ## One owner, and events from other processes
+//!
+//! One process owns the chain (it holds `audit.lock`): two processes appending to one chain
+//! would fork it. An operator's command run beside a gateway that owns it (`larkgate principal
+//! add`, `token revoke`, `approvals approve`) still has an event to record. It hands the entry
+//! over through [`ForwardingAudit`]: the entry is committed to the store's audit inbox, and
+//! the owner's flusher chains it (with the time it was forwarded) and deletes it from the inbox
+//! in the same transaction that stores the record, so each forwarded entry is chained exactly
+//! once, across crashes too: the journal line of an adopted record names its inbox entry, and a
+//! replay deletes it with the record. A forwarding process cannot record calls: an intent
+//! needs its sequence at once, so [`ForwardingAudit`] refuses them and a call fails closed.
+//!
+//! The inbox trusts nothing new: whoever can write to the database can already rewrite the
+//! unkeyed chain; the chain shows edits, insertions and deletions made by anything less.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -26,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larkgate_store::{AuditHead, AuditKind, AuditQuery, AuditRecord, Store, StoreError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
@@ -39,7 +54,7 @@ const JOURNAL: &str = "audit.journal";
 const LOCK: &str = "audit.lock";
 
 /// What a caller records; the log adds sequence, time and hashes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
     /// What the record records.
     pub kind: Option<AuditKind>,
@@ -76,6 +91,12 @@ pub enum AuditError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// This process does not own the chain, so it cannot give a record its sequence now.
+    #[error(
+        "this larkgate process does not own the audit log (a running larkgate does), so it \
+         cannot record calls; make calls through that process"
+    )]
+    NotOwner,
     /// Another process owns the audit chain in this directory.
     #[error(
         "another larkgate process is using the audit log in {0}; stop it or point this one at \
@@ -89,7 +110,43 @@ pub enum AuditError {
 pub trait AuditSink: Send + Sync + std::fmt::Debug {
     /// Appends a record; returns its sequence once it is durable against a process crash.
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError>;
+
+    /// Records an event whose sequence nobody needs (an approval resolved, a principal
+    /// changed); returns once it is durable against a process crash.
+    fn record_event(&self, entry: AuditEntry) -> Result<(), AuditError> {
+        self.append(entry).map(|_| ())
+    }
 }
+
+/// The sink of a process that does not own the chain: events go to the store's audit inbox,
+/// for the owner to chain (see the module documentation). Calls are refused
+/// ([`AuditError::NotOwner`]), so nothing runs unaudited.
+#[derive(Debug)]
+pub struct ForwardingAudit {
+    store: Arc<dyn Store>,
+}
+
+impl ForwardingAudit {
+    /// Forwards to the inbox of `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        ForwardingAudit { store }
+    }
+}
+
+impl AuditSink for ForwardingAudit {
+    fn append(&self, _entry: AuditEntry) -> Result<u64, AuditError> {
+        Err(AuditError::NotOwner)
+    }
+
+    fn record_event(&self, entry: AuditEntry) -> Result<(), AuditError> {
+        let text = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
+        self.store.forward_audit(now_ms(), &text)?;
+        Ok(())
+    }
+}
+
+/// How many forwarded entries one flush adopts.
+const ADOPT_BATCH: usize = 256;
 
 /// Options of the audit log.
 #[derive(Clone, Copy, Debug)]
@@ -119,6 +176,28 @@ struct Chain {
     pending: Vec<AuditRecord>,
     /// Rotated journals whose records are not yet known to be in the store.
     rotated: Vec<PathBuf>,
+    /// Inbox ids of the forwarded entries among `pending`.
+    pending_adopted: Vec<i64>,
+    /// Inbox ids chained but not yet deleted from the inbox (pending, or in a flush under way):
+    /// never chained twice.
+    adopted: std::collections::BTreeSet<i64>,
+}
+
+/// A journal line: a record, and the inbox entry it adopted, if it did.
+#[derive(Deserialize)]
+struct JournalLine {
+    #[serde(flatten)]
+    record: AuditRecord,
+    #[serde(default)]
+    adopted: Option<i64>,
+}
+
+/// A journal line, written.
+#[derive(Serialize)]
+struct JournalLineRef<'a> {
+    #[serde(flatten)]
+    record: &'a AuditRecord,
+    adopted: i64,
 }
 
 /// The journaled, chained audit log. See the module documentation.
@@ -187,8 +266,8 @@ fn now_ms() -> i64 {
 }
 
 impl AuditLog {
-    /// Opens the log in `dir`: replays any journal a crash left behind into `store`, then
-    /// continues the chain from the store's head. Spawns the background flusher on the current
+    /// Opens the log in `dir`: replays any journal a crash left behind into `store`, chains
+    /// the entries other processes forwarded, then continues the chain from there. Spawns the background flusher on the current
     /// tokio runtime.
     pub async fn open(
         dir: &Path,
@@ -216,8 +295,8 @@ impl AuditLog {
             }
         }
         for path in &left_behind {
-            let records = read_journal(path)?;
-            store.append_audit(records).await?;
+            let (records, adopted) = read_journal(path)?;
+            store.append_audit_adopting(records, adopted).await?;
         }
         for path in &left_behind {
             std::fs::remove_file(path)?;
@@ -234,6 +313,8 @@ impl AuditLog {
                 journal,
                 pending: Vec::new(),
                 rotated: Vec::new(),
+                pending_adopted: Vec::new(),
+                adopted: std::collections::BTreeSet::new(),
             }),
             dir: dir.to_owned(),
             store,
@@ -242,6 +323,9 @@ impl AuditLog {
             wake: Arc::new(Notify::new()),
             flushing: tokio::sync::Mutex::new(()),
         });
+        // Entries other processes forwarded while nobody owned the chain are chained now,
+        // before anything this process appends.
+        log.flush().await?;
         // The flusher holds the log only while it flushes, so dropping the last handle ends it.
         let weak = Arc::downgrade(&log);
         let wake = Arc::clone(&log.wake);
@@ -264,11 +348,20 @@ impl AuditLog {
         self.chain.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Moves every journaled record into the store now.
+    /// Chains the entries other processes forwarded, then moves every journaled record into
+    /// the store now.
     pub async fn flush(&self) -> Result<(), AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
-        let (batch, rotated) = {
+        let forwarded = self.store.forwarded_audit(ADOPT_BATCH).await?;
+        let (batch, adopted, rotated) = {
             let mut chain = self.lock();
+            for forwarded in forwarded {
+                if !chain.adopted.contains(&forwarded.id) {
+                    let entry = serde_json::from_str(&forwarded.entry)
+                        .map_or_else(|error| unreadable(&forwarded.entry, &error), as_event);
+                    self.chain_record(&mut chain, entry, forwarded.at_ms, Some(forwarded.id))?;
+                }
+            }
             if chain.pending.is_empty() {
                 return Ok(());
             }
@@ -277,20 +370,85 @@ impl AuditLog {
             std::fs::rename(self.dir.join(JOURNAL), &rotated)?;
             chain.journal = open_journal(&self.dir.join(JOURNAL))?;
             chain.rotated.push(rotated);
-            (std::mem::take(&mut chain.pending), chain.rotated.clone())
+            (
+                std::mem::take(&mut chain.pending),
+                std::mem::take(&mut chain.pending_adopted),
+                chain.rotated.clone(),
+            )
         };
-        if let Err(error) = self.store.append_audit(batch.clone()).await {
+        let stored = self
+            .store
+            .append_audit_adopting(batch.clone(), adopted.clone())
+            .await;
+        if let Err(error) = stored {
             // Keep the records (and their rotated files) for the next attempt.
             let mut chain = self.lock();
             let newer = std::mem::replace(&mut chain.pending, batch);
             chain.pending.extend(newer);
+            let newer = std::mem::replace(&mut chain.pending_adopted, adopted);
+            chain.pending_adopted.extend(newer);
             return Err(error.into());
         }
         for path in &rotated {
             std::fs::remove_file(path)?;
         }
-        self.lock().rotated.retain(|p| !rotated.contains(p));
+        let mut chain = self.lock();
+        chain.rotated.retain(|p| !rotated.contains(p));
+        for id in &adopted {
+            chain.adopted.remove(id);
+        }
         Ok(())
+    }
+
+    /// Sequences, chains and journals one record (the chain is locked by the caller).
+    fn chain_record(
+        &self,
+        chain: &mut Chain,
+        entry: AuditEntry,
+        at_ms: i64,
+        adopted: Option<i64>,
+    ) -> Result<u64, AuditError> {
+        let mut record = AuditRecord {
+            seq: chain.seq + 1,
+            at_ms,
+            kind: entry.kind.unwrap_or(AuditKind::Event),
+            principal: entry.principal,
+            run_id: entry.run_id,
+            run_kind: entry.run_kind,
+            session: entry.session,
+            tool: entry.tool,
+            args_hash: entry.args_hash,
+            args: entry.args,
+            code: entry.code,
+            intent_seq: entry.intent_seq,
+            duration_us: entry.duration_us,
+            detail: entry.detail,
+            prev_hash: chain.prev_hash.clone(),
+            hash: String::new(),
+        };
+        record.hash = record_hash(&record);
+        let line = match adopted {
+            None => serde_json::to_vec(&record),
+            Some(adopted) => serde_json::to_vec(&JournalLineRef {
+                record: &record,
+                adopted,
+            }),
+        };
+        let mut line = line.map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        // One write: after it returns the record survives a process crash.
+        chain.journal.write_all(&line)?;
+        if self.options.fsync {
+            chain.journal.sync_data()?;
+        }
+        chain.seq = record.seq;
+        chain.prev_hash = record.hash.clone();
+        chain.pending.push(record);
+        if let Some(adopted) = adopted {
+            chain.pending_adopted.push(adopted);
+            chain.adopted.insert(adopted);
+        }
+        Ok(chain.seq)
     }
 
     /// The last sequence and hash appended (possibly not yet in the store).
@@ -313,36 +471,7 @@ impl Drop for AuditLog {
 impl AuditSink for AuditLog {
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         let mut chain = self.lock();
-        let mut record = AuditRecord {
-            seq: chain.seq + 1,
-            at_ms: now_ms(),
-            kind: entry.kind.unwrap_or(AuditKind::Event),
-            principal: entry.principal,
-            run_id: entry.run_id,
-            run_kind: entry.run_kind,
-            session: entry.session,
-            tool: entry.tool,
-            args_hash: entry.args_hash,
-            args: entry.args,
-            code: entry.code,
-            intent_seq: entry.intent_seq,
-            duration_us: entry.duration_us,
-            detail: entry.detail,
-            prev_hash: chain.prev_hash.clone(),
-            hash: String::new(),
-        };
-        record.hash = record_hash(&record);
-        let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
-        line.push(b'\n');
-        // One write: after it returns the record survives a process crash.
-        chain.journal.write_all(&line)?;
-        if self.options.fsync {
-            chain.journal.sync_data()?;
-        }
-        chain.seq = record.seq;
-        chain.prev_hash = record.hash.clone();
-        chain.pending.push(record);
-        let seq = chain.seq;
+        let seq = self.chain_record(&mut chain, entry, now_ms(), None)?;
         drop(chain);
         if seq.is_multiple_of(256) {
             self.wake.notify_one();
@@ -351,24 +480,51 @@ impl AuditSink for AuditLog {
     }
 }
 
+/// A forwarded entry is an event, whatever it says: only the owner records calls, so nothing
+/// else can open an intent or close one.
+fn as_event(entry: AuditEntry) -> AuditEntry {
+    AuditEntry {
+        kind: Some(AuditKind::Event),
+        intent_seq: None,
+        ..entry
+    }
+}
+
+/// The record of a forwarded entry that cannot be read: chained as what it was, not dropped.
+fn unreadable(text: &str, error: &serde_json::Error) -> AuditEntry {
+    AuditEntry {
+        kind: Some(AuditKind::Event),
+        principal: "larkgate".to_owned(),
+        code: Some("unreadable_forwarded_entry".to_owned()),
+        detail: Some(format!(
+            "a forwarded audit entry could not be read ({error}): {text}"
+        )),
+        ..AuditEntry::default()
+    }
+}
+
 fn open_journal(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-/// Reads a journal; a final line cut short by a crash mid-write was never acknowledged and is
-/// skipped.
-fn read_journal(path: &Path) -> std::io::Result<Vec<AuditRecord>> {
+/// Reads a journal: its records, and the inbox ids of the forwarded entries among them. A final
+/// line cut short by a crash mid-write was never acknowledged and is skipped.
+fn read_journal(path: &Path) -> std::io::Result<(Vec<AuditRecord>, Vec<i64>)> {
     let mut records = Vec::new();
+    let mut adopted = Vec::new();
     for line in BufReader::new(File::open(path)?).lines() {
         let line = line?;
-        match serde_json::from_str::<AuditRecord>(&line) {
-            Ok(record) => records.push(record),
+        match serde_json::from_str::<JournalLine>(&line) {
+            Ok(line) => {
+                records.push(line.record);
+                adopted.extend(line.adopted);
+            }
             Err(error) => {
                 tracing::warn!(%error, path = %path.display(), "skipping an unreadable audit journal line");
             }
         }
     }
-    Ok(records)
+    Ok((records, adopted))
 }
 
 /// What [`verify`] found.

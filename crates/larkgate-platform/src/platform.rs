@@ -142,7 +142,7 @@ impl Services {
             ..Default::default()
         };
         self.audit
-            .append(event)
+            .record_event(event)
             .map_err(|e| Refusal::internal(format!("the resolution could not be audited: {e}")))?;
         Ok(resolved)
     }

@@ -14,9 +14,9 @@ mod model;
 mod sqlite;
 
 pub use model::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, PinStatus,
-    Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, TokenRecord, ToolPin,
-    UpstreamRecord,
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, ForwardedAudit,
+    PinStatus, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, TokenRecord,
+    ToolPin, UpstreamRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -192,7 +192,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Appends records (already sequenced and chained) in one transaction, and moves the
     /// chain's head to the last one. Records whose sequence is already stored are skipped, so a
     /// journal can be replayed.
-    async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()>;
+    async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()> {
+        self.append_audit_adopting(records, Vec::new()).await
+    }
+    /// [`Store::append_audit`], and in the same transaction deletes the forwarded entries
+    /// `adopted` from the inbox: the records include them, so each is chained exactly once.
+    async fn append_audit_adopting(
+        &self,
+        records: Vec<AuditRecord>,
+        adopted: Vec<i64>,
+    ) -> Result<()>;
+    /// Hands an audit entry (`entry`, in the audit log's own format) to the process that owns
+    /// the chain, when another process holds it: the entry is committed to the audit inbox
+    /// before this returns, and the owner chains it. Blocks the calling thread for one small
+    /// commit. Returns the entry's inbox id.
+    fn forward_audit(&self, at_ms: i64, entry: &str) -> Result<i64>;
+    /// The oldest forwarded entries not yet chained, up to `limit`, oldest first.
+    async fn forwarded_audit(&self, limit: usize) -> Result<Vec<ForwardedAudit>>;
     /// The chain's head as last written with records.
     async fn audit_head(&self) -> Result<Option<AuditHead>>;
     /// Records by query, in sequence order.

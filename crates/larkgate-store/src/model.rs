@@ -145,6 +145,18 @@ impl AuditKind {
     }
 }
 
+/// An audit entry handed over by a process that does not own the chain, waiting for the
+/// owner to chain it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardedAudit {
+    /// Its inbox id (increasing: the order entries were forwarded in).
+    pub id: i64,
+    /// When it was forwarded (Unix milliseconds): the time its record carries.
+    pub at_ms: i64,
+    /// The entry, in the audit log's own format.
+    pub entry: String,
+}
+
 /// One record of the audit chain. `hash` covers every other field and `prev_hash`, so editing,
 /// inserting or removing a record breaks the chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

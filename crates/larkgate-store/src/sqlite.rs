@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, Principal,
-    PrincipalKind, Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin,
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, ForwardedAudit,
+    Principal, PrincipalKind, Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin,
     UpstreamRecord,
 };
 
@@ -709,12 +709,22 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()> {
-        if records.is_empty() {
+    async fn append_audit_adopting(
+        &self,
+        records: Vec<AuditRecord>,
+        adopted: Vec<i64>,
+    ) -> Result<()> {
+        if records.is_empty() && adopted.is_empty() {
             return Ok(());
         }
         self.with(move |c| {
             let tx = c.transaction()?;
+            {
+                let mut delete = tx.prepare_cached("DELETE FROM audit_inbox WHERE id = ?1")?;
+                for id in &adopted {
+                    delete.execute([id])?;
+                }
+            }
             {
                 let mut insert = tx.prepare_cached(&format!(
                     "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES \
@@ -753,6 +763,36 @@ impl Store for SqliteStore {
             }
             tx.commit()?;
             Ok(())
+        })
+        .await
+    }
+
+    fn forward_audit(&self, at_ms: i64, entry: &str) -> Result<i64> {
+        // A poisoned lock is safe to keep using: see `with`.
+        let connection = self
+            .connection
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        connection.execute(
+            "INSERT INTO audit_inbox (at_ms, entry) VALUES (?1, ?2)",
+            params![at_ms, entry],
+        )?;
+        Ok(connection.last_insert_rowid())
+    }
+
+    async fn forwarded_audit(&self, limit: usize) -> Result<Vec<ForwardedAudit>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(move |c| {
+            let mut select =
+                c.prepare_cached("SELECT id, at_ms, entry FROM audit_inbox ORDER BY id LIMIT ?1")?;
+            let rows = select.query_map([limit], |r| {
+                Ok(ForwardedAudit {
+                    id: r.get(0)?,
+                    at_ms: r.get(1)?,
+                    entry: r.get(2)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
         })
         .await
     }

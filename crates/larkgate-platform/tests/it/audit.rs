@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use larkgate_platform::audit::{AuditEntry, AuditLog, AuditOptions, AuditSink, verify};
+use larkgate_platform::audit::{
+    AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit, verify,
+};
 use larkgate_store::{AuditKind, AuditQuery, SqliteStore, Store};
 
 fn entry(kind: AuditKind, principal: &str, tool: &str) -> AuditEntry {
@@ -128,15 +130,8 @@ async fn an_intent_without_an_outcome_is_reported() {
 async fn journaled_records_not_yet_flushed_are_replayed_at_the_next_open() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
         // No background flush during the test: only explicit ones.
-        let options = AuditOptions {
-            flush_interval: std::time::Duration::from_secs(3600),
-            ..Default::default()
-        };
-        let log = AuditLog::open(dir.path(), store.clone(), options)
-            .await
-            .unwrap();
+        let (store, log) = open_quiet(dir.path()).await;
         fill(&log, 3).await;
         // Acknowledged but never flushed: as if the process died here.
         for _ in 0..4 {
@@ -243,4 +238,143 @@ fn acknowledged_audit_records_survive_kill_9() {
         );
         assert!(verify(store.as_ref()).await.unwrap().intact());
     });
+}
+
+/// A log that flushes only when told to.
+async fn open_quiet(dir: &std::path::Path) -> (Arc<SqliteStore>, Arc<AuditLog>) {
+    let store = Arc::new(SqliteStore::open(dir).unwrap());
+    let options = AuditOptions {
+        flush_interval: std::time::Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let log = AuditLog::open(dir, store.clone(), options).await.unwrap();
+    (store, log)
+}
+
+/// What another process (its own store handle, no audit lock) records.
+fn forwarder(dir: &std::path::Path) -> ForwardingAudit {
+    ForwardingAudit::new(Arc::new(SqliteStore::open(dir).unwrap()))
+}
+
+async fn principals_in_chain(store: &SqliteStore) -> Vec<String> {
+    let records = store.audit_records(AuditQuery::default()).await.unwrap();
+    records.into_iter().map(|r| r.principal).collect()
+}
+
+#[tokio::test]
+async fn events_forwarded_by_another_process_are_chained_once_with_their_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log) = open_quiet(dir.path()).await;
+    let other = forwarder(dir.path());
+    log.append(entry(AuditKind::Event, "owner", "a")).unwrap();
+    other
+        .record_event(entry(AuditKind::Event, "ada", "principal"))
+        .unwrap();
+    other
+        .record_event(entry(AuditKind::Event, "bob", "token"))
+        .unwrap();
+    // A process that does not own the chain cannot give an intent its sequence: calls fail
+    // closed, saying why.
+    let refused = other
+        .append(entry(AuditKind::Intent, "ada", "kv_set"))
+        .unwrap_err();
+    assert!(matches!(refused, AuditError::NotOwner), "{refused}");
+    assert!(refused.to_string().contains("does not own the audit log"));
+    // An entry that is not one (a hand-written row) is chained as what it was, not dropped.
+    store.forward_audit(5, "not json").unwrap();
+    // A forwarded entry is an event whatever it claims: it cannot open or close a call.
+    other
+        .record_event(AuditEntry {
+            intent_seq: Some(1),
+            ..entry(AuditKind::Outcome, "mallory", "kv_set")
+        })
+        .unwrap();
+
+    log.flush().await.unwrap();
+    log.append(entry(AuditKind::Event, "owner", "b")).unwrap();
+    log.flush().await.unwrap();
+    log.flush().await.unwrap();
+    assert_eq!(
+        principals_in_chain(&store).await,
+        ["owner", "ada", "bob", "larkgate", "mallory", "owner"]
+    );
+    let records = store.audit_records(AuditQuery::default()).await.unwrap();
+    assert_eq!(records[4].kind, AuditKind::Event);
+    assert_eq!(records[4].intent_seq, None);
+    assert_eq!(records[1].tool.as_deref(), Some("principal"));
+    assert!(records[1].at_ms > 0 && records[1].at_ms <= records[5].at_ms);
+    assert_eq!(records[3].at_ms, 5, "the time it was forwarded");
+    assert_eq!(
+        records[3].code.as_deref(),
+        Some("unreadable_forwarded_entry")
+    );
+    assert!(records[3].detail.as_deref().unwrap().contains("not json"));
+    assert!(store.forwarded_audit(10).await.unwrap().is_empty());
+    assert!(verify(store.as_ref()).await.unwrap().intact());
+}
+
+/// Holds SQLite's write lock, as a long write in another process would: the store's next
+/// commit fails once its busy timeout runs out.
+fn hold_write_lock(dir: &std::path::Path) -> rusqlite::Connection {
+    let connection = raw(dir);
+    connection.execute_batch("BEGIN IMMEDIATE").unwrap();
+    connection
+}
+
+#[tokio::test]
+async fn forwarded_events_are_not_chained_twice_when_storing_them_fails_and_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log) = open_quiet(dir.path()).await;
+    let other = forwarder(dir.path());
+    other
+        .record_event(entry(AuditKind::Event, "ada", "p"))
+        .unwrap();
+    let lock = hold_write_lock(dir.path());
+    log.flush().await.unwrap_err(); // chained and journaled; not stored, still in the inbox
+    drop(lock);
+    other
+        .record_event(entry(AuditKind::Event, "bob", "p"))
+        .unwrap();
+    log.flush().await.unwrap();
+    log.flush().await.unwrap();
+    assert_eq!(principals_in_chain(&store).await, ["ada", "bob"]);
+    assert!(store.forwarded_audit(10).await.unwrap().is_empty());
+    assert!(verify(store.as_ref()).await.unwrap().intact());
+}
+
+#[tokio::test]
+async fn forwarded_events_journaled_before_a_crash_are_chained_once_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_store, log) = open_quiet(dir.path()).await;
+        let other = forwarder(dir.path());
+        log.append(entry(AuditKind::Event, "owner", "a")).unwrap();
+        other
+            .record_event(entry(AuditKind::Event, "ada", "p"))
+            .unwrap();
+        let lock = hold_write_lock(dir.path());
+        log.flush().await.unwrap_err();
+        drop(lock);
+        other
+            .record_event(entry(AuditKind::Event, "bob", "p"))
+            .unwrap();
+        drop(log); // the process dies: ada's record is only in the journal, her entry in the inbox
+    }
+    let (store, log) = open_quiet(dir.path()).await;
+    log.flush().await.unwrap();
+    assert_eq!(principals_in_chain(&store).await, ["owner", "ada", "bob"]);
+    assert!(store.forwarded_audit(10).await.unwrap().is_empty());
+    assert!(verify(store.as_ref()).await.unwrap().intact());
+}
+
+#[tokio::test]
+async fn events_forwarded_while_nobody_owns_the_chain_are_chained_when_it_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open_quiet(dir.path()).await);
+    forwarder(dir.path())
+        .record_event(entry(AuditKind::Event, "ada", "p"))
+        .unwrap();
+    let (store, _log) = open_quiet(dir.path()).await;
+    assert_eq!(principals_in_chain(&store).await, ["ada"]);
+    assert!(store.forwarded_audit(10).await.unwrap().is_empty());
 }

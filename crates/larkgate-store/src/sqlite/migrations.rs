@@ -124,6 +124,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX tokens_by_principal ON tokens (principal);",
     // 5: who started a run (a published run runs as `script:<name>`, started by someone else).
     "ALTER TABLE runs ADD COLUMN started_by TEXT;",
+    // 6: audit entries handed over by a process that does not own the chain (the owner, a
+    // running `larkgate serve`, chains them and deletes them in one transaction).
+    "CREATE TABLE audit_inbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms INTEGER NOT NULL,
+        entry TEXT NOT NULL
+    ) STRICT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -111,3 +111,43 @@ async fn queries_filter_and_take_the_newest_in_order() {
         .unwrap();
     assert_eq!(after.iter().map(|r| r.seq).collect::<Vec<_>>(), [8, 9]);
 }
+
+#[tokio::test]
+async fn forwarded_entries_wait_in_order_until_a_batch_adopts_them() {
+    let (dir, store) = fresh();
+    let first = store.forward_audit(100, r#"{"principal":"ada"}"#).unwrap();
+    let second = store.forward_audit(90, r#"{"principal":"bob"}"#).unwrap();
+    assert!(second > first);
+    // Another handle on the same file (another process) sees them, oldest first.
+    let other = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+    let waiting = other.forwarded_audit(10).await.unwrap();
+    assert_eq!(
+        waiting.iter().map(|f| (f.id, f.at_ms)).collect::<Vec<_>>(),
+        [(first, 100), (second, 90)]
+    );
+    assert_eq!(waiting[1].entry, r#"{"principal":"bob"}"#);
+    assert_eq!(other.forwarded_audit(1).await.unwrap().len(), 1);
+
+    // Chaining the first deletes it in the same transaction as the record is stored.
+    other
+        .append_audit_adopting(vec![record(1, "ada", "t")], vec![first])
+        .await
+        .unwrap();
+    let waiting = store.forwarded_audit(10).await.unwrap();
+    assert_eq!(waiting.iter().map(|f| f.id).collect::<Vec<_>>(), [second]);
+    assert_eq!(store.audit_head().await.unwrap().unwrap().seq, 1);
+    // Adopting again (a replayed journal) changes nothing.
+    store
+        .append_audit_adopting(vec![record(1, "ada", "t")], vec![first])
+        .await
+        .unwrap();
+    assert_eq!(store.forwarded_audit(10).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .audit_records(AuditQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
