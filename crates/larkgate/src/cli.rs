@@ -107,26 +107,25 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        // Commands that touch only the store work beside a running `serve`.
-        match cli.command {
-            Command::Token(command) => {
-                let context = context::StoreContext::open(&options).await?;
-                return token::run(command, &context, out).await;
-            }
-            Command::Principal(principal::Command::List { json }) => {
-                let context = context::StoreContext::open(&options).await?;
-                return principal::list(context.store.as_ref(), json, out).await;
-            }
-            Command::Audit(command) => {
-                let context = context::StoreContext::open(&options).await?;
-                let log = audit::open_log(&context).await?;
-                let result = audit::run(command, context.store.as_ref(), out).await;
-                if let Some(log) = log {
-                    log.flush().await?;
+        // The operator's commands work beside a running `serve`.
+        let operator = matches!(
+            cli.command,
+            Command::Token(_) | Command::Principal(_) | Command::Approvals(_) | Command::Audit(_)
+        );
+        if operator {
+            let context = context::StoreContext::open(&options).await?;
+            let result = match cli.command {
+                Command::Token(command) => token::run(command, &context, out).await,
+                Command::Principal(command) => principal::run(command, &context, out).await,
+                Command::Approvals(command) => approvals::run(command, &context, out).await,
+                Command::Audit(command) => {
+                    audit::note_running_owner(&context);
+                    audit::run(command, context.store.as_ref(), out).await
                 }
-                return result;
-            }
-            _ => {}
+                _ => Ok(()),
+            };
+            context.close().await?;
+            return result;
         }
         let context = context::Context::open(options).await?;
         let result = match cli.command {
@@ -134,10 +133,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             | Command::Check
             | Command::Client(_)
             | Command::Token(_)
+            | Command::Principal(_)
+            | Command::Approvals(_)
             | Command::Audit(_) => Ok(()),
             Command::Call(args) => call::run(args, &context, out).await,
-            Command::Principal(command) => principal::run(command, &context, out).await,
-            Command::Approvals(command) => approvals::run(command, &context, out).await,
             Command::Run(args) => run::run(args, &context, out).await,
             Command::Runs(command) => runs::run(command, &context, out).await,
             Command::Script(command) => script::run(command, &context, out).await,

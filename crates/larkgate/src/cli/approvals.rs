@@ -1,11 +1,12 @@
 //! `larkgate approvals ...`: the same operations as the approval platform tools, as the local
-//! operator or `--as` an approver. Nobody resolves an approval of their own call.
+//! operator or `--as` an approver. Nobody resolves an approval of their own call. They work
+//! beside a running `larkgate serve`, which reads approvals at every call.
 
 use std::io::Write;
 
 use larkgate_store::{ApprovalStatus, Store};
 
-use super::context::Context;
+use super::context::StoreContext;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -32,7 +33,7 @@ pub(crate) enum Command {
 
 pub(crate) async fn run(
     command: Command,
-    context: &Context,
+    context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
@@ -72,13 +73,18 @@ pub(crate) async fn run(
 }
 
 async fn resolve(
-    context: &Context,
+    context: &StoreContext,
     id: &str,
     approve: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let approval = context
-        .platform
+    // The platform's own rules (who may resolve, never one's own call, how long an approval
+    // lasts), with the event recorded as any operator event is.
+    let platform =
+        larkgate_platform::Platform::builder(context.store.clone(), context.events.clone())?
+            .policy(context.config.policy.clone())
+            .build();
+    let approval = platform
         .services()
         .resolve_approval(&context.actor, id, approve)
         .await

@@ -1,15 +1,18 @@
-//! What store-backed commands open. Most open a [`Context`]: configuration, store, audit log,
-//! platform, federation, scripts, and the principal the command acts as. Commands that only
-//! touch the store open a [`StoreContext`] and work beside a running `larkgate serve`.
+//! What store-backed commands open. The operator's commands (tokens, principals, approvals,
+//! the audit log) open a [`StoreContext`] and work beside a running `larkgate serve`; the rest
+//! open a [`Context`]: also the audit log itself, the platform, federation and scripts, so
+//! they need the audit log free.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use larkgate_platform::Platform;
-use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_platform::audit::{
+    AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit,
+};
 use larkgate_script::{WorkerCommand, WorkerPool};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_store::{AuditKind, Principal, PrincipalKind, SqliteStore, Store};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::federate::Federation;
@@ -48,15 +51,21 @@ pub(crate) struct Context {
     pub(crate) actor: Principal,
 }
 
-/// What the commands that touch only the store open: the configuration, the store and the
-/// principal the command acts as — no audit log (whose lock a running `serve` holds), no federation, no script
-/// workers. So these commands work beside a running gateway: SQLite serialises the two
-/// processes' writes, and `serve` reads tokens from the store at every request, so a token
-/// created or revoked here counts from that gateway's next request.
+/// What the operator's commands open: the configuration, the store, the principal the
+/// command acts as, and a way to record audit events — no federation, no script workers. So
+/// these commands work beside a running `larkgate serve`: SQLite serialises the two
+/// processes' writes; `serve` reads tokens, principals and approvals from the store at every
+/// request, so a change made here counts from its next request; and while `serve` owns the
+/// audit log, this process's events are forwarded for it to chain
+/// ([`larkgate_platform::audit::ForwardingAudit`]).
 pub(crate) struct StoreContext {
     pub(crate) config: Config,
     pub(crate) data_dir: PathBuf,
     pub(crate) store: Arc<SqliteStore>,
+    /// The audit log, when this process owns it (no other larkgate runs on this directory).
+    pub(crate) log: Option<Arc<AuditLog>>,
+    /// Where events go: the log, or the running larkgate that owns it.
+    pub(crate) events: Arc<dyn AuditSink>,
     /// Who the command acts as: the operator, or `--as NAME`.
     pub(crate) actor: Principal,
 }
@@ -79,10 +88,23 @@ impl StoreContext {
                 format!("there is no principal {name:?}; list them with `larkgate principal list`")
             })?,
         };
+        // Owning the log replays a journal a crashed process left behind.
+        let audit_options = AuditOptions {
+            fsync: config.audit.fsync,
+            ..AuditOptions::default()
+        };
+        let (log, events): (_, Arc<dyn AuditSink>) =
+            match AuditLog::open(&data_dir, store.clone(), audit_options).await {
+                Ok(log) => (Some(log.clone()), log),
+                Err(AuditError::Busy(_)) => (None, Arc::new(ForwardingAudit::new(store.clone()))),
+                Err(error) => return Err(error.into()),
+            };
         Ok(StoreContext {
             config,
             data_dir,
             store,
+            log,
+            events,
             actor,
         })
     }
@@ -90,6 +112,26 @@ impl StoreContext {
     /// Whether the actor holds `role`.
     pub(crate) fn actor_has(&self, role: &str) -> bool {
         self.actor.roles.iter().any(|r| r == role)
+    }
+
+    /// Records an audit event as the actor.
+    pub(crate) fn event(&self, code: &str, detail: String) -> anyhow::Result<()> {
+        self.events.record_event(AuditEntry {
+            kind: Some(AuditKind::Event),
+            principal: self.actor.id.clone(),
+            code: Some(code.to_owned()),
+            detail: Some(detail),
+            ..AuditEntry::default()
+        })?;
+        Ok(())
+    }
+
+    /// Moves what this process appended into the store (forwarded events are already there).
+    pub(crate) async fn close(self) -> anyhow::Result<()> {
+        if let Some(log) = self.log {
+            log.flush().await?;
+        }
+        Ok(())
     }
 }
 
@@ -99,18 +141,13 @@ impl Context {
             config,
             data_dir,
             store,
+            log,
             actor,
+            ..
         } = StoreContext::open(&options).await?;
+        // Calls, runs, scripts and upstreams need the chain itself.
+        let audit = log.ok_or_else(|| AuditError::Busy(data_dir.display().to_string()))?;
         let listen = options.serve.map(|flag| flag.unwrap_or(config.listen));
-        let audit = AuditLog::open(
-            &data_dir,
-            store.clone(),
-            AuditOptions {
-                fsync: config.audit.fsync,
-                ..AuditOptions::default()
-            },
-        )
-        .await?;
         let platform = Platform::builder(store.clone(), audit.clone())?
             .policy(config.policy)
             .record_arguments(config.audit.record_arguments)

@@ -1,14 +1,14 @@
 //! `larkgate principal ...`: register principals and their roles. Needs the `admin` role
-//! (the local operator has it). Every change is an audit event.
+//! (the local operator has it). Every change is an audit event. They work beside a running
+//! `larkgate serve`, which reads principals and roles at every request.
 
 use std::io::Write;
 
 use anyhow::bail;
-use larkgate_platform::audit::{AuditEntry, AuditSink};
 use larkgate_platform::policy::ROLE_ADMIN;
-use larkgate_store::{AuditKind, Principal, PrincipalKind, Store};
+use larkgate_store::{Principal, PrincipalKind, Store};
 
-use super::context::{Context, OPERATOR};
+use super::context::{OPERATOR, StoreContext};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -86,17 +86,6 @@ fn check_roles(roles: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(roles)
 }
 
-fn event(context: &Context, detail: String) -> anyhow::Result<()> {
-    context.audit.append(AuditEntry {
-        kind: Some(AuditKind::Event),
-        principal: context.actor.id.clone(),
-        code: Some("principal".to_owned()),
-        detail: Some(detail),
-        ..Default::default()
-    })?;
-    Ok(())
-}
-
 /// `principal list`: reads only the store, so it works while `larkgate serve` runs.
 pub(crate) async fn list(
     store: &dyn Store,
@@ -128,7 +117,7 @@ pub(crate) async fn list(
 
 pub(crate) async fn run(
     command: Command,
-    context: &Context,
+    context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     if !matches!(command, Command::List { .. }) && !context.actor_has(ROLE_ADMIN) {
@@ -153,8 +142,8 @@ pub(crate) async fn run(
                     roles: roles.clone(),
                 })
                 .await?;
-            event(
-                context,
+            context.event(
+                "principal",
                 format!(
                     "added principal {name} ({}) with roles [{}]",
                     kind.as_str(),
@@ -167,15 +156,15 @@ pub(crate) async fn run(
         Command::SetRoles { name, roles } => {
             let roles = check_roles(&roles)?;
             context.store.set_roles(&name, roles.clone()).await?;
-            event(
-                context,
+            context.event(
+                "principal",
                 format!("set roles of {name} to [{}]", roles.join(",")),
             )?;
             writeln!(out, "{name} now has roles [{}]", roles.join(","))?;
         }
         Command::Remove { name } => {
             context.store.remove_principal(&name).await?;
-            event(context, format!("removed principal {name}"))?;
+            context.event("principal", format!("removed principal {name}"))?;
             writeln!(out, "removed {name}")?;
         }
     }

@@ -21,11 +21,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use larkgate_platform::audit::{AuditEntry, AuditSink};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::platform::now_ms;
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
-use larkgate_store::{Principal, PrincipalKind, Store};
+use larkgate_store::{AuditKind, Principal, PrincipalKind, Store};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -328,6 +329,16 @@ async fn bootstrap(
             .await?;
     }
     let new = tokens::create(context.store.as_ref(), "admin", "larkgate", None, now_ms()).await?;
+    context.audit.record_event(AuditEntry {
+        kind: Some(AuditKind::Event),
+        principal: "larkgate".to_owned(),
+        code: Some("token".to_owned()),
+        detail: Some(format!(
+            "first start: created the principal admin and token {} for it",
+            new.record.id
+        )),
+        ..AuditEntry::default()
+    })?;
     let config = serde_json::json!({
         "mcpServers": {
             "larkgate": {

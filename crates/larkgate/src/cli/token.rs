@@ -3,7 +3,7 @@
 //! Tokens belong to registered principals (their roles are the principal's, read at every
 //! use), are shown once when created, and are stored only as hashes. Managing tokens is for
 //! admins, and works while `larkgate serve` runs (see [`StoreContext`]): a leaked token is
-//! revoked without stopping the gateway.
+//! revoked without stopping the gateway. Creating and revoking are audit events.
 
 use std::io::Write;
 
@@ -82,13 +82,18 @@ pub(crate) async fn run(
                 now_ms(),
             )
             .await?;
+            let validity = new
+                .record
+                .expires_at_ms
+                .map_or_else(String::new, |t| format!(", valid until {}", time(t)));
+            context.event(
+                "token",
+                format!("created token {} for {principal}{validity}", new.record.id),
+            )?;
             writeln!(out, "{}", new.token)?;
             eprintln!(
-                "token {} for {principal}{}: this is the only time it is shown; store it now",
+                "token {} for {principal}{validity}: this is the only time it is shown; store it now",
                 new.record.id,
-                new.record
-                    .expires_at_ms
-                    .map_or_else(String::new, |t| format!(", valid until {}", time(t)))
             );
             Ok(())
         }
@@ -124,6 +129,7 @@ pub(crate) async fn run(
             if !context.store.revoke_token(&id, now_ms()).await? {
                 bail!("there is no token {id:?}; `larkgate token list` shows them");
             }
+            context.event("token", format!("revoked token {id}"))?;
             writeln!(out, "revoked {id}")?;
             Ok(())
         }

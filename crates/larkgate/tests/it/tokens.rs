@@ -55,43 +55,12 @@ fn tokens_are_created_shown_once_listed_and_revoked() {
     assert!(dashed.contains("no token \"-PJrZ5mbj7SJ\""), "{dashed}");
 }
 
-#[test]
-fn tokens_principals_and_the_audit_chain_are_read_or_managed_while_serve_runs() {
-    use crate::serve::{Server, client, token_in};
-    use larkgate_upstream::client::Revisions;
-
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let server = Server::start(d);
-    let admin = token_in(&server.first_start);
-    let url = server.url.clone();
-
-    // A second token, created beside the running gateway, works at once.
-    let created = larkgate_in(d, &["token", "create", "--principal", "admin"]);
-    assert!(created.status.success(), "{}", stderr(&created));
-    let token = stdout(&created).trim().to_owned();
-    let id = token[4..16].to_owned();
-    assert!(ok(d, &["token", "list"]).contains(&id));
-    assert!(ok(d, &["principal", "list"]).contains("admin"));
-    // Changing a principal appends to the audit chain, which the gateway owns: refused, with
-    // what to do.
-    let busy = fails(d, &["principal", "add", "eve", "--roles", "approver"]);
-    assert!(
-        busy.contains("another larkgate process is using the audit log"),
-        "{busy}"
-    );
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let c = client(&url, &token, Revisions::Latest).await.unwrap();
-        let result = c.call_tool("clock_now", serde_json::Map::new()).await;
-        assert!(result.is_ok(), "{result:?}");
-        c.close().await;
-    });
-
-    // The chain reads beside it: what the gateway has flushed, said so on stderr.
+/// Reads the audit chain beside a running gateway until `wanted` is in it (its flusher moves
+/// records into the store every 50 ms).
+fn tail_until(d: &std::path::Path, wanted: &str) -> String {
     let mut tail = String::new();
     for _ in 0..100 {
-        let output = larkgate_in(d, &["audit", "tail"]);
+        let output = larkgate_in(d, &["audit", "tail", "-n", "200"]);
         assert!(output.status.success(), "{}", stderr(&output));
         assert!(
             stderr(&output).contains("a running larkgate holds this audit log"),
@@ -99,19 +68,87 @@ fn tokens_principals_and_the_audit_chain_are_read_or_managed_while_serve_runs() 
             stderr(&output)
         );
         tail = stdout(&output);
-        if tail.contains("clock_now") {
-            break;
+        if tail.contains(wanted) {
+            return tail;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(tail.contains("clock_now -> ok"), "{tail}");
-    assert!(ok(d, &["audit", "verify"]).contains("the chain is intact"));
+    panic!("{wanted:?} never reached the audit chain:\n{tail}");
+}
+
+#[test]
+fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_change_is_chained() {
+    use crate::serve::{Server, client, token_in};
+    use larkgate_upstream::client::Revisions;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("larkgate.toml"),
+        "[policy.roles.admin]\ncall = [\"*\"]\n[policy.approvals]\nrequire = [\"kv_delete\"]\n",
+    )
+    .unwrap();
+    let server = Server::start(d);
+    let admin = token_in(&server.first_start);
+    let url = server.url.clone();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+
+    // Principals and tokens, beside the running gateway.
+    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    ok(d, &["principal", "add", "tmp"]);
+    ok(d, &["principal", "set-roles", "tmp", "--roles", "writer"]);
+    assert!(ok(d, &["principal", "list"]).contains("writer"));
+    ok(d, &["principal", "remove", "tmp"]);
+    let created = larkgate_in(d, &["token", "create", "--principal", "eve"]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    let eve = stdout(&created).trim().to_owned();
+    let eve_id = eve[4..16].to_owned();
+    assert!(ok(d, &["token", "list"]).contains(&eve_id));
+
+    // An approval requested through the gateway is resolved beside it, by eve, whom the
+    // gateway has never seen before; the call then goes through.
+    let approval = runtime.block_on(async {
+        let c = client(&url, &admin, Revisions::Latest).await.unwrap();
+        let args = serde_json::json!({"key": "k"});
+        let gated = c
+            .call_tool("kv_delete", args.as_object().unwrap().clone())
+            .await
+            .unwrap();
+        let envelope = gated.structured_content.unwrap();
+        assert_eq!(envelope["code"], "approval_required", "{envelope}");
+        c.close().await;
+        envelope["approval_id"].as_str().unwrap().to_owned()
+    });
+    assert!(ok(d, &["approvals", "list"]).contains(&approval));
+    let approved = ok(d, &["--as", "eve", "approvals", "approve", &approval]);
+    assert!(
+        approved.contains("admin may call kv_delete once"),
+        "{approved}"
+    );
+    runtime.block_on(async {
+        let c = client(&url, &admin, Revisions::Latest).await.unwrap();
+        let args = serde_json::json!({"key": "k"});
+        let done = c
+            .call_tool("kv_delete", args.as_object().unwrap().clone())
+            .await
+            .unwrap();
+        assert_ne!(done.is_error, Some(true), "{done:?}");
+        c.close().await;
+        // eve's token, created beside the gateway, works for her.
+        let c = client(&url, &eve, Revisions::Latest).await.unwrap();
+        let listed = c
+            .call_tool("approvals_list", serde_json::Map::new())
+            .await
+            .unwrap();
+        assert_ne!(listed.is_error, Some(true), "{listed:?}");
+        c.close().await;
+    });
 
     // A leaked token is revoked without stopping the gateway: its next request is refused,
     // and the other token keeps working.
-    assert!(ok(d, &["token", "revoke", &id]).contains(&id));
+    assert!(ok(d, &["token", "revoke", &eve_id]).contains(&eve_id));
     runtime.block_on(async {
-        let refused = client(&url, &token, Revisions::Latest).await.unwrap_err();
+        let refused = client(&url, &eve, Revisions::Latest).await.unwrap_err();
         assert!(refused.contains("Auth required"), "{refused}");
         let c = client(&url, &admin, Revisions::Latest).await.unwrap();
         assert!(
@@ -122,10 +159,47 @@ fn tokens_principals_and_the_audit_chain_are_read_or_managed_while_serve_runs() 
         c.close().await;
     });
 
-    // Stopped, the chain is read whole (the log opens), with nothing said about a gateway.
+    // Every change made beside the gateway is in its chain, in the order it was made; the
+    // gateway chains them as it adopts them (within its 50 ms flush), so among its own records
+    // they may come a little later than they happened (their time says when).
+    tail_until(d, "clock_now -> ok");
+    let tail = tail_until(d, &format!("revoked token {eve_id}"));
+    let in_order = |wanted: &[&str]| {
+        let mut from = 0;
+        for wanted in wanted {
+            let at = tail[from..]
+                .find(wanted)
+                .unwrap_or_else(|| panic!("{wanted:?} not after position {from}:\n{tail}"));
+            from += at + wanted.len();
+        }
+    };
+    in_order(&[
+        "added principal eve (user) with roles [approver]",
+        "added principal tmp",
+        "set roles of tmp to [writer]",
+        "removed principal tmp",
+        &format!("created token {eve_id} for eve"),
+        &format!("approval {approval} for admin approved"),
+        &format!("revoked token {eve_id}"),
+    ]);
+    in_order(&[
+        "first start: created the principal admin",
+        "kv_delete -> approval_required",
+        "kv_delete -> ok",
+        "clock_now -> ok",
+    ]);
+    assert!(tail.contains("event    operator"), "{tail}");
+    assert!(tail.contains("event    eve"), "{tail}");
+    assert!(ok(d, &["audit", "verify"]).contains("the chain is intact"));
+
+    // Stopped, the chain is read whole (the log opens), with nothing said about a gateway,
+    // and each handed-over event is in it once.
     assert!(server.stop().success());
     let verified = larkgate_in(d, &["audit", "verify"]);
     assert!(verified.status.success(), "{}", stderr(&verified));
     assert!(stdout(&verified).contains("the chain is intact"));
     assert!(!stderr(&verified).contains("running larkgate"));
+    let tail = ok(d, &["audit", "tail", "-n", "200"]);
+    assert_eq!(tail.matches("added principal eve").count(), 1, "{tail}");
+    assert_eq!(tail.matches("revoked token").count(), 1, "{tail}");
 }
