@@ -460,6 +460,11 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         args: services
             .record_arguments
             .then(|| canonical_map_json(&arguments)),
+        // Which approval let it through, so the chain ties the call to its approver's decision.
+        detail: request
+            .approval_id
+            .as_ref()
+            .map(|id| format!("under approval {id}")),
         ..base.clone()
     };
     let intent_seq = match services.audit.append(intent) {

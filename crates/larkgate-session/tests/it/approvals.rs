@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use larkgate_binding::{Map, Value};
 use larkgate_caller::Caller;
-use larkgate_store::Store;
+use larkgate_store::{AuditKind, AuditQuery, Store};
 
 use crate::harness::{Harness, args, refusal};
 
@@ -53,6 +53,25 @@ async fn an_approved_call_runs_once() {
     // Second use: a new approval is needed.
     let again = ask(&wes, "doomed").await;
     assert_ne!(again, id);
+    // The chain ties the call to the approval that let it through; other calls name none.
+    h.audit.flush().await.unwrap();
+    let intents: Vec<_> = h
+        .store
+        .audit_records(AuditQuery::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.kind == AuditKind::Intent)
+        .map(|r| (r.tool.unwrap_or_default(), r.detail))
+        .collect();
+    assert_eq!(
+        intents,
+        [
+            ("kv_set".to_owned(), None),
+            ("approvals_approve".to_owned(), None),
+            ("kv_delete".to_owned(), Some(format!("under approval {id}"))),
+        ]
+    );
 }
 
 #[tokio::test]

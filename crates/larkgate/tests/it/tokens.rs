@@ -185,6 +185,7 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     in_order(&[
         "first start: created the principal admin",
         "kv_delete -> approval_required",
+        &format!("kv_delete [direct] (under approval {approval})"),
         "kv_delete -> ok",
         "clock_now -> ok",
     ]);
