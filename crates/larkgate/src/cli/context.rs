@@ -146,7 +146,15 @@ impl Context {
             ..
         } = StoreContext::open(&options).await?;
         // Calls, runs, scripts and upstreams need the chain itself.
-        let audit = log.ok_or_else(|| AuditError::Busy(data_dir.display().to_string()))?;
+        let Some(audit) = log else {
+            anyhow::bail!(
+                "another larkgate process (a running `serve` or `stdio`) owns the audit log in {}, \
+                 and this command records calls on it: stop that process first, or do this \
+                 through it over MCP (`larkgate client call TOOL ...`); the token, principal, \
+                 approvals and audit commands work beside it",
+                data_dir.display()
+            );
+        };
         let listen = options.serve.map(|flag| flag.unwrap_or(config.listen));
         let platform = Platform::builder(store.clone(), audit.clone())?
             .policy(config.policy)

@@ -104,6 +104,10 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     let eve = stdout(&created).trim().to_owned();
     let eve_id = eve[4..16].to_owned();
     assert!(ok(d, &["token", "list"]).contains(&eve_id));
+    // A command that records calls needs the chain itself: refused, saying what to do instead.
+    let busy = fails(d, &["call", "clock_now"]);
+    assert!(busy.contains("owns the audit log"), "{busy}");
+    assert!(busy.contains("larkgate client call TOOL"), "{busy}");
 
     // An approval requested through the gateway is resolved beside it, by eve, whom the
     // gateway has never seen before; the call then goes through.
