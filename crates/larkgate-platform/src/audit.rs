@@ -267,8 +267,8 @@ fn now_ms() -> i64 {
 
 impl AuditLog {
     /// Opens the log in `dir`: replays any journal a crash left behind into `store`, chains
-    /// the entries other processes forwarded, then continues the chain from there. Spawns the background flusher on the current
-    /// tokio runtime.
+    /// the entries other processes forwarded, then continues the chain from there. Spawns the
+    /// background flusher on the current tokio runtime.
     pub async fn open(
         dir: &Path,
         store: Arc<dyn Store>,
