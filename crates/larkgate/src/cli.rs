@@ -6,6 +6,7 @@ mod call;
 mod capabilities;
 mod client;
 mod context;
+mod endpoint;
 mod principal;
 mod run;
 mod runs;
@@ -127,7 +128,16 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             context.close().await?;
             return result;
         }
-        let context = context::Context::open(options).await?;
+        let store_context = context::StoreContext::open(&options).await?;
+        if store_context.log.is_none()
+            && let Command::Stdio(args) = cli.command
+        {
+            // A running serve owns the audit log: relay to it.
+            let result = stdio::relay(args, &store_context).await;
+            store_context.close().await?;
+            return result;
+        }
+        let context = context::Context::with_store(store_context, options).await?;
         let result = match cli.command {
             Command::Capabilities(_)
             | Command::Check

@@ -35,6 +35,8 @@ pub(crate) struct Options {
 }
 
 pub(crate) struct Context {
+    /// The data directory (the store, the audit journal, `serve`'s endpoint file).
+    pub(crate) data_dir: PathBuf,
     pub(crate) store: Arc<SqliteStore>,
     pub(crate) audit: Arc<AuditLog>,
     pub(crate) platform: Platform,
@@ -136,7 +138,11 @@ impl StoreContext {
 }
 
 impl Context {
-    pub(crate) async fn open(options: Options) -> anyhow::Result<Self> {
+    /// Opens the rest on an opened [`StoreContext`], which must own the audit log.
+    pub(crate) async fn with_store(
+        store_context: StoreContext,
+        options: Options,
+    ) -> anyhow::Result<Self> {
         let StoreContext {
             config,
             data_dir,
@@ -144,7 +150,7 @@ impl Context {
             log,
             actor,
             ..
-        } = StoreContext::open(&options).await?;
+        } = store_context;
         // Calls, runs, scripts and upstreams need the chain itself.
         let Some(audit) = log else {
             anyhow::bail!(
@@ -186,6 +192,7 @@ impl Context {
         )
         .await?;
         Ok(Context {
+            data_dir,
             store,
             audit,
             platform,

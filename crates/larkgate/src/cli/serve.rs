@@ -441,6 +441,9 @@ pub(crate) async fn run(
             )
         });
     eprintln!("larkgate: serving MCP at http://{listen}/mcp");
+    // `larkgate stdio` started beside this process relays to it (removed when it stops).
+    let _announced = super::endpoint::announce(&context.data_dir, listen)
+        .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
     let grace = context.shutdown_grace;
     let (stopping, mut stopped) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {

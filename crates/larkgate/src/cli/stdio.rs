@@ -5,16 +5,34 @@
 //! `--token-file` (a file, so the token stays out of process listings and shell history); the
 //! token's principal is the caller of every request in the session. Standard output carries
 //! only MCP messages: diagnostics go to standard error.
+//!
+//! Beside a running `larkgate serve` on the same data directory (which owns the audit log, so
+//! this process cannot record calls), the session relays to that server instead: every request
+//! crosses its pipeline as the token's principal, and its audit chain records them. The server
+//! announces where it listens ([`super::endpoint`]); the relay sends the token only to a
+//! loopback address.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use anyhow::{Context as _, bail};
+use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::platform::now_ms;
 use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
-use rmcp::ServiceExt;
+use larkgate_store::{Principal, Store};
+use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
+use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
-use super::context::Context;
+use super::context::{Context, StoreContext};
+use super::endpoint::{self, EndpointError};
 
 /// The environment variable a token may come from.
 pub(crate) const TOKEN_ENV: &str = "LARKGATE_TOKEN";
@@ -26,7 +44,7 @@ pub(crate) struct Args {
     token_file: Option<PathBuf>,
 }
 
-pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
+fn token(args: &Args) -> anyhow::Result<String> {
     let token = match &args.token_file {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the token file {}", path.display()))?,
@@ -37,11 +55,19 @@ pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
             )
         })?,
     };
-    let principal = match tokens::verify(context.store.as_ref(), token.trim(), now_ms()).await {
-        Ok(principal) => principal,
+    Ok(token.trim().to_owned())
+}
+
+async fn principal(store: &dyn Store, token: &str) -> anyhow::Result<Principal> {
+    match tokens::verify(store, token, now_ms()).await {
+        Ok(principal) => Ok(principal),
         Err(tokens::TokenError::Invalid) => bail!("the token is not valid"),
-        Err(e) => return Err(e.into()),
-    };
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
+    let principal = principal(context.store.as_ref(), &token(&args)?).await?;
     let identity = Arc::new(SessionIdentity {
         run: RunContext {
             principal,
@@ -59,4 +85,112 @@ pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
     let _ = server.waiting().await;
     maintenance.abort();
     Ok(())
+}
+
+/// How long the relay waits for one answer. The server enforces its own limits (script wall
+/// time, upstream timeouts); this only ends a session whose server stopped answering.
+const RELAY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The session over stdio, relayed to the running `larkgate serve` that owns this data
+/// directory's audit log.
+pub(crate) async fn relay(args: Args, context: &StoreContext) -> anyhow::Result<()> {
+    let token = token(&args)?;
+    // Refused here, as without a server, rather than by the server after connecting.
+    let principal = principal(context.store.as_ref(), &token).await?;
+    let url = endpoint::read(&context.data_dir).map_err(|error| match error {
+        EndpointError::Missing(_) => anyhow::anyhow!(
+            "another larkgate process owns the audit log in {} and no running `larkgate \
+             serve` announced an endpoint there (another `larkgate stdio` session, or a \
+             serve not listening on loopback): stop it, or connect this client to that \
+             server over HTTP",
+            context.data_dir.display()
+        ),
+        other => anyhow::anyhow!("{other}; refusing to send the token there"),
+    })?;
+    let host = url.host_str().unwrap_or_default();
+    let allowed: Allowed = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|e| anyhow::anyhow!("cannot use the host {host:?}: {e}"))?;
+    let endpoint = Endpoint {
+        url: url.to_string(),
+        revisions: Revisions::Latest,
+        headers: [("Authorization".to_owned(), format!("Bearer {token}"))].into(),
+        limits: UpstreamLimits {
+            call_timeout: RELAY_TIMEOUT,
+            total_timeout: RELAY_TIMEOUT,
+            max_response_bytes: 64 * 1024 * 1024,
+            ..UpstreamLimits::default()
+        },
+    };
+    let guard = Arc::new(UrlGuard::strict().allow([allowed]));
+    let client = UpstreamClient::connect(&endpoint, guard, Arc::new(SystemResolver))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "another larkgate process owns the audit log in {}, and its announced endpoint \
+                 {url} cannot be reached: {e}",
+                context.data_dir.display()
+            )
+        })?;
+    eprintln!(
+        "larkgate: relaying this stdio session as {} to the running larkgate serve at {url}",
+        principal.id
+    );
+    let server = Relay { client }
+        .serve(rmcp::transport::stdio())
+        .await
+        .context("the MCP session over stdio could not start")?;
+    let _ = server.waiting().await;
+    Ok(())
+}
+
+/// Answers a stdio session with the running server's answers.
+struct Relay {
+    client: UpstreamClient,
+}
+
+impl ServerHandler for Relay {
+    fn get_info(&self) -> ServerConfig {
+        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        config.server_info.name = "larkgate".into();
+        config.server_info.version = env!("CARGO_PKG_VERSION").into();
+        config
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self
+            .client
+            .list_tools()
+            .await
+            .map_err(|e| ErrorData::internal_error(unreachable_server(&e), None))?;
+        Ok(ListToolsResult {
+            tools,
+            ..Default::default()
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let result = match self.client.call_tool(&request.name, arguments).await {
+            Ok(result) => result,
+            Err(error) => Refusal::new(Code::UpstreamUnavailable, unreachable_server(&error))
+                .with_hint("check that `larkgate serve` is still running, then call again")
+                .to_result(),
+        };
+        Ok(result.into())
+    }
+}
+
+fn unreachable_server(error: &larkgate_upstream::client::UpstreamError) -> String {
+    format!("the running larkgate serve this session relays to did not answer: {error}")
 }

@@ -89,3 +89,132 @@ fn a_desktop_client_lists_and_calls_as_the_token_s_principal() {
     let missing = fails(d, &["stdio"]);
     assert!(missing.contains("LARKGATE_TOKEN"), "{missing}");
 }
+
+/// `larkgate stdio` with `token` in the environment, its standard input closed; its stderr.
+fn stdio_refused(d: &std::path::Path, token: &str) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(d)
+        .arg("stdio")
+        .env("LARKGATE_TOKEN", token)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopback() {
+    use crate::serve::Server;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("larkgate.toml"),
+        "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.reader]\ncall = [\"kv_get\", \"clock_now\"]\n",
+    )
+    .unwrap();
+    let server = Server::start(d);
+    // The server announces where loopback reaches it.
+    let announced = d.join("larkgate-data").join("serve.url");
+    assert_eq!(
+        std::fs::read_to_string(&announced).unwrap().trim(),
+        server.url
+    );
+    ok(d, &["principal", "add", "desk", "--roles", "reader"]);
+    let token = ok(d, &["token", "create", "--principal", "desk"])
+        .trim()
+        .to_owned();
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut child = command(d);
+        child.env("LARKGATE_TOKEN", &token);
+        let (transport, stderr) = TokioChildProcess::builder(child)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let client = ().serve(transport).await.unwrap();
+        let mut said = String::new();
+        tokio::io::AsyncBufReadExt::read_line(
+            &mut tokio::io::BufReader::new(stderr.unwrap()),
+            &mut said,
+        )
+        .await
+        .unwrap();
+        assert!(
+            said.contains("relaying this stdio session as desk"),
+            "{said}"
+        );
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert!(names.contains(&"kv_get"), "{names:?}");
+        assert!(!names.contains(&"kv_set"), "not the reader's: {names:?}");
+        let now = client
+            .call_tool(CallToolRequestParams::new("clock_now"))
+            .await
+            .unwrap();
+        assert!(now.structured_content.unwrap()["unix_ms"].as_i64().unwrap() > 0);
+        let refused = client
+            .call_tool(
+                CallToolRequestParams::new("kv_set").with_arguments(
+                    serde_json::json!({"key": "k", "value": "v"})
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refused.is_error, Some(true));
+        assert_eq!(
+            refused.structured_content.unwrap()["category"],
+            "access",
+            "the server's own envelope, relayed"
+        );
+        client.cancel().await.unwrap();
+    });
+    // The calls crossed the server's pipeline: its chain has them, as desk's.
+    let mut tail = String::new();
+    for _ in 0..100 {
+        tail = ok(d, &["audit", "tail", "--principal", "desk"]);
+        if tail.contains("clock_now -> ok") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(tail.contains("clock_now -> ok"), "{tail}");
+    assert!(tail.contains("kv_set"), "{tail}");
+
+    // The token is checked before anything is sent.
+    assert!(stdio_refused(d, "lgt_nope").contains("the token is not valid"));
+    // The announcement decides where the token goes: only to a loopback IP over http.
+    let original = std::fs::read_to_string(&announced).unwrap();
+    for hostile in [
+        "http://evil.example/mcp",
+        "http://10.0.0.1:8940/mcp",
+        "https://127.0.0.1:1/mcp",
+        "http://localhost:1/mcp",
+    ] {
+        std::fs::write(&announced, hostile).unwrap();
+        let refused = stdio_refused(d, &token);
+        assert!(
+            refused.contains("refusing to send the token there"),
+            "{hostile}: {refused}"
+        );
+    }
+    std::fs::remove_file(&announced).unwrap();
+    let refused = stdio_refused(d, &token);
+    assert!(
+        refused.contains("no running `larkgate serve` announced"),
+        "{refused}"
+    );
+    // A loopback address where nothing listens (a serve that crashed): said so.
+    std::fs::write(&announced, "http://127.0.0.1:1/mcp\n").unwrap();
+    let refused = stdio_refused(d, &token);
+    assert!(refused.contains("cannot be reached"), "{refused}");
+
+    // A server removes its own announcement when it stops.
+    std::fs::write(&announced, &original).unwrap();
+    assert!(server.stop().success());
+    assert!(!announced.exists());
+}
