@@ -64,12 +64,18 @@ impl PlatformServer {
     }
 }
 
+/// What larkgate says of itself at initialization: its name and version, and that it serves
+/// tools.
+pub fn server_config() -> ServerConfig {
+    let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+    config.server_info.name = "larkgate".into();
+    config.server_info.version = env!("CARGO_PKG_VERSION").into();
+    config
+}
+
 impl ServerHandler for PlatformServer {
     fn get_info(&self) -> ServerConfig {
-        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        config.server_info.name = "larkgate".into();
-        config.server_info.version = env!("CARGO_PKG_VERSION").into();
-        config
+        server_config()
     }
 
     async fn list_tools(

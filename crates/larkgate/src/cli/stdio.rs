@@ -25,8 +25,7 @@ use larkgate_store::{Principal, Store};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -153,10 +152,7 @@ struct Relay {
 
 impl ServerHandler for Relay {
     fn get_info(&self) -> ServerConfig {
-        let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        config.server_info.name = "larkgate".into();
-        config.server_info.version = env!("CARGO_PKG_VERSION").into();
-        config
+        larkgate_platform::server::server_config()
     }
 
     async fn list_tools(

@@ -7,6 +7,9 @@ use rmcp::transport::TokioChildProcess;
 
 use crate::{fails, ok};
 
+/// Admins call everything; readers read the key-value store and the clock.
+const POLICY: &str = "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.reader]\ncall = [\"kv_get\", \"clock_now\"]\n";
+
 fn command(dir: &std::path::Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_larkgate"));
     command.current_dir(dir).arg("stdio");
@@ -17,11 +20,7 @@ fn command(dir: &std::path::Path) -> tokio::process::Command {
 fn a_desktop_client_lists_and_calls_as_the_token_s_principal() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(
-        d.join("larkgate.toml"),
-        "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.reader]\ncall = [\"kv_get\", \"clock_now\"]\n",
-    )
-    .unwrap();
+    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
     ok(d, &["principal", "add", "desk", "--roles", "reader,author"]);
     let token = ok(d, &["token", "create", "--principal", "desk"])
         .trim()
@@ -108,11 +107,7 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
     use crate::serve::Server;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(
-        d.join("larkgate.toml"),
-        "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.reader]\ncall = [\"kv_get\", \"clock_now\"]\n",
-    )
-    .unwrap();
+    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
     let server = Server::start(d);
     // The server announces where loopback reaches it.
     let announced = d.join("larkgate-data").join("serve.url");
