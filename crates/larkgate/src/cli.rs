@@ -111,7 +111,11 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         // The operator's commands work beside a running `serve`.
         let operator = matches!(
             cli.command,
-            Command::Token(_) | Command::Principal(_) | Command::Approvals(_) | Command::Audit(_)
+            Command::Token(_)
+                | Command::Principal(_)
+                | Command::Approvals(_)
+                | Command::Audit(_)
+                | Command::Runs(_)
         );
         if operator {
             let context = context::StoreContext::open(&options).await?;
@@ -119,6 +123,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Token(command) => token::run(command, &context, out).await,
                 Command::Principal(command) => principal::run(command, &context, out).await,
                 Command::Approvals(command) => approvals::run(command, &context, out).await,
+                Command::Runs(command) => runs::run(command, &context, out).await,
                 Command::Audit(command) => {
                     audit::note_running_owner(&context);
                     audit::run(command, context.store.as_ref(), out).await
@@ -145,10 +150,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             | Command::Token(_)
             | Command::Principal(_)
             | Command::Approvals(_)
+            | Command::Runs(_)
             | Command::Audit(_) => Ok(()),
             Command::Call(args) => call::run(args, &context, out).await,
             Command::Run(args) => run::run(args, &context, out).await,
-            Command::Runs(command) => runs::run(command, &context, out).await,
             Command::Script(command) => script::run(command, &context, out).await,
             Command::Upstream(command) => upstream::run(command, &context, out).await,
             Command::Serve(args) => serve::run(args, &context, out).await,

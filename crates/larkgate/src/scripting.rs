@@ -81,6 +81,22 @@ fn require(principal: &Principal, roles: &[&str], what: &str) -> Result<(), Refu
     )
 }
 
+/// The run `id` if `reader` may read it: whoever started it, the principal it ran as, and
+/// admins; anyone else gets the same answer as for a run that does not exist.
+pub(crate) async fn readable_run(
+    store: &dyn Store,
+    reader: &Principal,
+    id: &str,
+) -> Result<Run, Refusal> {
+    let run = store.run(id).await.map_err(store_failed)?;
+    run.filter(|run| {
+        run.principal == reader.id
+            || run.started_by.as_deref() == Some(reader.id.as_str())
+            || has_any(reader, &[ROLE_ADMIN])
+    })
+    .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
+}
+
 fn store_failed(error: StoreError) -> Refusal {
     Refusal::internal(error.to_string())
 }
@@ -341,13 +357,7 @@ impl Scripts {
     /// The run `id`, if `reader` may read it: whoever started it, the principal it ran as,
     /// and admins. Others are told it does not exist.
     pub(crate) async fn run_record(&self, reader: &Principal, id: &str) -> Result<Run, Refusal> {
-        let run = self.store.run(id).await.map_err(store_failed)?;
-        run.filter(|run| {
-            run.principal == reader.id
-                || run.started_by.as_deref() == Some(reader.id.as_str())
-                || has_any(reader, &[ROLE_ADMIN])
-        })
-        .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
+        readable_run(self.store.as_ref(), reader, id).await
     }
 
     /// The draft `name` for `actor` to run: only its author runs it.

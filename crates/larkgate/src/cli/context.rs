@@ -1,7 +1,7 @@
 //! What store-backed commands open. The operator's commands (tokens, principals, approvals,
-//! the audit log) open a [`StoreContext`] and work beside a running `larkgate serve`; the rest
-//! open a [`Context`]: also the audit log itself, the platform, federation and scripts, so
-//! they need the audit log free.
+//! run records, the audit log) open a [`StoreContext`] and work beside a running `larkgate
+//! serve`; the rest open a [`Context`]: also the audit log itself, the platform, federation and
+//! scripts, so they need the audit log free.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -157,7 +157,7 @@ impl Context {
                 "another larkgate process (a running `serve` or `stdio`) owns the audit log in {}, \
                  and this command records calls on it: stop that process first, or do this \
                  through it over MCP (`larkgate client call TOOL ...`); the token, principal, \
-                 approvals and audit commands work beside it",
+                 approvals, audit and runs commands work beside it",
                 data_dir.display()
             );
         };

@@ -2,11 +2,11 @@
 //!
 //! The same rule as the `run_get` tool: a record is readable by whoever started it, by the
 //! principal it ran as, and by admins; anyone else gets the same answer as for a run that does
-//! not exist.
+//! not exist. It reads only the store, so it works beside a running `larkgate serve`.
 
 use std::io::Write;
 
-use super::context::Context;
+use super::context::StoreContext;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -19,16 +19,15 @@ pub(crate) enum Command {
 
 pub(crate) async fn run(
     command: Command,
-    context: &Context,
+    context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
         Command::Show { run_id } => {
-            let record = context
-                .scripts
-                .run_record(&context.actor, &run_id)
-                .await
-                .map_err(|_| anyhow::anyhow!("there is no run {run_id:?} that you may read"))?;
+            let record =
+                crate::scripting::readable_run(context.store.as_ref(), &context.actor, &run_id)
+                    .await
+                    .map_err(|_| anyhow::anyhow!("there is no run {run_id:?} that you may read"))?;
             serde_json::to_writer_pretty(&mut *out, &record)?;
             writeln!(out)?;
             Ok(())

@@ -108,6 +108,11 @@ fn a_restart_keeps_principals_tokens_scripts_versions_runs_approvals_and_audit()
         );
         (ran["run_id"].as_str().unwrap().to_owned(), approval)
     });
+    // The record reads beside the running gateway.
+    let shown = ok(dir.path(), &["runs", "show", &run_id]);
+    let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["status"], "succeeded", "{shown}");
+    assert_eq!(shown["result"], r#"{"word":"kept"}"#, "{shown}");
     assert!(server.stop().success());
 
     let server = Server::start(dir.path());
