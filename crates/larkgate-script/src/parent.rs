@@ -186,16 +186,28 @@ impl WorkerPool {
         }
         match self.command.spawn() {
             Ok(child) => self.lock().push_back(child),
-            Err(error) => eprintln!("larkgate: a script worker could not start: {error}"),
+            Err(error) => tracing::error!(%error, "a script worker could not start"),
         }
     }
 
-    /// A started worker, or a new one if none is waiting.
+    /// A started worker that is still alive, or a new one if none is waiting. An idle worker
+    /// can die while it waits (the kernel's OOM killer, a stray signal): it is reaped and
+    /// passed over, so a run never starts in a dead worker.
     fn take(&self) -> std::io::Result<Worker> {
-        let child = self.lock().pop_front();
-        match child {
-            Some(child) => Ok(child),
-            None => self.command.spawn(),
+        loop {
+            let waiting = self.lock().pop_front();
+            let Some(mut worker) = waiting else {
+                return self.command.spawn();
+            };
+            match worker.child.try_wait() {
+                Ok(None) => return Ok(worker),
+                Ok(Some(status)) => {
+                    tracing::warn!(%status, "an idle script worker had died; starting the run in another");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "an idle script worker could not be checked; passing it over");
+                }
+            }
         }
     }
 

@@ -275,3 +275,70 @@ async fn a_single_threaded_runtime_is_refused_with_a_reason() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// Whether process `pid` has exited (a zombie its parent has not reaped yet, or gone).
+fn exited(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_died_while_idle_is_passed_over() {
+    // Workers that die as soon as they start, as if killed while they waited — until `alive`
+    // exists; from then on, real workers.
+    let dir = tempfile::tempdir().unwrap();
+    let (pids, alive) = (dir.path().join("pids"), dir.path().join("alive"));
+    let wrapper = dir.path().join("worker.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\n[ -e '{}' ] && exec '{}' \"$@\"\necho $$ >> '{}'\nexit 1\n",
+            alive.display(),
+            command().program.display(),
+            pids.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let pool = larkgate_script::WorkerPool::new(
+        WorkerCommand {
+            program: wrapper,
+            ..command()
+        },
+        2,
+    );
+    let mut dead = 0;
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(&pids).unwrap_or_default();
+        dead = text.lines().filter(|pid| exited(pid)).count();
+        if dead == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(dead, 2, "both idle workers died");
+    assert_eq!(pool.idle(), 2, "the dead are still in the pool");
+    std::fs::write(&alive, "").unwrap();
+    let out = pool
+        .run(
+            &Scripted::default(),
+            "p.star",
+            "def main():\n    return 7\n",
+            &Map::new(),
+            &limits(),
+            false,
+        )
+        .await
+        .into_result()
+        .unwrap();
+    assert_eq!(out.result, larkgate_binding::Value::Int(7));
+}
