@@ -39,6 +39,8 @@ pub struct Metrics {
     pub active_sessions: Gauge,
     /// Script runs in progress.
     pub active_runs: Gauge,
+    /// Tool calls in progress (a graceful shutdown waits for them).
+    pub active_calls: Gauge,
 }
 
 impl Default for Metrics {
@@ -50,6 +52,7 @@ impl Default for Metrics {
         });
         let active_sessions = Gauge::default();
         let active_runs = Gauge::default();
+        let active_calls = Gauge::default();
         let mut registry = Registry::with_prefix("larkgate");
         registry.register(
             "calls",
@@ -71,12 +74,18 @@ impl Default for Metrics {
             "Script runs in progress",
             active_runs.clone(),
         );
+        registry.register(
+            "active_calls",
+            "Tool calls in progress",
+            active_calls.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             calls,
             latency,
             active_sessions,
             active_runs,
+            active_calls,
         }
     }
 }

@@ -572,7 +572,9 @@ where
         let tool = request.tool.clone();
         Box::pin(async move {
             let started = std::time::Instant::now();
+            let in_flight = InFlight::enter(&services.metrics.active_calls);
             let response = inner.call(request).await?;
+            drop(in_flight);
             let code = match &response.result {
                 Ok(_) => "ok",
                 Err(refusal) => refusal.code.as_str(),
@@ -604,6 +606,22 @@ where
             }
             Ok(response)
         })
+    }
+}
+
+/// One call counted in a gauge while it runs, however it ends (a dropped call included).
+struct InFlight(prometheus_client::metrics::gauge::Gauge);
+
+impl InFlight {
+    fn enter(gauge: &prometheus_client::metrics::gauge::Gauge) -> Self {
+        gauge.inc();
+        InFlight(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

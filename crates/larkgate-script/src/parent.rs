@@ -38,6 +38,10 @@ impl WorkerCommand {
 
     fn spawn(&self) -> std::io::Result<Worker> {
         let child = Command::new(&self.program)
+            // Its own process group: a terminal's Ctrl-C (sent to the foreground group) reaches
+            // larkgate, which ends runs itself (`serve` gives them its grace period first),
+            // not every worker at once in the middle of its run.
+            .process_group(0)
             .arg(WORKER_ARG)
             .env(ADDRESS_SPACE_ENV, self.address_space.to_string())
             .env("MALLOC_ARENA_MAX", "1")

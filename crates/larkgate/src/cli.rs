@@ -143,26 +143,48 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             return result;
         }
         let context = context::Context::with_store(store_context, options).await?;
-        let result = match cli.command {
-            Command::Capabilities(_)
-            | Command::Check
-            | Command::Client(_)
-            | Command::Token(_)
-            | Command::Principal(_)
-            | Command::Approvals(_)
-            | Command::Runs(_)
-            | Command::Audit(_) => Ok(()),
-            Command::Call(args) => call::run(args, &context, out).await,
-            Command::Run(args) => run::run(args, &context, out).await,
-            Command::Script(command) => script::run(command, &context, out).await,
-            Command::Upstream(command) => upstream::run(command, &context, out).await,
-            Command::Serve(args) => serve::run(args, &context, out).await,
-            Command::Stdio(args) => stdio::run(args, &context).await,
+        let serving = matches!(cli.command, Command::Serve(_));
+        let command = async {
+            match cli.command {
+                Command::Capabilities(_)
+                | Command::Check
+                | Command::Client(_)
+                | Command::Token(_)
+                | Command::Principal(_)
+                | Command::Approvals(_)
+                | Command::Runs(_)
+                | Command::Audit(_) => Ok(()),
+                Command::Call(args) => call::run(args, &context, out).await,
+                Command::Run(args) => run::run(args, &context, out).await,
+                Command::Script(command) => script::run(command, &context, out).await,
+                Command::Upstream(command) => upstream::run(command, &context, out).await,
+                Command::Serve(args) => serve::run(args, &context, out).await,
+                Command::Stdio(args) => stdio::run(args, &context).await,
+            }
         };
+        // `serve` stops on Ctrl-C and SIGTERM itself, gracefully; other commands stop here.
+        let watcher = (!serving).then(|| tokio::spawn(stop_on_signal(context.scripts.clone())));
+        let result = command.await;
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;
         result
     })
+}
+
+/// Ends a command at Ctrl-C or SIGTERM. Script workers run in their own process groups, so the
+/// signal does not reach them: they are killed here and their runs recorded as cancelled (the
+/// command then ends with that error); a command waiting on something else (a slow upstream)
+/// ends two seconds later. What it appended to the audit chain is already in the journal,
+/// which the next larkgate to open the log replays.
+async fn stop_on_signal(scripts: std::sync::Arc<crate::scripting::Scripts>) {
+    let signal = serve::shutdown_signal().await;
+    eprintln!("larkgate: stopped by {signal}");
+    scripts.cancel_active().await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    std::process::exit(130);
 }
 
 /// `larkgate check`: loads and validates the configuration, including every upstream's

@@ -359,7 +359,8 @@ async fn bootstrap(
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Resolves at Ctrl-C (SIGINT) or SIGTERM, naming which.
+pub(crate) async fn shutdown_signal() -> &'static str {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -367,12 +368,15 @@ async fn shutdown_signal() {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .expect("a SIGTERM handler can be installed");
         tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
+            _ = interrupt => "Ctrl-C",
+            _ = terminate.recv() => "SIGTERM",
         }
     }
     #[cfg(not(unix))]
-    let _ = interrupt.await;
+    {
+        let _ = interrupt.await;
+        "Ctrl-C"
+    }
 }
 
 pub(crate) async fn run(
@@ -446,14 +450,23 @@ pub(crate) async fn run(
         .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
     let grace = context.shutdown_grace;
     let (stopping, mut stopped) = tokio::sync::watch::channel(false);
+    let calls = context.platform.services().metrics.active_calls.clone();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         eprintln!(
             "larkgate: shutting down; in-flight calls have {} s to finish",
             grace.as_secs_f64()
         );
-        cancel.cancel();
         let _ = stopping.send(true);
+        // New connections are refused from here. The calls in flight finish (within the grace
+        // period, enforced below); only then are the MCP streams ended: ending them at once
+        // would answer a call still running with an error.
+        tokio::spawn(async move {
+            while calls.get() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            cancel.cancel();
+        });
     });
     let grace = async move {
         let _ = stopped.wait_for(|stopping| *stopping).await;

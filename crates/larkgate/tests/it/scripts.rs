@@ -282,3 +282,119 @@ fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
     let err = fails(dir.path(), &["--as", "ada", "run", "calls.star"]);
     assert!(err.contains("write_barrier"), "{err}");
 }
+
+/// The pids of `parent`'s child processes.
+fn children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the fields after the last ')'.
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .nth(1);
+        if ppid == Some(parent.to_string().as_str()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Whether `pid` is a process that still runs (not gone, not a zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn ctrl_c_stops_larkgate_run_with_its_worker_and_records_the_run_cancelled() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = setup();
+    let d = dir.path();
+    std::fs::write(
+        d.join("larkgate.toml"),
+        format!("{POLICY}[scripts]\nmax_wall_time_ms = 600000\nmax_ticks = 100000000000\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("forever.star"),
+        "def main():\n    n = 0\n    for i in range(2000000000):\n        n += 1\n    return n\n",
+    )
+    .unwrap();
+    // In its own process group, as a shell starts a foreground command.
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(d)
+        .args(["--as", "ada", "run", "forever.star"])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..500 {
+        workers = children(cli.id());
+        if !workers.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(workers.len(), 1, "one worker runs the script");
+    // The run is recorded as started before the script runs; wait for it.
+    let db = d.join("larkgate-data/larkgate.sqlite3");
+    for _ in 0..500 {
+        let started = rusqlite::Connection::open(&db)
+            .and_then(|c| c.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)))
+            .unwrap_or(0);
+        if started == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Ctrl-C: SIGINT to the foreground group, which holds the command but not its worker.
+    let group = format!("-{}", cli.id());
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-INT", "--", &group])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let output = cli.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("stopped by Ctrl-C"),
+        "{}",
+        stderr(&output)
+    );
+    // The worker did not outlive it, and the run says what happened.
+    let mut alive = true;
+    for _ in 0..250 {
+        alive = running(workers[0]);
+        if !alive {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive, "the worker {} still runs", workers[0]);
+    let (status, error): (String, String) = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT status, error FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(status, "failed");
+    assert!(error.contains("cancelled"), "{error}");
+}

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -24,6 +25,8 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
             .current_dir(dir)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            // Its own process group, as a shell gives a foreground command (see `interrupt`).
+            .process_group(0)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -62,11 +65,26 @@ impl Server {
     }
 
     /// SIGTERM, then waits for the process to exit.
-    pub(crate) fn stop(mut self) -> std::process::ExitStatus {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
+    pub(crate) fn stop(self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        self.signal(&["-TERM", &pid])
+    }
+
+    /// Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group (the
+    /// server's and any child still in it), then waits for the server to exit.
+    pub(crate) fn interrupt(self) -> std::process::ExitStatus {
+        let group = format!("-{}", self.child.id());
+        self.signal(&["-INT", "--", &group])
+    }
+
+    fn signal(mut self, kill_args: &[&str]) -> std::process::ExitStatus {
+        assert!(
+            Command::new("kill")
+                .args(kill_args)
+                .status()
+                .unwrap()
+                .success()
+        );
         let status = self.child.wait().unwrap();
         std::mem::forget(self);
         status

@@ -303,6 +303,65 @@ fn shutdown_cancels_runs_still_going_and_records_them() {
 }
 
 #[test]
+fn ctrl_c_gives_a_run_in_flight_the_grace_period_and_it_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("larkgate.toml"),
+        "shutdown_grace_ms = 20000\n[scripts]\nmax_wall_time_ms = 60000\nmax_ticks = 100000000000\n",
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+    let token = ok(d, &["token", "create", "--principal", "ada"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    let url = server.url.clone();
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Busy for about two seconds, however fast the machine: it watches the clock.
+    let busy = "def main():\n    start = clock_now()['unix_ms']\n    n = 0\n    for i in range(2000000000):\n        if i % 20000 == 0 and clock_now()['unix_ms'] - start > 2000:\n            return n\n        n += 1\n    return n\n";
+    let call = {
+        let url = url.clone();
+        runtime.spawn(async move {
+            let c = client(&url, &token, Revisions::Latest).await.unwrap();
+            c.call_tool(
+                "script_run_draft",
+                object(serde_json::json!({"source": busy})),
+            )
+            .await
+        })
+    };
+    runtime.block_on(async {
+        for _ in 0..200 {
+            let metrics = reqwest::get(format!("{base}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            if metrics.contains("larkgate_active_runs 1") {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("the run never started");
+    });
+    // The terminal's Ctrl-C reaches the server's process group; the worker, in its own, runs
+    // on until the server's grace period lets it finish.
+    assert!(server.interrupt().success());
+    let answered = runtime.block_on(call).unwrap().unwrap();
+    assert_ne!(answered.is_error, Some(true), "{answered:?}");
+    let result = &answered.structured_content.unwrap()["result"];
+    assert!(result.as_i64().unwrap() > 0, "{result}");
+    let db = rusqlite::Connection::open(d.join("larkgate-data/larkgate.sqlite3")).unwrap();
+    let status: String = db
+        .query_row("SELECT status FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "succeeded");
+}
+
+#[test]
 fn the_script_tools_refuse_bad_input_with_a_clear_envelope() {
     let dir = tempfile::tempdir().unwrap();
     let tokens: serde_json::Value = serde_json::from_str(&prepare(dir.path())).unwrap();
