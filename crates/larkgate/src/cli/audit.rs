@@ -117,6 +117,9 @@ pub(crate) async fn run(
                     ..Default::default()
                 })
                 .await?;
+            if records.is_empty() {
+                eprintln!("larkgate: no audit records match");
+            }
             for r in &records {
                 if json {
                     writeln!(out, "{}", serde_json::to_string(r)?)?;

@@ -38,6 +38,11 @@ fn tail_shows_calls_and_refusals_and_filters() {
     assert!(tail.contains("no_such_tool -> not_found"), "{tail}");
     let only = ok(dir.path(), &["audit", "tail", "--tool", "kv_set", "--json"]);
     assert_eq!(only.lines().count(), 6, "3 intents and 3 outcomes: {only}");
+    // Nothing matching: nothing on stdout, and a word on stderr for whoever reads it.
+    let none = crate::larkgate_in(dir.path(), &["audit", "tail", "--tool", "nothing_like_it"]);
+    assert!(none.status.success());
+    assert_eq!(crate::stdout(&none), "");
+    assert!(crate::stderr(&none).contains("no audit records match"));
     let head = ok(dir.path(), &["audit", "head"]);
     let (seq, hash) = head.trim().split_once(' ').unwrap();
     assert_eq!(seq, "8", "1 event + 3 × 2 + 1 refusal");
