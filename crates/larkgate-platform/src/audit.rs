@@ -116,6 +116,13 @@ pub trait AuditSink: Send + Sync + std::fmt::Debug {
     fn record_event(&self, entry: AuditEntry) -> Result<(), AuditError> {
         self.append(entry).map(|_| ())
     }
+
+    /// Chains the events other processes have forwarded so far, so that what follows comes
+    /// after them (a call under an approval resolved beside the gateway follows its
+    /// approval). Nothing to do for a sink that adopts nothing.
+    fn catch_up(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// The sink of a process that does not own the chain: events go to the store's audit inbox,
@@ -477,6 +484,16 @@ impl AuditSink for AuditLog {
             self.wake.notify_one();
         }
         Ok(seq)
+    }
+
+    fn catch_up(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {
+            // A failure leaves the entries for the next flush: the order is then looser, and
+            // nothing is lost.
+            if let Err(error) = self.flush().await {
+                tracing::warn!(%error, "forwarded audit events could not be chained yet");
+            }
+        })
     }
 }
 

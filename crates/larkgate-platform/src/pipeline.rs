@@ -455,6 +455,10 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         args_hash: request.args_hash.clone(),
         ..Default::default()
     };
+    if request.approval_id.is_some() {
+        // The approval may have been resolved beside the gateway: its event comes first.
+        services.audit.catch_up().await;
+    }
     let intent = AuditEntry {
         kind: Some(AuditKind::Intent),
         args: services

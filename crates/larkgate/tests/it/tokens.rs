@@ -164,8 +164,9 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     });
 
     // Every change made beside the gateway is in its chain, in the order it was made; the
-    // gateway chains them as it adopts them (within its 50 ms flush), so among its own records
-    // they may come a little later than they happened (their time says when).
+    // gateway chains them as it adopts them (within its 50 ms flush, and before a call under an
+    // approval), so among its own records they may come a little later than they happened
+    // (their time says when).
     tail_until(d, "clock_now -> ok");
     let tail = tail_until(d, &format!("revoked token {eve_id}"));
     let in_order = |wanted: &[&str]| {
@@ -189,6 +190,8 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     in_order(&[
         "first start: created the principal admin",
         "kv_delete -> approval_required",
+        // The call under the approval comes after the approval, wherever it was resolved.
+        &format!("approval {approval} for admin approved"),
         &format!("kv_delete [direct] (under approval {approval})"),
         "kv_delete -> ok",
         "clock_now -> ok",
