@@ -233,53 +233,85 @@ fn thirty_two_clients_making_500_calls_each_see_no_errors_and_every_intent_has_i
     assert!(ok(d, &["audit", "verify"]).contains("intact"));
 }
 
-#[test]
-fn shutdown_cancels_runs_still_going_and_records_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(
-        d.join("larkgate.toml"),
-        "shutdown_grace_ms = 300\n[scripts]\nmax_wall_time_ms = 120000\nmax_ticks = 100000000000\n",
-    )
-    .unwrap();
-    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
-    let token = ok(d, &["token", "create", "--principal", "ada"])
-        .trim()
-        .to_owned();
-    let server = Server::start(d);
-    let url = server.url.clone();
-    let base = url.trim_end_matches("/mcp").to_owned();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let forever =
-        "def main():\n    n = 0\n    for i in range(2000000000):\n        n += 1\n    return n\n";
-    let call = {
-        let url = url.clone();
-        let token = token.clone();
-        runtime.spawn(async move {
+/// A gateway configured by `config`, and a call of `script_run_draft(source)` in flight on it
+/// (returned once the run is going).
+struct RunInFlight {
+    dir: tempfile::TempDir,
+    server: Server,
+    runtime: tokio::runtime::Runtime,
+    call: tokio::task::JoinHandle<
+        Result<rmcp::model::CallToolResult, larkgate_upstream::client::UpstreamError>,
+    >,
+}
+
+impl RunInFlight {
+    fn start(config: &str, source: &'static str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("larkgate.toml"), config).unwrap();
+        ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+        let token = ok(d, &["token", "create", "--principal", "ada"])
+            .trim()
+            .to_owned();
+        let server = Server::start(d);
+        let url = server.url.clone();
+        let base = url.trim_end_matches("/mcp").to_owned();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let call = runtime.spawn(async move {
             let c = client(&url, &token, Revisions::Latest).await.unwrap();
             c.call_tool(
                 "script_run_draft",
-                object(serde_json::json!({"source": forever})),
+                object(serde_json::json!({"source": source})),
             )
             .await
-        })
-    };
-    runtime.block_on(async {
-        // Wait until the run is going.
-        for _ in 0..200 {
-            let metrics = reqwest::get(format!("{base}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            if metrics.contains("larkgate_active_runs 1") {
-                return;
+        });
+        runtime.block_on(async {
+            for _ in 0..200 {
+                let metrics = reqwest::get(format!("{base}/metrics"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                if metrics.contains("larkgate_active_runs 1") {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            panic!("the run never started");
+        });
+        RunInFlight {
+            dir,
+            server,
+            runtime,
+            call,
         }
-        panic!("the run never started");
-    });
+    }
+
+    /// The run's recorded status and error, in the data directory under `dir`.
+    fn recorded_in(dir: &tempfile::TempDir) -> (String, Option<String>) {
+        let db =
+            rusqlite::Connection::open(dir.path().join("larkgate-data/larkgate.sqlite3")).unwrap();
+        db.query_row("SELECT status, error FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
+    }
+}
+
+#[test]
+fn shutdown_cancels_runs_still_going_and_records_them() {
+    let forever =
+        "def main():\n    n = 0\n    for i in range(2000000000):\n        n += 1\n    return n\n";
+    let RunInFlight {
+        dir,
+        server,
+        runtime,
+        call,
+    } = RunInFlight::start(
+        "shutdown_grace_ms = 300\n[scripts]\nmax_wall_time_ms = 120000\nmax_ticks = 100000000000\n",
+        forever,
+    );
     let stopping = std::time::Instant::now();
     assert!(server.stop().success());
     assert!(
@@ -292,61 +324,25 @@ fn shutdown_cancels_runs_still_going_and_records_them() {
         answered.as_ref().map_or(true, |r| r.is_error == Some(true)),
         "{answered:?}"
     );
-    let db = rusqlite::Connection::open(d.join("larkgate-data/larkgate.sqlite3")).unwrap();
-    let (status, error): (String, String) = db
-        .query_row("SELECT status, error FROM runs", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let (status, error) = RunInFlight::recorded_in(&dir);
     assert_eq!(status, "failed");
+    let error = error.unwrap();
     assert!(error.contains("cancelled: larkgate stopped"), "{error}");
 }
 
 #[test]
 fn ctrl_c_gives_a_run_in_flight_the_grace_period_and_it_finishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(
-        d.join("larkgate.toml"),
-        "shutdown_grace_ms = 20000\n[scripts]\nmax_wall_time_ms = 60000\nmax_ticks = 100000000000\n",
-    )
-    .unwrap();
-    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
-    let token = ok(d, &["token", "create", "--principal", "ada"])
-        .trim()
-        .to_owned();
-    let server = Server::start(d);
-    let url = server.url.clone();
-    let base = url.trim_end_matches("/mcp").to_owned();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
     // Busy for about two seconds, however fast the machine: it watches the clock.
     let busy = "def main():\n    start = clock_now()['unix_ms']\n    n = 0\n    for i in range(2000000000):\n        if i % 20000 == 0 and clock_now()['unix_ms'] - start > 2000:\n            return n\n        n += 1\n    return n\n";
-    let call = {
-        let url = url.clone();
-        runtime.spawn(async move {
-            let c = client(&url, &token, Revisions::Latest).await.unwrap();
-            c.call_tool(
-                "script_run_draft",
-                object(serde_json::json!({"source": busy})),
-            )
-            .await
-        })
-    };
-    runtime.block_on(async {
-        for _ in 0..200 {
-            let metrics = reqwest::get(format!("{base}/metrics"))
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            if metrics.contains("larkgate_active_runs 1") {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
-        panic!("the run never started");
-    });
+    let RunInFlight {
+        dir,
+        server,
+        runtime,
+        call,
+    } = RunInFlight::start(
+        "shutdown_grace_ms = 20000\n[scripts]\nmax_wall_time_ms = 60000\nmax_ticks = 100000000000\n",
+        busy,
+    );
     // The terminal's Ctrl-C reaches the server's process group; the worker, in its own, runs
     // on until the server's grace period lets it finish.
     assert!(server.interrupt().success());
@@ -354,11 +350,7 @@ fn ctrl_c_gives_a_run_in_flight_the_grace_period_and_it_finishes() {
     assert_ne!(answered.is_error, Some(true), "{answered:?}");
     let result = &answered.structured_content.unwrap()["result"];
     assert!(result.as_i64().unwrap() > 0, "{result}");
-    let db = rusqlite::Connection::open(d.join("larkgate-data/larkgate.sqlite3")).unwrap();
-    let status: String = db
-        .query_row("SELECT status FROM runs", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(status, "succeeded");
+    assert_eq!(RunInFlight::recorded_in(&dir).0, "succeeded");
 }
 
 #[test]
