@@ -14,7 +14,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
