@@ -135,6 +135,30 @@ pub(crate) struct RunRequest {
     pub(crate) started_by: String,
 }
 
+impl RunRequest {
+    /// A draft run of `source` as `actor`, who starts it, at nesting `depth`.
+    pub(crate) fn draft(
+        actor: &Principal,
+        name: String,
+        saved: bool,
+        source: String,
+        arguments: Map,
+        depth: u32,
+    ) -> Self {
+        RunRequest {
+            name,
+            saved,
+            source,
+            version: None,
+            principal: actor.clone(),
+            kind: RunKind::Draft,
+            arguments,
+            depth,
+            started_by: actor.id.clone(),
+        }
+    }
+}
+
 /// A finished run: its record, what it printed, and its outcome.
 #[derive(Clone, Debug)]
 pub(crate) struct Finished {

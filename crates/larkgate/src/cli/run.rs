@@ -12,8 +12,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use larkgate_binding::Map;
-use larkgate_platform::RunKind;
-use larkgate_store::Principal;
 
 use super::call::arguments_from;
 use super::context::Context;
@@ -51,14 +49,14 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
                 .and_then(|s| s.to_str())
                 .unwrap_or("script")
                 .to_owned();
-            draft_request(actor, name, false, source)
+            RunRequest::draft(actor, name, false, source, Map::new(), 1)
         }
         (None, Some(name), _) => {
             let draft = scripts
                 .own_draft(actor, name)
                 .await
                 .with_context(|| format!("save a draft with `larkgate script save {name} FILE`"))?;
-            draft_request(actor, name.clone(), true, draft.source)
+            RunRequest::draft(actor, name.clone(), true, draft.source, Map::new(), 1)
         }
         (None, None, Some(name)) => {
             scripts
@@ -96,20 +94,5 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             "the run failed ({}): {error}",
             error.code()
         )),
-    }
-}
-
-/// A draft run of `source` as `actor`, started directly (depth 1).
-fn draft_request(actor: &Principal, name: String, saved: bool, source: String) -> RunRequest {
-    RunRequest {
-        name,
-        saved,
-        source,
-        version: None,
-        principal: actor.clone(),
-        kind: RunKind::Draft,
-        arguments: Map::new(),
-        depth: 1,
-        started_by: actor.id.clone(),
     }
 }

@@ -9,7 +9,6 @@
 use std::sync::{Arc, Weak};
 
 use larkgate_binding::{Map, Value};
-use larkgate_platform::RunKind;
 use larkgate_platform::capability::{
     Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability,
 };
@@ -479,17 +478,14 @@ impl ToolHandler for RunDraft {
             }
         };
         let finished = scripts
-            .run(RunRequest {
+            .run(RunRequest::draft(
+                &actor,
                 name,
                 saved,
                 source,
-                version: None,
-                principal: actor.clone(),
-                kind: RunKind::Draft,
-                arguments: args,
-                depth: context.identity.run.depth + 1,
-                started_by: actor.id,
-            })
+                args,
+                context.identity.run.depth + 1,
+            ))
             .await?;
         finished_output(finished)
     }
