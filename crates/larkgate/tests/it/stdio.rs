@@ -168,11 +168,12 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
         );
         client.cancel().await.unwrap();
     });
-    // The calls crossed the server's pipeline: its chain has them, as desk's.
+    // The calls crossed the server's pipeline: its chain has them, as desk's (waiting for the
+    // last one, the refused `kv_set`: the server flushes every 50 ms).
     let mut tail = String::new();
     for _ in 0..100 {
         tail = ok(d, &["audit", "tail", "--principal", "desk"]);
-        if tail.contains("clock_now -> ok") {
+        if tail.contains("kv_set") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
