@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use larkgate_store::{AuditHead, AuditKind, AuditQuery, AuditRecord, Store, StoreError};
+use larkgate_store::{AuditHead, AuditKind, AuditQuery, AuditRecord, Store, StoreError, now_ms};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -264,12 +264,6 @@ pub fn record_hash(record: &AuditRecord) -> String {
     // Serializing plain strings and integers cannot fail.
     let bytes = serde_json::to_vec(&input).unwrap_or_default();
     hex::encode(Sha256::digest(&bytes))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl AuditLog {

@@ -11,10 +11,10 @@ use larkgate_binding::Result;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::capability::{Annotations, CapabilityInfo, Declared, Listing, TypedCapability};
 use crate::envelope::{Code, Refusal};
+use crate::identity::CallContext;
 use crate::registry::{Registry, RegistryError};
-use crate::session::CallContext;
+use crate::typed::{Annotations, CapabilityInfo, Declared, Listing, TypedCapability};
 
 const READ: Annotations = Annotations {
     read_only: true,

@@ -4,25 +4,35 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | [`capabilities`], [`capability`] | the built-in capabilities: declarations, plans, handlers |
-//! | [`builtin`] | platform tools (approvals) |
+//! | [`pipeline`] | the steps a call crosses, one file each under `pipeline/`, and `build()` |
+//! | [`access`] | every visibility and role decision: `has_any_role`, `may_see`, `may_call` |
+//! | [`approvals`] | request, resolve, consume and list approvals; the approval tools |
+//! | [`identity`] | who a call runs as: run contexts bound to sessions, the handler's context |
+//! | [`services`] | the handles every step and handler shares |
+//! | [`typed`] | typed tools: declared Rust input and output types bound through a plan |
+//! | [`capabilities`] | the built-in capabilities (key-value store, clock) |
 //! | [`registry`] | tool names, origins, classification, MCP listings |
-//! | [`policy`] | roles, approval requirements, rate limits |
-//! | [`pipeline`] | the steps, as tower layers |
+//! | [`policy`] | roles, approval requirements, rate limits, as the operator writes them |
 //! | [`ratelimit`] | GCRA with a bounded key table |
 //! | [`audit`] | the journaled hash chain and its verification |
 //! | [`envelope`] | refusal codes and the one mapping to MCP results |
-//! | [`session`] | identities bound to sessions |
+//! | [`tokens`] | bearer tokens: issue, hash, verify |
+//! | [`metrics`] | Prometheus metrics |
 //! | [`platform`] | the assembled platform |
 //! | [`server`] | the rmcp `ServerHandler` |
+//!
+//! Modules depend on each other in one direction (a test checks there is no cycle):
+//! `platform` and `server` assemble; `pipeline` uses `access`, `approvals`, `audit`,
+//! `registry` and `services`; nothing below them reaches back up.
 
 #![forbid(unsafe_code)]
 
+pub mod access;
+pub mod approvals;
 pub mod audit;
-pub mod builtin;
 pub mod capabilities;
-pub mod capability;
 pub mod envelope;
+pub mod identity;
 pub mod metrics;
 pub mod pipeline;
 pub mod platform;
@@ -30,11 +40,13 @@ pub mod policy;
 pub mod ratelimit;
 pub mod registry;
 pub mod server;
-pub mod session;
+pub mod services;
 pub mod tokens;
+pub mod typed;
 
-pub use capability::{Annotations, CapabilityInfo, Declared, Listing};
 pub use envelope::{Code, Refusal};
-pub use platform::{CallLimits, Platform, PlatformBuilder, Services};
+pub use identity::{CallContext, RunContext, RunKind, SessionIdentity};
+pub use platform::{Platform, PlatformBuilder};
 pub use server::PlatformServer;
-pub use session::{CallContext, RunContext, RunKind, SessionIdentity};
+pub use services::{CallLimits, Services};
+pub use typed::{Annotations, CapabilityInfo, Declared, Listing};

@@ -2,158 +2,25 @@
 
 use std::sync::Arc;
 
-use larkgate_binding::{Limits, Map};
-use larkgate_store::{Approval, AuditKind, Principal, Store, StoreError};
+use larkgate_binding::Map;
+use larkgate_store::Store;
 
-use crate::audit::{AuditEntry, AuditSink};
-use crate::envelope::{Code, Refusal};
-use crate::pipeline::{self, CallRequest, PipelineService};
-use crate::policy::{Policy, ROLE_ADMIN};
+use crate::audit::AuditSink;
+use crate::envelope::Refusal;
+use crate::identity::SessionIdentity;
+use crate::pipeline::{self, CallRequest, Pipeline};
+use crate::policy::Policy;
 use crate::ratelimit::{Clock, DEFAULT_MAX_KEYS, RateLimiter, TokioClock};
-use crate::registry::{RegisteredTool, Registry, RegistryError, ToolTable};
-use crate::session::SessionIdentity;
-use crate::{builtin, capabilities};
-
-/// Size limits the platform enforces on every call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CallLimits {
-    /// Limits on argument and result values.
-    pub values: Limits,
-    /// The largest `arguments` object, in bytes of compact JSON.
-    pub max_argument_bytes: usize,
-}
-
-impl Default for CallLimits {
-    fn default() -> Self {
-        CallLimits {
-            values: Limits::default(),
-            max_argument_bytes: 1024 * 1024,
-        }
-    }
-}
-
-/// What every step and handler shares.
-#[derive(Debug)]
-pub struct Services {
-    /// Persistence.
-    pub store: Arc<dyn Store>,
-    /// The operator's policy.
-    pub policy: Policy,
-    /// Where audit records go.
-    pub audit: Arc<dyn AuditSink>,
-    /// Rate limits from the policy.
-    pub limiter: RateLimiter,
-    /// Size limits.
-    pub limits: CallLimits,
-    /// Whether intents record the canonical arguments themselves, not only their hash.
-    pub record_arguments: bool,
-    /// Calls by tool and outcome, latencies, sessions, runs.
-    pub metrics: crate::metrics::Metrics,
-}
-
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-impl Services {
-    /// Whether `principal` may see `tool`: platform tools by their fixed roles, everything
-    /// else by policy.
-    pub fn may_see(&self, principal: &Principal, tool: &RegisteredTool) -> bool {
-        match tool.spec.roles {
-            Some(roles) => principal.roles.iter().any(|r| roles.contains(&r.as_str())),
-            None => self.policy.may_see(principal, &tool.spec.name),
-        }
-    }
-
-    /// Whether `principal` may call `tool`.
-    pub fn may_call(&self, principal: &Principal, tool: &RegisteredTool) -> bool {
-        match tool.spec.roles {
-            Some(roles) => principal.roles.iter().any(|r| roles.contains(&r.as_str())),
-            None => self.policy.may_call(principal, &tool.spec.name),
-        }
-    }
-
-    /// Resolves a pending approval. No principal approves (or denies) its own call; only
-    /// `approver` and `admin` principals resolve approvals at all. The resolution is audited.
-    pub async fn resolve_approval(
-        &self,
-        approver: &Principal,
-        id: &str,
-        approve: bool,
-    ) -> Result<Approval, Refusal> {
-        let allowed = approver
-            .roles
-            .iter()
-            .any(|r| r == crate::policy::ROLE_APPROVER || r == ROLE_ADMIN);
-        if !allowed {
-            return Err(Refusal::new(
-                Code::Forbidden,
-                format!("{} may not resolve approvals", approver.id),
-            )
-            .with_hint("approvals are resolved by principals with the approver or admin role"));
-        }
-        let approval = self
-            .store
-            .approval(id)
-            .await
-            .map_err(|e| Refusal::internal(e.to_string()))?
-            .ok_or_else(|| {
-                Refusal::new(
-                    Code::NotFound,
-                    format!("there is no approval with id {id:?}"),
-                )
-            })?;
-        if approval.principal == approver.id {
-            return Err(Refusal::new(
-                Code::Forbidden,
-                format!(
-                    "{} may not resolve an approval of its own call",
-                    approver.id
-                ),
-            )
-            .with_hint("another approver must decide"));
-        }
-        let now = now_ms();
-        let ttl_ms = i64::try_from(self.policy.approvals.ttl_seconds.saturating_mul(1000))
-            .unwrap_or(i64::MAX);
-        let resolved = self
-            .store
-            .resolve_approval(id, &approver.id, approve, now, now.saturating_add(ttl_ms))
-            .await
-            .map_err(|e| match e {
-                StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
-                other => Refusal::internal(other.to_string()),
-            })?;
-        let event = AuditEntry {
-            kind: Some(AuditKind::Event),
-            principal: approver.id.clone(),
-            tool: Some(resolved.tool.clone()),
-            args_hash: Some(resolved.args_hash.clone()),
-            code: Some(if approve { "approved" } else { "denied" }.to_owned()),
-            detail: Some(format!(
-                "approval {} for {} {}",
-                resolved.id,
-                resolved.principal,
-                if approve { "approved" } else { "denied" }
-            )),
-            ..Default::default()
-        };
-        self.audit
-            .record_event(event)
-            .map_err(|e| Refusal::internal(format!("the resolution could not be audited: {e}")))?;
-        Ok(resolved)
-    }
-}
+use crate::registry::{Registry, RegistryError, ToolTable};
+use crate::services::{CallLimits, Services};
+use crate::{access, approvals, capabilities};
 
 /// The assembled platform.
 #[derive(Clone, Debug)]
 pub struct Platform {
     services: Arc<Services>,
     registry: Arc<ToolTable>,
-    pipeline: PipelineService,
+    pipeline: Pipeline,
 }
 
 /// Builds a [`Platform`].
@@ -232,7 +99,7 @@ impl Platform {
     ) -> Result<PlatformBuilder, RegistryError> {
         let mut registry = Registry::new();
         capabilities::register(&mut registry)?;
-        builtin::register(&mut registry)?;
+        approvals::tools::register(&mut registry)?;
         Ok(PlatformBuilder {
             store,
             audit,
@@ -248,6 +115,11 @@ impl Platform {
     /// The shared services.
     pub fn services(&self) -> &Arc<Services> {
         &self.services
+    }
+
+    /// The pipeline's gating steps, in the order a call meets them.
+    pub fn steps(&self) -> &[&'static str] {
+        self.pipeline.steps()
     }
 
     /// The tools in force now.
@@ -268,7 +140,7 @@ impl Platform {
         self.registry
             .snapshot()
             .iter()
-            .filter(|t| self.services.may_see(&identity.run.principal, t))
+            .filter(|t| access::may_see(&self.services.policy, &identity.run.principal, &t.spec))
             .map(|t| t.to_mcp())
             .collect()
     }
@@ -282,7 +154,7 @@ impl Platform {
     ) -> Result<Map, Refusal> {
         use tower::ServiceExt;
         let request = CallRequest::new(identity, tool, arguments);
-        match self.pipeline.clone().oneshot(request).await {
+        match self.pipeline.service().clone().oneshot(request).await {
             Ok(response) => response.result,
             Err(never) => match never {},
         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use larkgate_binding::{FieldShape, Map};
 
 use crate::envelope::Refusal;
-use crate::session::CallContext;
+use crate::identity::CallContext;
 
 /// `_meta` key of a listed tool's origin.
 pub const ORIGIN_META_KEY: &str = "larkgate/origin";

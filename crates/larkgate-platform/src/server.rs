@@ -13,8 +13,8 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use crate::identity::SessionIdentity;
 use crate::platform::Platform;
-use crate::session::SessionIdentity;
 
 /// One session's handler. See the module documentation.
 #[derive(Clone, Debug)]

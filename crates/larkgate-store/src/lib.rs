@@ -51,6 +51,14 @@ pub enum StoreError {
 /// The store's result type.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Unix milliseconds now: the unit of every time the store keeps (0 on a clock set before
+/// 1970).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Everything larkgate persists. See the crate documentation.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {

@@ -19,8 +19,8 @@ use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::config::UpstreamConfig;
-use larkgate_upstream::federate::Federation;
-use larkgate_upstream::federation::Approval;
+use larkgate_upstream::federation::Federation;
+use larkgate_upstream::tools::Approval;
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,

@@ -25,8 +25,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Endpoint, Revisions, UpstreamLimits};
-use crate::federation::Approval;
 use crate::guard::{Allowed, UrlGuard};
+use crate::tools::Approval;
 
 /// The environment variable that overrides header `header` of upstream `alias`:
 /// `LARKGATE_UPSTREAM_<ALIAS>_<HEADER>`, upper-cased, `-` as `_`

@@ -1,254 +1,341 @@
-//! Upstream tools as platform tools.
-//!
-//! An upstream's tool `t` joins the registry as `<alias>__t`, its `_meta` origin recording the
-//! alias and the original name (the way back). Its schemas and annotations are kept. It is
-//! classified read-only — callable by drafts — only when the upstream declares
-//! `readOnlyHint: true`; and an upstream configured `approval = "always"` (the default) gates
-//! every one of its tools, read-only or not: a server's claims about its own tools never lower
-//! the operator's gate.
-//!
-//! Failures are larkgate's own envelopes: `upstream_unavailable` (not connected, connection
-//! lost), `timeout`, `limit_exceeded` (response bytes), `upstream_error` (a protocol error, or
-//! the upstream's own `isError` result, whose text is quoted but never parsed — an upstream
-//! cannot forge `rate_limited` or `approval_required`).
+//! Keeping upstreams federated: connect at start (an upstream that is down does not stop
+//! larkgate: its tools are absent and the reason is kept), check every listing against the
+//! pins, publish the usable tools into the platform's tool table, reconnect with backoff, and
+//! refresh on `notifications/tools/list_changed`.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use larkgate_binding::{Limits, Map, from_json_object};
-use larkgate_platform::registry::{Origin, Source, ToolAnnotations, ToolHandler, ToolSpec};
-use larkgate_platform::{CallContext, Code, Refusal};
-use rmcp::model::{CallToolResult, Tool};
+use larkgate_binding::Limits;
+use larkgate_platform::Platform;
+use larkgate_platform::audit::AuditEntry;
+use larkgate_store::AuditKind;
+use larkgate_store::now_ms;
+use serde::Serialize;
 
-use crate::client::{UpstreamClient, UpstreamError};
+use crate::client::UpstreamClient;
+use crate::config::UpstreamConfig;
+use crate::guard::Resolve;
+use crate::pinning::reconcile;
+use crate::tools::{Link, SEPARATOR, adopt, handlers};
 
-/// Whether an upstream's tools need an approval.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Approval {
-    /// Every call needs an approver's approval (the default).
-    #[default]
-    Always,
-    /// The policy's approval patterns decide, as for any tool.
-    Never,
+/// The principal audit events of federation are recorded under.
+pub const FEDERATION_PRINCIPAL: &str = "larkgate";
+
+/// How an upstream stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UpstreamStatus {
+    /// Its alias.
+    pub alias: String,
+    /// Its URL.
+    pub url: String,
+    /// Whether it is connected.
+    pub connected: bool,
+    /// Why it is not, when it is not.
+    pub down_because: Option<String>,
+    /// The server's name and version, when it gave them.
+    pub server: Option<String>,
+    /// The negotiated protocol revision.
+    pub protocol: Option<String>,
+    /// Tools federated.
+    pub tools: usize,
+    /// Tools held back until reviewed.
+    pub quarantined: Vec<String>,
+    /// Tools dropped for being over `max_tools`.
+    pub dropped: usize,
+    /// Tools dropped because their prefixed name is invalid.
+    pub invalid: Vec<String>,
 }
 
-/// The separator between an upstream's alias and its tool's name.
-pub const SEPARATOR: &str = "__";
-
-/// What became of an upstream's listing.
-#[derive(Debug, Default)]
-pub struct Adoption {
-    /// The tools as registered.
-    pub specs: Vec<ToolSpec>,
-    /// Original names dropped because `<alias>__<name>` breaks the naming rules, with why.
-    pub invalid: Vec<(String, String)>,
-}
-
-/// The registry entries for an upstream's tools.
-pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
-    let mut adoption = Adoption::default();
-    for tool in tools {
-        let original = tool.name.to_string();
-        let name = format!("{alias}{SEPARATOR}{original}");
-        if let Err(reason) = larkgate_platform::registry::check_tool_name(&name) {
-            tracing::warn!(alias, tool = %original, %reason, "an upstream tool was dropped");
-            adoption.invalid.push((original, reason));
-            continue;
-        }
-        let declared = tool.annotations.as_ref();
-        let annotations = ToolAnnotations {
-            read_only: declared.and_then(|a| a.read_only_hint),
-            destructive: declared.and_then(|a| a.destructive_hint),
-            idempotent: declared.and_then(|a| a.idempotent_hint),
-            open_world: declared.and_then(|a| a.open_world_hint),
-        };
-        adoption.specs.push(ToolSpec {
-            name,
-            title: tool
-                .title
-                .clone()
-                .or_else(|| declared.and_then(|a| a.title.clone())),
-            description: tool.description.as_deref().unwrap_or_default().to_owned(),
-            input_schema: (*tool.input_schema).clone(),
-            output_schema: tool.output_schema.as_ref().map(|s| (**s).clone()),
-            read_only: annotations.read_only == Some(true),
-            annotations,
-            origin: Origin {
-                source: Source::Upstream,
-                alias: Some(alias.to_owned()),
-                original_name: original,
-            },
-            input_shape: None,
-            signature: None,
-            roles: None,
-            requires_approval: approval == Approval::Always,
-        });
-    }
-    adoption
-}
-
-/// The connection a federated upstream's tools call through; absent while it is down.
-#[derive(Debug, Default)]
-pub struct Link {
-    client: RwLock<Option<Arc<UpstreamClient>>>,
-    down_because: RwLock<Option<String>>,
-}
-
-impl Link {
-    /// A link with nothing connected yet.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Link::default())
-    }
-
-    /// Uses `client` from now on.
-    pub fn connected(&self, client: Arc<UpstreamClient>) {
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(client);
-        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-
-    /// Marks the upstream down, for `why`.
-    pub fn down(&self, why: String) {
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
-        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) = Some(why);
-    }
-
-    /// The client, when connected.
-    pub fn client(&self) -> Option<Arc<UpstreamClient>> {
-        self.client
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Why it is down, when it is.
-    pub fn down_because(&self) -> Option<String> {
-        self.down_because
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-/// One upstream tool's handler.
+/// One federated upstream.
 #[derive(Debug)]
-pub struct UpstreamTool {
-    alias: String,
-    original: String,
+pub struct Upstream {
+    config: UpstreamConfig,
     link: Arc<Link>,
-    limits: Limits,
+    status: Mutex<UpstreamStatus>,
 }
 
-impl UpstreamTool {
-    /// The handler for `spec` (from [`adopt`]) calling through `link`.
-    pub fn new(spec: &ToolSpec, link: Arc<Link>, limits: Limits) -> Self {
-        UpstreamTool {
-            alias: spec.origin.alias.clone().unwrap_or_default(),
-            original: spec.origin.original_name.clone(),
-            link,
-            limits,
-        }
+impl Upstream {
+    /// Its configuration.
+    pub fn config(&self) -> &UpstreamConfig {
+        &self.config
+    }
+
+    /// How it stands now.
+    pub fn status(&self) -> UpstreamStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
-/// Handlers for `specs`, keyed for [`larkgate_platform::registry::ToolTable::replace_upstream`].
-pub fn handlers(
-    specs: Vec<ToolSpec>,
-    link: &Arc<Link>,
-    limits: Limits,
-) -> Vec<(ToolSpec, Arc<dyn ToolHandler>)> {
-    specs
-        .into_iter()
-        .map(|spec| {
-            let handler: Arc<dyn ToolHandler> =
-                Arc::new(UpstreamTool::new(&spec, Arc::clone(link), limits));
-            (spec, handler)
-        })
-        .collect()
+/// Every upstream of one larkgate process.
+pub struct Federation {
+    platform: Platform,
+    resolver: Arc<dyn Resolve>,
+    listen: Option<SocketAddr>,
+    upstreams: Vec<Arc<Upstream>>,
 }
 
-#[async_trait::async_trait]
-impl ToolHandler for UpstreamTool {
-    async fn call(&self, _context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
-        let name = format!("{}{SEPARATOR}{}", self.alias, self.original);
-        let Some(client) = self.link.client() else {
-            let why = self
-                .link
-                .down_because()
-                .unwrap_or_else(|| "not connected yet".to_owned());
-            return Err(Refusal::new(
-                Code::UpstreamUnavailable,
-                format!("the upstream {:?} is unavailable: {why}", self.alias),
-            )
-            .with_hint("larkgate reconnects by itself; `larkgate upstream list` shows its state"));
-        };
-        let arguments = larkgate_binding::map_to_json(&arguments);
-        let result = match client.call_tool(&self.original, arguments).await {
-            Ok(result) => result,
-            Err(error) => {
-                if client.is_closed() {
-                    // The connection is gone: mark the upstream down so it is reconnected.
-                    self.link.down(format!("the connection was lost: {error}"));
-                }
-                return Err(refusal(&self.alias, &name, error));
+impl std::fmt::Debug for Federation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Federation")
+            .field("upstreams", &self.upstreams)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Federation {
+    /// Connects every upstream (concurrently). Fails only on configuration errors — a bad
+    /// alias, two upstreams with one alias, a tool name colliding with another tool; an
+    /// upstream that cannot be reached is recorded as down.
+    pub async fn start(
+        platform: &Platform,
+        configs: Vec<UpstreamConfig>,
+        resolver: Arc<dyn Resolve>,
+        listen: Option<SocketAddr>,
+    ) -> Result<Arc<Self>, String> {
+        let registry = platform.registry();
+        let mut seen = std::collections::BTreeSet::new();
+        for config in &configs {
+            config.validate()?;
+            registry
+                .check_alias(&config.alias)
+                .map_err(|e| format!("upstream alias {:?}: {e}", config.alias))?;
+            if !seen.insert(config.alias.clone()) {
+                return Err(format!(
+                    "two upstreams have the alias {:?}; aliases must be unique",
+                    config.alias
+                ));
+            }
+            if !config.allow.is_empty() {
+                tracing::info!(
+                    alias = %config.alias,
+                    allow = ?config.allow,
+                    "an upstream may reach these non-public targets"
+                );
+            }
+        }
+        let upstreams = configs
+            .into_iter()
+            .map(|config| {
+                Arc::new(Upstream {
+                    status: Mutex::new(UpstreamStatus {
+                        alias: config.alias.clone(),
+                        url: config.url.clone(),
+                        ..UpstreamStatus::default()
+                    }),
+                    config,
+                    link: Link::new(),
+                })
+            })
+            .collect();
+        let federation = Arc::new(Federation {
+            platform: platform.clone(),
+            resolver,
+            listen,
+            upstreams,
+        });
+        let attempts = federation
+            .upstreams
+            .iter()
+            .map(|upstream| federation.connect(upstream));
+        for result in futures::future::join_all(attempts).await {
+            if let Err(Fatal(message)) = result {
+                return Err(message);
+            }
+        }
+        Ok(federation)
+    }
+
+    /// Every upstream.
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
+
+    /// One upstream by alias.
+    pub fn upstream(&self, alias: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.config.alias == alias)
+    }
+
+    /// Connects (or reconnects) one upstream and publishes its tools. A connection failure
+    /// marks it down; only a tool-name collision is fatal.
+    async fn connect(&self, upstream: &Upstream) -> Result<(), Fatal> {
+        let config = &upstream.config;
+        let result = config
+            .connect(self.listen, Arc::clone(&self.resolver))
+            .await
+            .map(Arc::new);
+        match result {
+            Ok(client) => self.refresh(upstream, client).await,
+            Err(why) => {
+                tracing::warn!(alias = %config.alias, %why, "an upstream is down");
+                upstream.link.down(why.clone());
+                let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
+                status.connected = false;
+                status.down_because = Some(why);
+                Ok(())
+            }
+        }
+    }
+
+    /// Lists `client`'s tools, checks them against the pins, and publishes the usable ones.
+    async fn refresh(&self, upstream: &Upstream, client: Arc<UpstreamClient>) -> Result<(), Fatal> {
+        let config = &upstream.config;
+        let alias = config.alias.as_str();
+        let tools = match client.list_tools().await {
+            Ok(tools) => tools,
+            Err(e) => {
+                let why = format!("its tools could not be listed: {e}");
+                upstream.link.down(why.clone());
+                let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
+                status.connected = false;
+                status.down_because = Some(why);
+                return Ok(());
             }
         };
-        result_map(&name, &result, self.limits)
+        let checked = check_and_pin(&self.platform, alias, config.approval, &tools)
+            .await
+            .map_err(Fatal)?;
+        let adoption = adopt(alias, &checked.usable, config.approval);
+        let count = adoption.specs.len();
+        let published = self.platform.tool_table().replace_upstream(
+            alias,
+            handlers(adoption.specs, &upstream.link, Limits::default()),
+        );
+        if let Err(e) = published {
+            return Err(Fatal(format!("upstream {alias:?}: {e}")));
+        }
+        let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.connected = true;
+        status.down_because = None;
+        status.server = client
+            .server_info()
+            .map(|i| format!("{} {}", i.name, i.version));
+        status.protocol = client.protocol_version().map(|v| v.to_string());
+        status.tools = count;
+        status.quarantined = checked.quarantined;
+        status.dropped = client.dropped_tools();
+        status.invalid = adoption.invalid.into_iter().map(|(n, _)| n).collect();
+        drop(status);
+        upstream.link.connected(client);
+        Ok(())
+    }
+
+    /// Keeps upstreams connected and fresh until the returned task is aborted: a down upstream
+    /// is retried with exponential backoff (1 s doubling to 5 min), a connected one is pinged
+    /// and re-listed when it says its tools changed.
+    pub fn maintain(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let federation = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut backoff: Vec<Duration> =
+                vec![Duration::from_secs(1); federation.upstreams.len()];
+            let mut next_try: Vec<tokio::time::Instant> =
+                vec![tokio::time::Instant::now(); federation.upstreams.len()];
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                for (i, upstream) in federation.upstreams.iter().enumerate() {
+                    match upstream.link.client() {
+                        Some(client) if client.tools_changed() => {
+                            if let Err(Fatal(e)) = federation.refresh(upstream, client).await {
+                                tracing::error!(%e, "an upstream's new tools were not published");
+                            }
+                        }
+                        Some(_) => backoff[i] = Duration::from_secs(1),
+                        None if tokio::time::Instant::now() >= next_try[i] => {
+                            if let Err(Fatal(e)) = federation.connect(upstream).await {
+                                tracing::error!(%e, "an upstream's tools were not published");
+                            }
+                            if upstream.link.client().is_none() {
+                                next_try[i] = tokio::time::Instant::now() + backoff[i];
+                                backoff[i] = (backoff[i] * 2).min(Duration::from_secs(300));
+                            }
+                        }
+                        None => {}
+                    }
+                }
+            }
+        })
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        for upstream in &self.upstreams {
+            if let Some(client) = upstream.link.client() {
+                upstream.link.down("larkgate is shutting down".into());
+                if let Ok(client) = Arc::try_unwrap(client) {
+                    client.close().await;
+                }
+            }
+        }
     }
 }
 
-fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
-    match error {
-        UpstreamError::Timeout(after) => Refusal::new(
-            Code::Timeout,
-            format!("{name}: the upstream {alias:?} did not answer within {after:?}"),
-        ),
-        UpstreamError::TooLarge { limit } => Refusal::new(
-            Code::LimitExceeded,
-            format!(
-                "{name}: the upstream's response exceeded the response-bytes limit ({limit} bytes)"
-            ),
-        ),
-        UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::new(
-            Code::UpstreamUnavailable,
-            format!("{name}: the upstream {alias:?} is unavailable: {why}"),
-        ),
-        UpstreamError::Protocol(why) => Refusal::new(
-            Code::UpstreamError,
-            format!("{name}: the upstream {alias:?} answered with an error: {why}"),
-        ),
+/// An error that must stop larkgate (configuration, not connectivity).
+struct Fatal(String);
+
+/// Checks `tools` of upstream `alias` against its stored pins, saves the pins that changed,
+/// and audits every change.
+pub async fn check_and_pin(
+    platform: &Platform,
+    alias: &str,
+    approval: crate::tools::Approval,
+    tools: &[rmcp::model::Tool],
+) -> Result<crate::pinning::Reconciled, String> {
+    let store = &platform.services().store;
+    let pins = store.pins(alias).await.map_err(|e| e.to_string())?;
+    let checked = reconcile(alias, approval, tools, &pins, now_ms());
+    if !checked.pins.is_empty() {
+        store
+            .save_pins(checked.pins.clone())
+            .await
+            .map_err(|e| e.to_string())?;
     }
+    for change in &checked.changes {
+        audit_pin(
+            platform,
+            FEDERATION_PRINCIPAL,
+            alias,
+            &change.tool,
+            change.event,
+            &change.hash,
+        )?;
+        if change.event == "tool_quarantined" {
+            tracing::warn!(
+                alias,
+                tool = %change.tool,
+                "an upstream tool changed and is quarantined until `larkgate upstream review`"
+            );
+        }
+    }
+    Ok(checked)
 }
 
-/// A successful result as a map: the structured content when there is an object of it, else
-/// the text content under `text`. An `isError` result becomes larkgate's `upstream_error`.
-fn result_map(name: &str, result: &CallToolResult, limits: Limits) -> Result<Map, Refusal> {
-    let text = result
-        .content
-        .iter()
-        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect::<Vec<_>>()
-        .join("\n");
-    if result.is_error == Some(true) {
-        let quoted: String = text.chars().take(2000).collect();
-        return Err(Refusal::new(
-            Code::UpstreamError,
-            format!("{name} failed upstream: {quoted}"),
-        ));
-    }
-    if let Some(structured) = result
-        .structured_content
-        .as_ref()
-        .and_then(|v| v.as_object())
-    {
-        return from_json_object(structured, limits).map_err(|e| {
-            Refusal::new(
-                Code::UpstreamError,
-                format!("{name}: the upstream's structured result cannot be used: {e}"),
-            )
-        });
-    }
-    let mut map = BTreeMap::new();
-    map.insert(larkgate_caller::TEXT_RESULT_KEY.to_owned(), text.into());
-    Ok(map)
+/// Records a pin event in the audit chain.
+pub fn audit_pin(
+    platform: &Platform,
+    principal: &str,
+    alias: &str,
+    tool: &str,
+    event: &str,
+    hash: &str,
+) -> Result<(), String> {
+    let entry = AuditEntry {
+        kind: Some(AuditKind::Event),
+        principal: principal.to_owned(),
+        tool: Some(format!("{alias}{SEPARATOR}{tool}")),
+        code: Some(event.to_owned()),
+        detail: Some(format!(
+            "upstream {alias:?} tool {tool:?}: {event} (definition sha256 {hash})"
+        )),
+        ..Default::default()
+    };
+    platform
+        .services()
+        .audit
+        .append(entry)
+        .map(|_| ())
+        .map_err(|e| format!("the audit log could not be written: {e}"))
 }

@@ -3,8 +3,8 @@
 //! - [`guard`]: the URL guard every request and every redirect hop passes.
 //! - [`client`]: one connection to an MCP server over Streamable HTTP.
 //! - [`config`]: one upstream's configuration.
-//! - [`federation`]: an upstream's tools as platform tools.
-//! - [`federate`]: keeping every upstream connected, checked against its pins, and published.
+//! - [`tools`]: an upstream's tools as platform tools.
+//! - [`federation`]: keeping every upstream connected, checked against its pins, and published.
 //! - [`pinning`]: tool definitions pinned at adoption, changes quarantined until reviewed.
 //! - [`http`]: the guarded HTTP client the MCP transport runs on: no proxies, redirects only
 //!   within the upstream's origin, names resolved only through the guard, response bytes capped.
@@ -13,10 +13,10 @@
 
 pub mod client;
 pub mod config;
-pub mod federate;
 pub mod federation;
 pub mod guard;
 pub mod http;
 pub mod pinning;
+pub mod tools;
 
 pub use guard::{Allowed, GuardError, Resolve, SystemResolver, UrlGuard};

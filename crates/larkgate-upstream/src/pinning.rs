@@ -20,7 +20,7 @@ use rmcp::model::Tool;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::federation::Approval;
+use crate::tools::Approval;
 use larkgate_store::{PinStatus, ToolPin};
 
 /// A tool's pinned definition: canonical JSON (keys sorted, no whitespace) and its SHA-256.

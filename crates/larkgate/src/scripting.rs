@@ -23,12 +23,12 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use larkgate_binding::{Limits, Map, Value};
+use larkgate_platform::access::{self, AUTHORS, PUBLISHERS};
 use larkgate_platform::audit::{AuditEntry, AuditSink};
 use larkgate_platform::envelope::{Code, Refusal};
-use larkgate_platform::platform::now_ms;
-use larkgate_platform::policy::{ROLE_ADMIN, ROLE_AUTHOR, ROLE_PUBLISHER};
 use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerPool};
+use larkgate_store::now_ms;
 use larkgate_store::{
     AuditKind, Draft, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, Store,
     StoreError,
@@ -38,13 +38,6 @@ use sha2::{Digest, Sha256};
 /// How deep published scripts may call each other: a direct caller is depth 0, the script it
 /// calls depth 1, and a script that script calls depth 2, up to this.
 pub(crate) const MAX_DEPTH: u32 = 4;
-
-/// The roles that save and run drafts.
-pub(crate) const AUTHORS: &[&str] = &[ROLE_AUTHOR, ROLE_ADMIN];
-/// The roles that publish.
-pub(crate) const PUBLISHERS: &[&str] = &[ROLE_PUBLISHER, ROLE_ADMIN];
-/// The roles that read the script catalogue and run records.
-pub(crate) const READERS: &[&str] = &[ROLE_AUTHOR, ROLE_PUBLISHER, ROLE_ADMIN];
 
 /// Where runs get their worker processes.
 #[derive(Debug)]
@@ -67,20 +60,6 @@ pub(crate) fn check(name: &str, source: &str) -> Result<EntryPoint, Refusal> {
         .map_err(|e| Refusal::new(Code::InvalidArguments, format!("{name}: {e}")))
 }
 
-fn has_any(principal: &Principal, roles: &[&str]) -> bool {
-    principal.roles.iter().any(|r| roles.contains(&r.as_str()))
-}
-
-fn require(principal: &Principal, roles: &[&str], what: &str) -> Result<(), Refusal> {
-    if has_any(principal, roles) {
-        return Ok(());
-    }
-    Err(
-        Refusal::new(Code::Forbidden, format!("{} may not {what}", principal.id))
-            .with_hint(format!("that needs the {} role", roles[0])),
-    )
-}
-
 /// The run `id` if `reader` may read it: whoever started it, the principal it ran as, and
 /// admins; anyone else gets the same answer as for a run that does not exist.
 pub(crate) async fn readable_run(
@@ -89,12 +68,8 @@ pub(crate) async fn readable_run(
     id: &str,
 ) -> Result<Run, Refusal> {
     let run = store.run(id).await.map_err(store_failed)?;
-    run.filter(|run| {
-        run.principal == reader.id
-            || run.started_by.as_deref() == Some(reader.id.as_str())
-            || has_any(reader, &[ROLE_ADMIN])
-    })
-    .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
+    run.filter(|run| access::may_read_run(reader, &run.principal, run.started_by.as_deref()))
+        .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
 }
 
 fn store_failed(error: StoreError) -> Refusal {
@@ -260,7 +235,7 @@ impl Scripts {
         name: &str,
         source: &str,
     ) -> Result<Saved, Refusal> {
-        require(actor, AUTHORS, "save drafts")?;
+        access::require_any_role(actor, AUTHORS, "save drafts")?;
         self.platform.registry().check_alias(name).map_err(|why| {
             Refusal::new(
                 Code::InvalidArguments,
@@ -299,7 +274,7 @@ impl Scripts {
         actor: &Principal,
         name: &str,
     ) -> Result<ScriptVersion, Refusal> {
-        require(actor, PUBLISHERS, "publish scripts")?;
+        access::require_any_role(actor, PUBLISHERS, "publish scripts")?;
         let draft = self
             .store
             .draft(name)

@@ -3,4 +3,5 @@
 mod audit;
 mod capabilities;
 mod envelopes;
+mod modules;
 mod tokens;

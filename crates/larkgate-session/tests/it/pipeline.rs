@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use larkgate_binding::{Limits, Map, Value};
 use larkgate_caller::Caller;
-use larkgate_platform::pipeline::STEPS;
 use larkgate_platform::registry::{Origin, Source, ToolAnnotations, ToolHandler, ToolSpec};
 use larkgate_platform::{CallContext, CallLimits, Refusal, RunKind};
 use larkgate_store::Store;
@@ -102,8 +101,9 @@ async fn forbidden_takes_precedence_over_the_rate_limit() {
         let refused = refusal(&caller, "kv_get", args(&[("key", "k".into())])).await;
         assert_eq!(refused.code, "forbidden");
     }
+    // The order the pipeline was assembled in, as `build()` recorded it.
     assert_eq!(
-        STEPS,
+        h.platform.steps(),
         [
             "authenticate",
             "authorize",

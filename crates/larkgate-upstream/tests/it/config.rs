@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use larkgate_upstream::config::{UpstreamConfig, expand};
-use larkgate_upstream::federation::{Approval, adopt};
+use larkgate_upstream::tools::{Approval, adopt};
 use rmcp::model::Tool;
 
 fn env(name: &str) -> Option<String> {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use larkgate_binding::{Limits, Map, Value};
 use larkgate_caller::{CallError, Caller};
 use larkgate_platform::audit::{AuditLog, AuditOptions};
-use larkgate_platform::{Platform, RunContext, RunKind};
+use larkgate_platform::{Platform, RunContext, RunKind, approvals};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
-use larkgate_upstream::federation::{Approval, Link, adopt, handlers};
+use larkgate_upstream::tools::{Approval, Link, adopt, handlers};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 
 use crate::peer::{Peer, weather};
@@ -131,17 +131,11 @@ async fn an_always_upstream_is_gated_even_for_its_read_only_tools() {
     let id = first.approval_id.expect("an approval id");
     // The caller cannot approve itself; an approver can.
     assert!(
-        setup
-            .platform
-            .services()
-            .resolve_approval(&agent, &id, true)
+        approvals::resolve_in(setup.platform.services(), &agent, &id, true)
             .await
             .is_err()
     );
-    setup
-        .platform
-        .services()
-        .resolve_approval(&approver, &id, true)
+    approvals::resolve_in(setup.platform.services(), &approver, &id, true)
         .await
         .unwrap();
     let result = call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &args)
@@ -310,7 +304,7 @@ async fn a_name_collision_fails_loudly_and_leaves_the_tools_as_they_were() {
 async fn a_changed_tool_is_quarantined_across_restarts_until_reviewed() {
     use larkgate_store::{PinStatus, Store};
     use larkgate_upstream::config::UpstreamConfig;
-    use larkgate_upstream::federate::Federation;
+    use larkgate_upstream::federation::Federation;
     use larkgate_upstream::pinning::approve;
     use std::sync::Mutex;
 
@@ -402,7 +396,7 @@ async fn call_as_on(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
     use larkgate_upstream::config::UpstreamConfig;
-    use larkgate_upstream::federate::Federation;
+    use larkgate_upstream::federation::Federation;
 
     // A port with nothing listening (yet).
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -447,7 +441,7 @@ async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
     use larkgate_upstream::config::UpstreamConfig;
-    use larkgate_upstream::federate::Federation;
+    use larkgate_upstream::federation::Federation;
 
     let peer = weather(&[]);
     let dir = tempfile::tempdir().unwrap();

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use larkgate_store::PinStatus;
-use larkgate_upstream::federation::Approval;
 use larkgate_upstream::pinning::{approve, difference, reconcile};
+use larkgate_upstream::tools::Approval;
 use rmcp::model::{Tool, ToolAnnotations};
 
 fn tool(name: &str, description: &str) -> Tool {

@@ -4,8 +4,6 @@
 
 use std::io::Write;
 
-use larkgate_store::{ApprovalStatus, Store};
-
 use super::context::StoreContext;
 
 #[derive(Debug, clap::Subcommand)]
@@ -38,15 +36,9 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     match command {
         Command::List { status, json } => {
-            let filter = match status.as_str() {
-                "all" => None,
-                other => Some(ApprovalStatus::parse(other).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "--status must be pending, approved, denied, used or all, not {other:?}"
-                    )
-                })?),
-            };
-            let approvals = context.store.approvals(filter).await?;
+            let approvals = larkgate_platform::approvals::list(context.store.as_ref(), &status)
+                .await
+                .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
             if json {
                 serde_json::to_writer_pretty(&mut *out, &approvals)?;
                 writeln!(out)?;
@@ -80,15 +72,16 @@ async fn resolve(
 ) -> anyhow::Result<()> {
     // The platform's own rules (who may resolve, never one's own call, how long an approval
     // lasts), with the event recorded as any operator event is.
-    let platform =
-        larkgate_platform::Platform::builder(context.store.clone(), context.events.clone())?
-            .policy(context.config.policy.clone())
-            .build();
-    let approval = platform
-        .services()
-        .resolve_approval(&context.actor, id, approve)
-        .await
-        .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+    let approval = larkgate_platform::approvals::resolve(
+        context.store.as_ref(),
+        context.events.as_ref(),
+        context.config.policy.approvals.ttl_seconds,
+        &context.actor,
+        id,
+        approve,
+    )
+    .await
+    .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
     if approve {
         writeln!(
             out,

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use larkgate_platform::registry::{McpTool, RegisteredTool, Registry, Source};
-use larkgate_platform::{builtin, capabilities};
+use larkgate_platform::{approvals, capabilities};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -17,7 +17,7 @@ pub(crate) struct Args {
 pub(crate) fn run(args: Args, out: &mut impl Write) -> anyhow::Result<()> {
     let mut registry = Registry::new();
     capabilities::register(&mut registry).context("a built-in capability is invalid")?;
-    builtin::register(&mut registry).context("a platform tool is invalid")?;
+    approvals::tools::register(&mut registry).context("a platform tool is invalid")?;
     // Capabilities first (reads, then writes), then platform tools, each by name.
     let mut tools: Vec<&std::sync::Arc<RegisteredTool>> = registry.iter().collect();
     tools.sort_by_key(|t| {

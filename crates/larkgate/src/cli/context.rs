@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use larkgate_platform::Platform;
+use larkgate_platform::access;
 use larkgate_platform::audit::{
     AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit,
 };
@@ -15,13 +16,20 @@ use larkgate_script::{WorkerCommand, WorkerPool};
 use larkgate_store::{AuditKind, Principal, PrincipalKind, SqliteStore, Store};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::config::UpstreamConfig;
-use larkgate_upstream::federate::Federation;
+use larkgate_upstream::federation::Federation;
 
 use crate::config::Config;
 use crate::scripting::{Scripts, Workers};
 
 /// The local operator's principal id.
 pub(crate) const OPERATOR: &str = "operator";
+
+/// `Ok` if `actor` is an administrator; else an error saying it may not do `what`.
+pub(crate) fn require_admin(actor: &Principal, what: &str) -> anyhow::Result<()> {
+    larkgate_platform::access::require_any_role(actor, access::ADMINS, what).map_err(|refusal| {
+        anyhow::anyhow!("{}: {}", refusal.message, refusal.hint.unwrap_or_default())
+    })
+}
 
 pub(crate) struct Options {
     pub(crate) config: Option<PathBuf>,
@@ -111,11 +119,6 @@ impl StoreContext {
         })
     }
 
-    /// Whether the actor holds `role`.
-    pub(crate) fn actor_has(&self, role: &str) -> bool {
-        self.actor.roles.iter().any(|r| r == role)
-    }
-
     /// Records an audit event as the actor.
     pub(crate) fn event(&self, code: &str, detail: String) -> anyhow::Result<()> {
         self.events.record_event(AuditEntry {
@@ -202,11 +205,6 @@ impl Context {
             scripts,
             actor,
         })
-    }
-
-    /// Whether the actor holds `role`.
-    pub(crate) fn actor_has(&self, role: &str) -> bool {
-        self.actor.roles.iter().any(|r| r == role)
     }
 
     /// Flushes the audit log into the store.

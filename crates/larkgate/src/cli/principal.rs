@@ -5,10 +5,9 @@
 use std::io::Write;
 
 use anyhow::bail;
-use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_store::{Principal, PrincipalKind, Store};
 
-use super::context::{OPERATOR, StoreContext};
+use super::context::{OPERATOR, StoreContext, require_admin};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -120,11 +119,8 @@ pub(crate) async fn run(
     context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    if !matches!(command, Command::List { .. }) && !context.actor_has(ROLE_ADMIN) {
-        bail!(
-            "{} may not manage principals: that needs the admin role",
-            context.actor.id
-        );
+    if !matches!(command, Command::List { .. }) {
+        require_admin(&context.actor, "manage principals")?;
     }
     match command {
         Command::Add { name, roles, kind } => {

@@ -23,9 +23,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use larkgate_platform::audit::{AuditEntry, AuditSink};
 use larkgate_platform::envelope::{Code, Refusal};
-use larkgate_platform::platform::now_ms;
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
+use larkgate_store::now_ms;
 use larkgate_store::{AuditKind, Principal, PrincipalKind, Store};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -169,7 +169,7 @@ struct Scrape {
     platform: larkgate_platform::Platform,
     scripts: Arc<crate::scripting::Scripts>,
     idle_workers: prometheus_client::metrics::gauge::Gauge,
-    federation: Arc<larkgate_upstream::federate::Federation>,
+    federation: Arc<larkgate_upstream::federation::Federation>,
     sessions: Arc<Mutex<HashMap<String, String>>>,
     upstream_up: prometheus_client::metrics::family::Family<
         Vec<(String, String)>,

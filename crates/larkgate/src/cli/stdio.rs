@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use larkgate_platform::envelope::{Code, Refusal};
-use larkgate_platform::platform::now_ms;
 use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
+use larkgate_store::now_ms;
 use larkgate_store::{Principal, Store};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};

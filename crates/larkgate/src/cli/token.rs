@@ -8,12 +8,11 @@
 use std::io::Write;
 
 use anyhow::{Context as _, bail};
-use larkgate_platform::platform::now_ms;
-use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::tokens;
 use larkgate_store::Store;
+use larkgate_store::now_ms;
 
-use super::context::StoreContext;
+use super::context::{StoreContext, require_admin};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -41,16 +40,6 @@ pub(crate) enum Command {
     },
 }
 
-fn require_admin(context: &StoreContext) -> anyhow::Result<()> {
-    if !context.actor_has(ROLE_ADMIN) {
-        bail!(
-            "{} may not manage tokens: it needs the admin role",
-            context.actor.id
-        );
-    }
-    Ok(())
-}
-
 fn time(ms: i64) -> String {
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     larkgate_platform::capabilities::rfc3339_millis(at)
@@ -61,7 +50,7 @@ pub(crate) async fn run(
     context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    require_admin(context)?;
+    require_admin(&context.actor, "manage tokens")?;
     match command {
         Command::Create { principal, expires } => {
             context

@@ -9,17 +9,16 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use larkgate_platform::platform::now_ms;
-use larkgate_platform::policy::ROLE_ADMIN;
+use larkgate_store::now_ms;
 use larkgate_store::{PinStatus, Store, UpstreamRecord};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
 use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
-use larkgate_upstream::federate::{audit_pin, check_and_pin};
-use larkgate_upstream::federation::{Approval, SEPARATOR, adopt};
+use larkgate_upstream::federation::{audit_pin, check_and_pin};
 use larkgate_upstream::pinning::{approve, difference};
+use larkgate_upstream::tools::{Approval, SEPARATOR, adopt};
 
-use super::context::Context;
+use super::context::{Context, require_admin};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -98,7 +97,7 @@ pub(crate) async fn run(
             max_response_bytes,
             max_tools,
         } => {
-            require_admin(context, "add an upstream")?;
+            require_admin(&context.actor, "add an upstream")?;
             let mut header_map = BTreeMap::new();
             for header in headers {
                 let (key, value) = header
@@ -191,7 +190,7 @@ pub(crate) async fn run(
             approve: approving,
         } => {
             if approving {
-                require_admin(context, "approve a changed tool")?;
+                require_admin(&context.actor, "approve a changed tool")?;
             }
             let pins = context.store.pins(&name).await?;
             let quarantined: Vec<_> = pins
@@ -241,7 +240,7 @@ pub(crate) async fn run(
             Ok(())
         }
         Command::Remove { name } => {
-            require_admin(context, "remove an upstream")?;
+            require_admin(&context.actor, "remove an upstream")?;
             if context.store.remove_upstream(&name).await? {
                 writeln!(out, "removed {name} and its pins")?;
                 Ok(())
@@ -252,16 +251,6 @@ pub(crate) async fn run(
             }
         }
     }
-}
-
-fn require_admin(context: &Context, what: &str) -> anyhow::Result<()> {
-    if !context.actor_has(ROLE_ADMIN) {
-        bail!(
-            "{} may not {what}: it needs the admin role",
-            context.actor.id
-        );
-    }
-    Ok(())
 }
 
 async fn add(

@@ -9,19 +9,18 @@
 use std::sync::{Arc, Weak};
 
 use larkgate_binding::{Map, Value};
-use larkgate_platform::capability::{
-    Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability,
-};
 use larkgate_platform::envelope::{Code, Refusal};
+use larkgate_platform::identity::CallContext;
 use larkgate_platform::registry::{
     Origin, RegistryError, Source, ToolAnnotations, ToolHandler, ToolSpec,
 };
-use larkgate_platform::session::CallContext;
+use larkgate_platform::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability};
 use larkgate_store::{Run, ScriptVersion};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{AUTHORS, PUBLISHERS, READERS, RunRequest, Scripts, check, upgrade};
+use super::{RunRequest, Scripts, check, upgrade};
+use larkgate_platform::access::{AUTHORS, PUBLISHERS, READERS};
 
 /// The namespace scripts reach published scripts through: `script.<name>(...)`.
 pub(crate) const SCRIPT_NAMESPACE: &str = "script";

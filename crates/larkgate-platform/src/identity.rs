@@ -10,7 +10,7 @@ use std::sync::Arc;
 use larkgate_store::Principal;
 use serde::{Deserialize, Serialize};
 
-use crate::platform::Services;
+use crate::services::Services;
 
 /// How a session's calls came about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -9,10 +9,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::envelope::{Code, Refusal};
+use crate::identity::CallContext;
 use crate::registry::{
     Origin, Registry, RegistryError, Source, ToolAnnotations, ToolHandler, ToolSpec,
 };
-use crate::session::CallContext;
 
 /// MCP tool annotations of a capability. For built-in capabilities these are statements by
 /// larkgate itself, so `read_only` also classifies the tool for the draft write barrier.

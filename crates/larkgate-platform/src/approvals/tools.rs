@@ -1,25 +1,22 @@
-//! Platform tools: approvals as MCP tools for principals with the `approver` or `admin` role.
-//! The same operations back `larkgate approvals ...` on the command line.
+//! The approval tools: `approvals_list`, `approvals_approve` and `approvals_deny`, platform
+//! tools for principals with the `approver` or `admin` role. They call the operations of
+//! [`crate::approvals`], as `larkgate approvals ...` does on the command line.
 
 use std::sync::Arc;
 
-use larkgate_store::ApprovalStatus;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::capability::{Annotations, CapabilityInfo, Declared, TypedCapability};
-use crate::envelope::Refusal;
-use crate::policy::{ROLE_ADMIN, ROLE_APPROVER};
+use crate::access::APPROVERS;
+use crate::identity::CallContext;
 use crate::registry::{Registry, RegistryError};
-use crate::session::CallContext;
-
-const APPROVERS: &[&str] = &[ROLE_APPROVER, ROLE_ADMIN];
+use crate::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability};
 
 /// Input of `approvals_list`.
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
 pub struct ApprovalsListInput {
-    /// Only approvals with this status (`pending`, `approved`, `denied`, `used`); default
-    /// `pending`.
+    /// Only approvals with this status (`pending`, `approved`, `denied`, `used`, or `all`);
+    /// default `pending`.
     pub status: Option<String>,
 }
 
@@ -106,13 +103,16 @@ fn invalid(e: larkgate_binding::Error) -> RegistryError {
     }
 }
 
-fn resolver(approve: bool) -> crate::capability::HandlerFn<ApprovalIdInput, ApprovalResolved> {
+fn resolver(approve: bool) -> HandlerFn<ApprovalIdInput, ApprovalResolved> {
     Arc::new(move |ctx: CallContext, input: ApprovalIdInput| {
         Box::pin(async move {
-            let approval = ctx
-                .services
-                .resolve_approval(&ctx.identity.run.principal, &input.id, approve)
-                .await?;
+            let approval = super::resolve_in(
+                &ctx.services,
+                &ctx.identity.run.principal,
+                &input.id,
+                approve,
+            )
+            .await?;
             Ok(ApprovalResolved {
                 approval: approval.into(),
             })
@@ -133,20 +133,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         Arc::new(|ctx: CallContext, input: ApprovalsListInput| {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
-                let status = ApprovalStatus::parse(status).ok_or_else(|| {
-                    Refusal::new(
-                        crate::envelope::Code::InvalidArguments,
-                        format!(
-                            "approvals_list(): `status` must be pending, approved, denied or used, got {status:?}"
-                        ),
-                    )
-                })?;
-                let approvals = ctx
-                    .services
-                    .store
-                    .approvals(Some(status))
-                    .await
-                    .map_err(|e| Refusal::internal(e.to_string()))?;
+                let approvals = super::list(ctx.services.store.as_ref(), status).await?;
                 Ok(ApprovalsListOutput {
                     approvals: approvals.into_iter().map(Into::into).collect(),
                 })

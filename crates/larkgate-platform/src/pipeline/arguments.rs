@@ -1,0 +1,75 @@
+//! `arguments`: within the size cap, inside the value limits, and — for tools with an input
+//! shape — bound to it. Produces the canonical arguments and their hash, which the approval
+//! gate and the audit record both use.
+
+use std::sync::Arc;
+
+use larkgate_binding::{Map, canonical_map_json, from_json_object};
+use sha2::{Digest, Sha256};
+
+use crate::envelope::{Code, Refusal, refuse_arguments};
+use crate::services::Services;
+
+use super::{CallRequest, Step};
+
+/// The step. See the module documentation.
+#[derive(Debug)]
+pub struct Arguments {
+    /// The platform's services.
+    pub services: Arc<Services>,
+}
+
+#[async_trait::async_trait]
+impl Step for Arguments {
+    const NAME: &'static str = "arguments";
+    async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
+        let limits = &self.services.limits;
+        let empty = serde_json::Map::new();
+        let raw = request.arguments.as_ref().unwrap_or(&empty);
+        let size = json_size(raw);
+        if size > limits.max_argument_bytes {
+            return Err(Refusal::new(
+                Code::InvalidArguments,
+                format!(
+                    "the arguments are {size} bytes of JSON, over the limit of {} bytes",
+                    limits.max_argument_bytes
+                ),
+            )
+            .with_hint("send less data per call, or store it and pass a key"));
+        }
+        let map = from_json_object(raw, limits.values).map_err(|e| refuse_arguments(&e))?;
+        let tool = request.resolved.as_ref().map(Arc::clone);
+        let canonical = match tool.as_ref().and_then(|t| t.input.as_ref()) {
+            Some(shape) => shape
+                .bind_map(&request.tool, &map)
+                .map_err(|e| refuse_arguments(&e))?,
+            None => map,
+        };
+        request.args_hash = Some(arguments_hash(&canonical));
+        request.canonical = Some(canonical);
+        Ok(())
+    }
+}
+
+/// SHA-256 (hex) of the RFC 8785 JSON of canonical arguments.
+pub fn arguments_hash(canonical: &Map) -> String {
+    hex::encode(Sha256::digest(canonical_map_json(canonical).as_bytes()))
+}
+
+/// The size of a JSON object's compact serialization, without building it.
+fn json_size(object: &serde_json::Map<String, serde_json::Value>) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut counter, object);
+    counter.0
+}

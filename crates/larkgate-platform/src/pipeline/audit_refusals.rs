@@ -1,0 +1,123 @@
+//! `audit refusals`: the outermost layer. Every refusal before admission becomes one audit
+//! record (an admitted call's refusal is its outcome, written by [`super::journal`]); every
+//! call is counted in the metrics by tool and outcome code, and in the in-flight gauge while it
+//! runs.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use larkgate_store::AuditKind;
+use prometheus_client::metrics::gauge::Gauge;
+use tower::{Layer, Service};
+
+use crate::audit::AuditEntry;
+use crate::envelope::Code;
+use crate::services::Services;
+
+use super::{BoxFuture, CallRequest, CallResponse};
+
+/// The layer. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct AuditRefusalsLayer {
+    services: Arc<Services>,
+}
+
+impl AuditRefusalsLayer {
+    /// The layer on `services`.
+    pub fn new(services: Arc<Services>) -> Self {
+        AuditRefusalsLayer { services }
+    }
+}
+
+impl<S> Layer<S> for AuditRefusalsLayer {
+    type Service = AuditRefusals<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        AuditRefusals {
+            services: Arc::clone(&self.services),
+            inner,
+        }
+    }
+}
+
+/// The service of [`AuditRefusalsLayer`].
+#[derive(Clone, Debug)]
+pub struct AuditRefusals<S> {
+    services: Arc<Services>,
+    inner: S,
+}
+
+impl<S> Service<CallRequest> for AuditRefusals<S>
+where
+    S: Service<CallRequest, Response = CallResponse, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = CallResponse;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: CallRequest) -> Self::Future {
+        let services = Arc::clone(&self.services);
+        let mut inner = self.inner.clone();
+        let principal = request.principal_id().to_owned();
+        let identity = request.identity.clone();
+        let tool = request.tool.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let in_flight = InFlight::enter(&services.metrics.active_calls);
+            let response = inner.call(request).await?;
+            drop(in_flight);
+            let code = match &response.result {
+                Ok(_) => "ok",
+                Err(refusal) => refusal.code.as_str(),
+            };
+            // A tool that does not exist (or is invisible) gets no label of its own.
+            let label = if code == Code::NotFound.as_str() && !response.admitted {
+                "-"
+            } else {
+                tool.as_str()
+            };
+            services
+                .metrics
+                .record_call(label, code, started.elapsed().as_secs_f64());
+            if let (false, Err(refusal)) = (response.admitted, &response.result) {
+                let entry = AuditEntry {
+                    kind: Some(AuditKind::Refusal),
+                    principal,
+                    run_id: identity.as_ref().and_then(|i| i.run.run_id.clone()),
+                    run_kind: identity.as_ref().map(|i| i.run.kind.as_str().to_owned()),
+                    session: identity.as_ref().map(|i| i.label.clone()),
+                    tool: Some(tool),
+                    code: Some(refusal.code.as_str().to_owned()),
+                    detail: Some(refusal.message.clone()),
+                    ..Default::default()
+                };
+                if let Err(error) = services.audit.append(entry) {
+                    tracing::error!(%error, "a refusal could not be audited");
+                }
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// One call counted in a gauge while it runs, however it ends (a dropped call included).
+struct InFlight(Gauge);
+
+impl InFlight {
+    fn enter(gauge: &Gauge) -> Self {
+        gauge.inc();
+        InFlight(gauge.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,51 @@
+//! `authorize`: the tool must exist and be visible to the caller (else `not_found`, one text
+//! for both, so a refusal reveals nothing) and callable by it (else `forbidden`). The
+//! decisions themselves are [`crate::access`]'s; this step resolves the tool for the steps
+//! after it.
+
+use std::sync::Arc;
+
+use crate::access;
+use crate::envelope::{Code, Refusal};
+use crate::registry::ToolTable;
+use crate::services::Services;
+
+use super::{CallRequest, Step};
+
+/// The step. See the module documentation.
+#[derive(Debug)]
+pub struct Authorize {
+    /// The platform's services.
+    pub services: Arc<Services>,
+    /// The tools.
+    pub registry: Arc<ToolTable>,
+}
+
+#[async_trait::async_trait]
+impl Step for Authorize {
+    const NAME: &'static str = "authorize";
+    async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
+        let Some(identity) = &request.identity else {
+            return Err(Refusal::new(
+                Code::Unauthenticated,
+                "this call is not authenticated",
+            ));
+        };
+        let principal = &identity.run.principal;
+        let policy = &self.services.policy;
+        let registry = self.registry.snapshot();
+        let tool = registry.get(&request.tool);
+        let Some(tool) = tool.filter(|t| access::may_see(policy, principal, &t.spec)) else {
+            return Err(Refusal::not_found(&request.tool));
+        };
+        if !access::may_call(policy, principal, &tool.spec) {
+            return Err(Refusal::new(
+                Code::Forbidden,
+                format!("{} may not call {}", principal.id, request.tool),
+            )
+            .with_hint("ask an administrator for a role that allows it"));
+        }
+        request.resolved = Some(Arc::clone(tool));
+        Ok(())
+    }
+}

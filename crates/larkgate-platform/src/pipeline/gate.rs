@@ -1,0 +1,45 @@
+//! `approval gate`: a tool the operator gates (by policy, or an upstream configured
+//! `approval = "always"`) runs only under an approved, unexpired, unused approval for exactly
+//! this {principal, tool, arguments hash}. It is checked here ([`crate::approvals::admit`])
+//! and consumed at dispatch ([`super::journal`]). Nothing a tool declares about itself clears
+//! the gate.
+
+use std::sync::Arc;
+
+use crate::approvals;
+use crate::envelope::Refusal;
+use crate::services::Services;
+
+use super::{CallRequest, Step};
+
+/// The step. See the module documentation.
+#[derive(Debug)]
+pub struct Gate {
+    /// The platform's services.
+    pub services: Arc<Services>,
+}
+
+#[async_trait::async_trait]
+impl Step for Gate {
+    const NAME: &'static str = "approval gate";
+    async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
+        let operator_gated = request
+            .resolved
+            .as_ref()
+            .is_some_and(|t| t.spec.requires_approval);
+        if !operator_gated && !self.services.policy.requires_approval(&request.tool) {
+            return Ok(());
+        }
+        let principal = request.principal_id().to_owned();
+        let hash = request.args_hash.clone().unwrap_or_default();
+        let id = approvals::admit(
+            self.services.store.as_ref(),
+            &principal,
+            &request.tool,
+            &hash,
+        )
+        .await?;
+        request.approval_id = Some(id);
+        Ok(())
+    }
+}

@@ -1,0 +1,142 @@
+//! `journal`: the innermost service. It writes the call's intent (if that fails, the call does
+//! not run and is refused as `internal`), consumes the approval the gate found, runs the
+//! handler, and writes the outcome — on one hash chain ([`crate::audit`]).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use larkgate_binding::{Map, canonical_map_json};
+use larkgate_store::AuditKind;
+use tower::Service;
+
+use crate::approvals;
+use crate::audit::AuditEntry;
+use crate::envelope::Refusal;
+use crate::identity::{CallContext, SessionIdentity};
+use crate::registry::RegisteredTool;
+use crate::services::Services;
+
+use super::{BoxFuture, CallRequest, CallResponse};
+
+/// The service. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    services: Arc<Services>,
+}
+
+impl Journal {
+    /// The journal on `services`.
+    pub fn new(services: Arc<Services>) -> Self {
+        Journal { services }
+    }
+}
+
+impl Service<CallRequest> for Journal {
+    type Response = CallResponse;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: CallRequest) -> Self::Future {
+        let services = Arc::clone(&self.services);
+        Box::pin(async move { Ok(journal_and_dispatch(services, request).await) })
+    }
+}
+
+async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> CallResponse {
+    let (Some(identity), Some(tool), Some(arguments)) = (
+        request.identity.clone(),
+        request.resolved.clone(),
+        request.canonical.clone(),
+    ) else {
+        return CallResponse {
+            result: Err(Refusal::internal(
+                "the pipeline reached dispatch incomplete",
+            )),
+            admitted: false,
+        };
+    };
+    let base = AuditEntry {
+        kind: None,
+        principal: identity.run.principal.id.clone(),
+        run_id: identity.run.run_id.clone(),
+        run_kind: Some(identity.run.kind.as_str().to_owned()),
+        session: Some(identity.label.clone()),
+        tool: Some(request.tool.clone()),
+        args_hash: request.args_hash.clone(),
+        ..Default::default()
+    };
+    if request.approval_id.is_some() {
+        // The approval may have been resolved beside the gateway: its event comes first.
+        services.audit.catch_up().await;
+    }
+    let intent = AuditEntry {
+        kind: Some(AuditKind::Intent),
+        args: services
+            .record_arguments
+            .then(|| canonical_map_json(&arguments)),
+        // Which approval let it through, so the chain ties the call to its approver's decision.
+        detail: request
+            .approval_id
+            .as_ref()
+            .map(|id| format!("under approval {id}")),
+        ..base.clone()
+    };
+    let intent_seq = match services.audit.append(intent) {
+        Ok(seq) => seq,
+        Err(error) => {
+            tracing::error!(%error, tool = %request.tool, "intent not written; the call does not run");
+            return CallResponse {
+                result: Err(Refusal::internal(
+                    "the audit record could not be written, so the call did not run",
+                )),
+                admitted: false,
+            };
+        }
+    };
+    let started = Instant::now();
+    let result = match &request.approval_id {
+        Some(id) => match approvals::consume(services.store.as_ref(), id).await {
+            Ok(()) => run(&services, &identity, &tool, arguments).await,
+            Err(refusal) => Err(refusal),
+        },
+        None => run(&services, &identity, &tool, arguments).await,
+    };
+    let outcome = AuditEntry {
+        kind: Some(AuditKind::Outcome),
+        code: Some(match &result {
+            Ok(_) => "ok".to_owned(),
+            Err(refusal) => refusal.code.as_str().to_owned(),
+        }),
+        intent_seq: Some(intent_seq),
+        duration_us: Some(started.elapsed().as_micros() as u64),
+        detail: result.as_ref().err().map(|r| r.message.clone()),
+        ..base
+    };
+    if let Err(error) = services.audit.append(outcome) {
+        // The call has run; its result stands. `audit verify` will show the open intent.
+        tracing::error!(%error, intent_seq, "outcome not written");
+    }
+    CallResponse {
+        result,
+        admitted: true,
+    }
+}
+
+async fn run(
+    services: &Arc<Services>,
+    identity: &Arc<SessionIdentity>,
+    tool: &RegisteredTool,
+    arguments: Map,
+) -> Result<Map, Refusal> {
+    let context = CallContext {
+        identity: Arc::clone(identity),
+        services: Arc::clone(services),
+    };
+    tool.handler.call(&context, arguments).await
+}

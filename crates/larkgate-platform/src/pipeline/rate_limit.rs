@@ -1,0 +1,35 @@
+//! `rate limit`: the policy's GCRA budgets ([`crate::ratelimit`]). A call refused here never
+//! reaches the gate, so it never burns an approval.
+
+use std::sync::Arc;
+
+use crate::envelope::{Code, Refusal};
+use crate::services::Services;
+
+use super::{CallRequest, Step};
+
+/// The step. See the module documentation.
+#[derive(Debug)]
+pub struct RateLimit {
+    /// The platform's services.
+    pub services: Arc<Services>,
+}
+
+#[async_trait::async_trait]
+impl Step for RateLimit {
+    const NAME: &'static str = "rate limit";
+    async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
+        let principal = request.principal_id().to_owned();
+        self.services
+            .limiter
+            .check(&principal, &request.tool)
+            .map_err(|limited| Refusal {
+                retry_after: Some(limited.retry_after),
+                ..Refusal::new(
+                    Code::RateLimited,
+                    format!("{principal} is calling {} too often", request.tool),
+                )
+                .with_hint("wait retry_after_seconds and call again")
+            })
+    }
+}

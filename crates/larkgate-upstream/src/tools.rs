@@ -1,0 +1,254 @@
+//! Upstream tools as platform tools.
+//!
+//! An upstream's tool `t` joins the registry as `<alias>__t`, its `_meta` origin recording the
+//! alias and the original name (the way back). Its schemas and annotations are kept. It is
+//! classified read-only — callable by drafts — only when the upstream declares
+//! `readOnlyHint: true`; and an upstream configured `approval = "always"` (the default) gates
+//! every one of its tools, read-only or not: a server's claims about its own tools never lower
+//! the operator's gate.
+//!
+//! Failures are larkgate's own envelopes: `upstream_unavailable` (not connected, connection
+//! lost), `timeout`, `limit_exceeded` (response bytes), `upstream_error` (a protocol error, or
+//! the upstream's own `isError` result, whose text is quoted but never parsed — an upstream
+//! cannot forge `rate_limited` or `approval_required`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use larkgate_binding::{Limits, Map, from_json_object};
+use larkgate_platform::registry::{Origin, Source, ToolAnnotations, ToolHandler, ToolSpec};
+use larkgate_platform::{CallContext, Code, Refusal};
+use rmcp::model::{CallToolResult, Tool};
+
+use crate::client::{UpstreamClient, UpstreamError};
+
+/// Whether an upstream's tools need an approval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Every call needs an approver's approval (the default).
+    #[default]
+    Always,
+    /// The policy's approval patterns decide, as for any tool.
+    Never,
+}
+
+/// The separator between an upstream's alias and its tool's name.
+pub const SEPARATOR: &str = "__";
+
+/// What became of an upstream's listing.
+#[derive(Debug, Default)]
+pub struct Adoption {
+    /// The tools as registered.
+    pub specs: Vec<ToolSpec>,
+    /// Original names dropped because `<alias>__<name>` breaks the naming rules, with why.
+    pub invalid: Vec<(String, String)>,
+}
+
+/// The registry entries for an upstream's tools.
+pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
+    let mut adoption = Adoption::default();
+    for tool in tools {
+        let original = tool.name.to_string();
+        let name = format!("{alias}{SEPARATOR}{original}");
+        if let Err(reason) = larkgate_platform::registry::check_tool_name(&name) {
+            tracing::warn!(alias, tool = %original, %reason, "an upstream tool was dropped");
+            adoption.invalid.push((original, reason));
+            continue;
+        }
+        let declared = tool.annotations.as_ref();
+        let annotations = ToolAnnotations {
+            read_only: declared.and_then(|a| a.read_only_hint),
+            destructive: declared.and_then(|a| a.destructive_hint),
+            idempotent: declared.and_then(|a| a.idempotent_hint),
+            open_world: declared.and_then(|a| a.open_world_hint),
+        };
+        adoption.specs.push(ToolSpec {
+            name,
+            title: tool
+                .title
+                .clone()
+                .or_else(|| declared.and_then(|a| a.title.clone())),
+            description: tool.description.as_deref().unwrap_or_default().to_owned(),
+            input_schema: (*tool.input_schema).clone(),
+            output_schema: tool.output_schema.as_ref().map(|s| (**s).clone()),
+            read_only: annotations.read_only == Some(true),
+            annotations,
+            origin: Origin {
+                source: Source::Upstream,
+                alias: Some(alias.to_owned()),
+                original_name: original,
+            },
+            input_shape: None,
+            signature: None,
+            roles: None,
+            requires_approval: approval == Approval::Always,
+        });
+    }
+    adoption
+}
+
+/// The connection a federated upstream's tools call through; absent while it is down.
+#[derive(Debug, Default)]
+pub struct Link {
+    client: RwLock<Option<Arc<UpstreamClient>>>,
+    down_because: RwLock<Option<String>>,
+}
+
+impl Link {
+    /// A link with nothing connected yet.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Link::default())
+    }
+
+    /// Uses `client` from now on.
+    pub fn connected(&self, client: Arc<UpstreamClient>) {
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(client);
+        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Marks the upstream down, for `why`.
+    pub fn down(&self, why: String) {
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) = Some(why);
+    }
+
+    /// The client, when connected.
+    pub fn client(&self) -> Option<Arc<UpstreamClient>> {
+        self.client
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Why it is down, when it is.
+    pub fn down_because(&self) -> Option<String> {
+        self.down_because
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// One upstream tool's handler.
+#[derive(Debug)]
+pub struct UpstreamTool {
+    alias: String,
+    original: String,
+    link: Arc<Link>,
+    limits: Limits,
+}
+
+impl UpstreamTool {
+    /// The handler for `spec` (from [`adopt`]) calling through `link`.
+    pub fn new(spec: &ToolSpec, link: Arc<Link>, limits: Limits) -> Self {
+        UpstreamTool {
+            alias: spec.origin.alias.clone().unwrap_or_default(),
+            original: spec.origin.original_name.clone(),
+            link,
+            limits,
+        }
+    }
+}
+
+/// Handlers for `specs`, keyed for [`larkgate_platform::registry::ToolTable::replace_upstream`].
+pub fn handlers(
+    specs: Vec<ToolSpec>,
+    link: &Arc<Link>,
+    limits: Limits,
+) -> Vec<(ToolSpec, Arc<dyn ToolHandler>)> {
+    specs
+        .into_iter()
+        .map(|spec| {
+            let handler: Arc<dyn ToolHandler> =
+                Arc::new(UpstreamTool::new(&spec, Arc::clone(link), limits));
+            (spec, handler)
+        })
+        .collect()
+}
+
+#[async_trait::async_trait]
+impl ToolHandler for UpstreamTool {
+    async fn call(&self, _context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
+        let name = format!("{}{SEPARATOR}{}", self.alias, self.original);
+        let Some(client) = self.link.client() else {
+            let why = self
+                .link
+                .down_because()
+                .unwrap_or_else(|| "not connected yet".to_owned());
+            return Err(Refusal::new(
+                Code::UpstreamUnavailable,
+                format!("the upstream {:?} is unavailable: {why}", self.alias),
+            )
+            .with_hint("larkgate reconnects by itself; `larkgate upstream list` shows its state"));
+        };
+        let arguments = larkgate_binding::map_to_json(&arguments);
+        let result = match client.call_tool(&self.original, arguments).await {
+            Ok(result) => result,
+            Err(error) => {
+                if client.is_closed() {
+                    // The connection is gone: mark the upstream down so it is reconnected.
+                    self.link.down(format!("the connection was lost: {error}"));
+                }
+                return Err(refusal(&self.alias, &name, error));
+            }
+        };
+        result_map(&name, &result, self.limits)
+    }
+}
+
+fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
+    match error {
+        UpstreamError::Timeout(after) => Refusal::new(
+            Code::Timeout,
+            format!("{name}: the upstream {alias:?} did not answer within {after:?}"),
+        ),
+        UpstreamError::TooLarge { limit } => Refusal::new(
+            Code::LimitExceeded,
+            format!(
+                "{name}: the upstream's response exceeded the response-bytes limit ({limit} bytes)"
+            ),
+        ),
+        UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::new(
+            Code::UpstreamUnavailable,
+            format!("{name}: the upstream {alias:?} is unavailable: {why}"),
+        ),
+        UpstreamError::Protocol(why) => Refusal::new(
+            Code::UpstreamError,
+            format!("{name}: the upstream {alias:?} answered with an error: {why}"),
+        ),
+    }
+}
+
+/// A successful result as a map: the structured content when there is an object of it, else
+/// the text content under `text`. An `isError` result becomes larkgate's `upstream_error`.
+fn result_map(name: &str, result: &CallToolResult, limits: Limits) -> Result<Map, Refusal> {
+    let text = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if result.is_error == Some(true) {
+        let quoted: String = text.chars().take(2000).collect();
+        return Err(Refusal::new(
+            Code::UpstreamError,
+            format!("{name} failed upstream: {quoted}"),
+        ));
+    }
+    if let Some(structured) = result
+        .structured_content
+        .as_ref()
+        .and_then(|v| v.as_object())
+    {
+        return from_json_object(structured, limits).map_err(|e| {
+            Refusal::new(
+                Code::UpstreamError,
+                format!("{name}: the upstream's structured result cannot be used: {e}"),
+            )
+        });
+    }
+    let mut map = BTreeMap::new();
+    map.insert(larkgate_caller::TEXT_RESULT_KEY.to_owned(), text.into());
+    Ok(map)
+}
