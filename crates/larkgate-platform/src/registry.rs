@@ -31,6 +31,24 @@ pub use rmcp::model::Tool as McpTool;
 /// The longest tool name.
 pub const MAX_TOOL_NAME: usize = 128;
 
+/// Separates an alias from a tool's original name in a prefixed name (`github__search`).
+pub const SEPARATOR: &str = "__";
+
+/// The namespace published scripts are listed under: the tool `script__<name>`, reached from
+/// Starlark as `script.<name>(...)`.
+pub const SCRIPT_NAMESPACE: &str = "script";
+
+/// The MCP-facing name of tool `original` under `alias`: `<alias>__<original>`. The name is
+/// checked when the tool is registered ([`check_tool_name`]).
+pub fn prefixed_name(alias: &str, original: &str) -> String {
+    format!("{alias}{SEPARATOR}{original}")
+}
+
+/// The MCP-facing name of published script `name`: `script__<name>`.
+pub fn script_tool_name(name: &str) -> String {
+    prefixed_name(SCRIPT_NAMESPACE, name)
+}
+
 // The origin and annotation types are the wire contract of a listing's `_meta`, shared with
 // the sessions that read it.
 pub use larkgate_caller::{Annotations as ToolAnnotations, Origin, Source};
@@ -140,7 +158,9 @@ pub fn check_tool_name(name: &str) -> Result<(), String> {
 pub const MAX_ALIAS: usize = 32;
 
 /// Names a script sees as globals (Starlark's own and larkgate's engine's), plus `script`:
-/// none of them may become an upstream alias or a script name, which would shadow it.
+/// none of them may become an upstream alias or a script name, which would shadow it. The
+/// engine's globals are checked against this list by a test of `larkgate-scripts` (the crate
+/// that sees both), so a global the engine gains cannot slip through.
 pub const RESERVED_ALIASES: &[&str] = &[
     // larkgate's engine
     "call",
@@ -152,7 +172,7 @@ pub const RESERVED_ALIASES: &[&str] = &[
     "struct",
     "fail",
     "main",
-    "script",
+    SCRIPT_NAMESPACE,
     "load",
     // Starlark's built-ins
     "abs",
@@ -160,9 +180,11 @@ pub const RESERVED_ALIASES: &[&str] = &[
     "any",
     "bool",
     "bytes",
+    "chr",
     "dict",
     "dir",
     "enumerate",
+    "eval_type",
     "float",
     "getattr",
     "hasattr",
@@ -173,6 +195,7 @@ pub const RESERVED_ALIASES: &[&str] = &[
     "list",
     "max",
     "min",
+    "ord",
     "range",
     "repr",
     "reversed",
@@ -180,6 +203,7 @@ pub const RESERVED_ALIASES: &[&str] = &[
     "str",
     "tuple",
     "type",
+    "typing",
     "zip",
     "set",
     "record",

@@ -10,6 +10,7 @@ use std::time::Duration;
 use larkgate_binding::Limits;
 use larkgate_platform::Platform;
 use larkgate_platform::audit::AuditEntry;
+use larkgate_platform::registry::prefixed_name;
 use larkgate_store::AuditKind;
 use larkgate_store::now_ms;
 use serde::Serialize;
@@ -18,7 +19,7 @@ use crate::client::UpstreamClient;
 use crate::config::UpstreamConfig;
 use crate::guard::Resolve;
 use crate::pinning::reconcile;
-use crate::tools::{Link, SEPARATOR, adopt, handlers};
+use crate::tools::{Link, adopt, handlers};
 
 /// The principal audit events of federation are recorded under.
 pub const FEDERATION_PRINCIPAL: &str = "larkgate";
@@ -325,7 +326,7 @@ pub fn audit_pin(
     let entry = AuditEntry {
         kind: Some(AuditKind::Event),
         principal: principal.to_owned(),
-        tool: Some(format!("{alias}{SEPARATOR}{tool}")),
+        tool: Some(prefixed_name(alias, tool)),
         code: Some(event.to_owned()),
         detail: Some(format!(
             "upstream {alias:?} tool {tool:?}: {event} (definition sha256 {hash})"

@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use larkgate_binding::{Limits, Map, from_json_object};
-use larkgate_platform::registry::{Origin, Source, ToolAnnotations, ToolHandler, ToolSpec};
+use larkgate_platform::registry::{
+    Origin, Source, ToolAnnotations, ToolHandler, ToolSpec, prefixed_name,
+};
 use larkgate_platform::{CallContext, Code, Refusal};
 use rmcp::model::{CallToolResult, Tool};
 
@@ -34,7 +36,7 @@ pub enum Approval {
 }
 
 /// The separator between an upstream's alias and its tool's name.
-pub const SEPARATOR: &str = "__";
+pub use larkgate_platform::registry::SEPARATOR;
 
 /// What became of an upstream's listing.
 #[derive(Debug, Default)]
@@ -50,7 +52,7 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
     let mut adoption = Adoption::default();
     for tool in tools {
         let original = tool.name.to_string();
-        let name = format!("{alias}{SEPARATOR}{original}");
+        let name = prefixed_name(alias, &original);
         if let Err(reason) = larkgate_platform::registry::check_tool_name(&name) {
             tracing::warn!(alias, tool = %original, %reason, "an upstream tool was dropped");
             adoption.invalid.push((original, reason));
@@ -170,7 +172,7 @@ pub fn handlers(
 #[async_trait::async_trait]
 impl ToolHandler for UpstreamTool {
     async fn call(&self, _context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
-        let name = format!("{}{SEPARATOR}{}", self.alias, self.original);
+        let name = prefixed_name(&self.alias, &self.original);
         let Some(client) = self.link.client() else {
             let why = self
                 .link

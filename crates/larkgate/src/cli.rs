@@ -179,7 +179,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
 /// command then ends with that error); a command waiting on something else (a slow upstream)
 /// ends two seconds later. What it appended to the audit chain is already in the journal,
 /// which the next larkgate to open the log replays.
-async fn stop_on_signal(scripts: std::sync::Arc<crate::scripting::Scripts>) {
+async fn stop_on_signal(scripts: std::sync::Arc<larkgate_scripts::Scripts>) {
     let signal = serve::shutdown_signal().await;
     eprintln!("larkgate: stopped by {signal}");
     scripts.cancel_active().await;

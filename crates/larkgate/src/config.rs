@@ -14,6 +14,7 @@
 //! max_print_bytes = 1048576
 //! workers = 2                # workers kept started by `serve` and `stdio`
 //! max_concurrent_runs = 32   # more runs wait their turn
+//! max_depth = 4              # how deep published scripts may call each other
 //!
 //! [audit]
 //! record_arguments = false   # store canonical arguments in intents, not only their hash
@@ -40,6 +41,7 @@ use std::time::Duration;
 use anyhow::Context;
 use larkgate_platform::policy::Policy;
 use larkgate_script::ScriptLimits;
+use larkgate_scripts::RunBounds;
 use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 
@@ -77,6 +79,8 @@ pub(crate) struct ScriptsConfig {
     workers: Option<usize>,
     /// How many runs may go at once.
     max_concurrent_runs: Option<usize>,
+    /// How deep published scripts may call each other.
+    max_depth: Option<u32>,
 }
 
 impl ScriptsConfig {
@@ -101,9 +105,14 @@ impl ScriptsConfig {
         self.workers.unwrap_or(2)
     }
 
-    /// Runs at once.
-    pub(crate) fn max_concurrent_runs(&self) -> usize {
-        self.max_concurrent_runs.unwrap_or(32)
+    /// How runs are bounded: each run's limits, runs at once, nesting depth.
+    pub(crate) fn bounds(&self) -> RunBounds {
+        let d = RunBounds::default();
+        RunBounds {
+            limits: self.limits(),
+            max_concurrent_runs: self.max_concurrent_runs.unwrap_or(d.max_concurrent_runs),
+            max_depth: self.max_depth.unwrap_or(d.max_depth),
+        }
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -118,6 +127,7 @@ impl ScriptsConfig {
                 "max_concurrent_runs",
                 self.max_concurrent_runs.map(|v| v as u128),
             ),
+            ("max_depth", self.max_depth.map(u128::from)),
         ];
         for (key, value) in positive {
             if value == Some(0) {
@@ -246,6 +256,26 @@ mod tests {
             config.scripts.limits().max_ticks,
             ScriptLimits::default().max_ticks
         );
+    }
+
+    #[test]
+    fn the_script_nesting_depth_is_configured_and_validated() {
+        assert_eq!(
+            Config::parse("").unwrap().scripts.bounds().max_depth,
+            larkgate_scripts::DEFAULT_MAX_DEPTH
+        );
+        let config = Config::parse("[scripts]\nmax_depth = 2\nmax_concurrent_runs = 3").unwrap();
+        assert_eq!(config.scripts.bounds().max_depth, 2);
+        assert_eq!(config.scripts.bounds().max_concurrent_runs, 3);
+        let err = Config::parse("[scripts]\nmax_depth = 0").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("scripts.max_depth must be at least 1"),
+            "{err:#}"
+        );
+        for bad in ["-1", "\"4\"", "4.5", "4294967296"] {
+            let err = Config::parse(&format!("[scripts]\nmax_depth = {bad}")).unwrap_err();
+            assert!(format!("{err:#}").contains("max_depth"), "{bad}: {err:#}");
+        }
     }
 
     #[test]

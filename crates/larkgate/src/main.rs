@@ -4,7 +4,6 @@
 
 mod cli;
 mod config;
-mod scripting;
 
 use std::process::ExitCode;
 

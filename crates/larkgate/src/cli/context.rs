@@ -19,7 +19,7 @@ use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::federation::Federation;
 
 use crate::config::Config;
-use crate::scripting::{Scripts, Workers};
+use larkgate_scripts::{Scripts, Workers};
 
 /// The local operator's principal id.
 pub(crate) const OPERATOR: &str = "operator";
@@ -190,8 +190,7 @@ impl Context {
             store.clone(),
             audit.clone(),
             workers,
-            config.scripts.limits(),
-            config.scripts.max_concurrent_runs(),
+            config.scripts.bounds(),
         )
         .await?;
         Ok(Context {

@@ -15,7 +15,7 @@ use larkgate_binding::Map;
 
 use super::call::arguments_from;
 use super::context::Context;
-use crate::scripting::{RunRequest, check};
+use larkgate_scripts::{RunRequest, check};
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["file", "draft", "script"])))]

@@ -25,7 +25,7 @@ pub(crate) async fn run(
     match command {
         Command::Show { run_id } => {
             let record =
-                crate::scripting::readable_run(context.store.as_ref(), &context.actor, &run_id)
+                larkgate_scripts::readable_run(context.store.as_ref(), &context.actor, &run_id)
                     .await
                     .map_err(|_| anyhow::anyhow!("there is no run {run_id:?} that you may read"))?;
             serde_json::to_writer_pretty(&mut *out, &record)?;

@@ -167,7 +167,7 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
 /// scrape: open 2025-11-25 sessions and each upstream's health.
 struct Scrape {
     platform: larkgate_platform::Platform,
-    scripts: Arc<crate::scripting::Scripts>,
+    scripts: Arc<larkgate_scripts::Scripts>,
     idle_workers: prometheus_client::metrics::gauge::Gauge,
     federation: Arc<larkgate_upstream::federation::Federation>,
     sessions: Arc<Mutex<HashMap<String, String>>>,

@@ -283,6 +283,59 @@ fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
     assert!(err.contains("write_barrier"), "{err}");
 }
 
+#[test]
+fn the_nesting_depth_limit_is_the_configured_one() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("larkgate.toml"),
+        format!(
+            "{POLICY}[policy.roles.author]\ncall = [\"script__*\"]\n[scripts]\nmax_depth = 2\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("countdown.star"), COUNTDOWN).unwrap();
+    ok(
+        dir.path(),
+        &[
+            "--as",
+            "ada",
+            "script",
+            "save",
+            "countdown",
+            "countdown.star",
+        ],
+    );
+    ok(
+        dir.path(),
+        &["--as", "pat", "script", "publish", "countdown"],
+    );
+    // Depth 1 calls depth 2: within a limit of 2.
+    let output = larkgate_in(
+        dir.path(),
+        &["run", "--script", "countdown", "--arg", "n=1"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "1");
+    // A third level is refused, naming the limit and the key that sets it.
+    let err = fails(
+        dir.path(),
+        &["run", "--script", "countdown", "--arg", "n=2"],
+    );
+    assert!(err.contains("limit_exceeded"), "{err}");
+    assert!(err.contains("at most 2 deep"), "{err}");
+    // A depth of 0 is not a configuration larkgate starts with.
+    std::fs::write(
+        dir.path().join("larkgate.toml"),
+        format!("{POLICY}[scripts]\nmax_depth = 0\n"),
+    )
+    .unwrap();
+    let err = fails(dir.path(), &["check"]);
+    assert!(
+        err.contains("scripts.max_depth must be at least 1"),
+        "{err}"
+    );
+}
+
 /// The pids of `parent`'s child processes.
 fn children(parent: u32) -> Vec<u32> {
     let mut found = Vec::new();

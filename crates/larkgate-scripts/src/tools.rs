@@ -9,10 +9,12 @@
 use std::sync::{Arc, Weak};
 
 use larkgate_binding::{Map, Value};
+use larkgate_platform::access::{AUTHORS, PUBLISHERS, READERS};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::identity::CallContext;
 use larkgate_platform::registry::{
-    Origin, RegistryError, Source, ToolAnnotations, ToolHandler, ToolSpec,
+    Origin, RegistryError, SCRIPT_NAMESPACE, Source, ToolAnnotations, ToolHandler, ToolSpec,
+    script_tool_name,
 };
 use larkgate_platform::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability};
 use larkgate_store::{Run, ScriptVersion};
@@ -20,10 +22,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{RunRequest, Scripts, check, upgrade};
-use larkgate_platform::access::{AUTHORS, PUBLISHERS, READERS};
-
-/// The namespace scripts reach published scripts through: `script.<name>(...)`.
-pub(crate) const SCRIPT_NAMESPACE: &str = "script";
 
 type Tool = (ToolSpec, Arc<dyn ToolHandler>);
 
@@ -107,7 +105,7 @@ struct VersionView {
 impl From<ScriptVersion> for VersionView {
     fn from(v: ScriptVersion) -> Self {
         VersionView {
-            tool: format!("script__{}", v.name),
+            tool: script_tool_name(&v.name),
             name: v.name,
             version: i64::from(v.version),
             author: v.author,
@@ -544,7 +542,7 @@ pub(crate) fn script_tool(
         )
     });
     let spec = ToolSpec {
-        name: format!("script__{name}"),
+        name: script_tool_name(name),
         title: Some(name.clone()),
         description,
         input_schema: object(entry.input.json_schema()),

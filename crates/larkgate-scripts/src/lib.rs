@@ -1,22 +1,29 @@
-//! The script lifecycle, one implementation behind both the command line (`larkgate script`,
+//! larkgate's script service: the script lifecycle, one implementation behind both the command line (`larkgate script`,
 //! `larkgate run`, `larkgate runs`) and the MCP platform tools (`script_save_draft`,
 //! `script_run_draft`, `script_publish`, `script_list`, `script_history`, `run_get`), so the
 //! two cannot drift apart.
 //!
-//! Authority, decided here and nowhere else:
+//! It sits above the platform, the session plumbing and the engine, and below the binary:
+//! calls flow downward only. A run is launched here (identity decided here), executed by the
+//! engine in a worker process (`larkgate-script`), and its host calls reach the platform through
+//! an in-memory MCP session (`larkgate-session`) — the same pipeline as every other call.
+//!
+//! Authority, decided here (with the role checks of `larkgate_platform::access`):
 //! - a draft belongs to its author (`author` or `admin` role); only the author saves over it
 //!   or runs it, and a draft run runs **as the caller** with the write barrier on;
 //! - publishing needs `publisher` (or `admin`), captures the draft *author's* roles in the same
 //!   store transaction, and records the publisher;
 //! - a published run runs as `script:<name>` with the captured roles, one nesting level deeper
-//!   than whoever called it, refused past [`MAX_DEPTH`];
+//!   than whoever called it, refused past `[scripts] max_depth` ([`DEFAULT_MAX_DEPTH`]);
 //! - a run record is readable by whoever started it, by the principal it ran as, and by
 //!   admins.
 //!
 //! Every operation answers with a [`Refusal`], so MCP callers get envelopes and the CLI prints
 //! the same sentences.
 
-pub(crate) mod tools;
+#![forbid(unsafe_code)]
+
+mod tools;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
@@ -26,6 +33,7 @@ use larkgate_binding::{Limits, Map, Value};
 use larkgate_platform::access::{self, AUTHORS, PUBLISHERS};
 use larkgate_platform::audit::{AuditEntry, AuditSink};
 use larkgate_platform::envelope::{Code, Refusal};
+use larkgate_platform::registry::{RegistryError, script_tool_name};
 use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerPool};
 use larkgate_store::now_ms;
@@ -35,13 +43,46 @@ use larkgate_store::{
 };
 use sha2::{Digest, Sha256};
 
-/// How deep published scripts may call each other: a direct caller is depth 0, the script it
-/// calls depth 1, and a script that script calls depth 2, up to this.
-pub(crate) const MAX_DEPTH: u32 = 4;
+/// How deep published scripts may call each other by default: a direct caller is depth 0, the
+/// script it calls depth 1, and a script that script calls depth 2, up to this
+/// (`[scripts] max_depth`).
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+
+/// How runs are bounded.
+#[derive(Clone, Copy, Debug)]
+pub struct RunBounds {
+    /// Each run's limits.
+    pub limits: ScriptLimits,
+    /// How many runs may go at once; more wait their turn.
+    pub max_concurrent_runs: usize,
+    /// How deep published scripts may call each other.
+    pub max_depth: u32,
+}
+
+impl Default for RunBounds {
+    fn default() -> Self {
+        RunBounds {
+            limits: ScriptLimits::default(),
+            max_concurrent_runs: 32,
+            max_depth: DEFAULT_MAX_DEPTH,
+        }
+    }
+}
+
+/// Why the service could not start or list its tools.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptsError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A tool could not be registered.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
 
 /// Where runs get their worker processes.
 #[derive(Debug)]
-pub(crate) enum Workers {
+pub enum Workers {
     /// Pre-started workers (`serve`, `stdio`): a run does not wait for a process to start.
     Pool(Arc<WorkerPool>),
     /// A fresh worker per run (one-shot commands, which would waste a pool).
@@ -49,12 +90,12 @@ pub(crate) enum Workers {
 }
 
 /// The SHA-256 (hex) of a script's source.
-pub(crate) fn source_hash(source: &str) -> String {
+pub fn source_hash(source: &str) -> String {
     hex::encode(Sha256::digest(source.as_bytes()))
 }
 
 /// Parses a script and reads its entry point, or says what is wrong.
-pub(crate) fn check(name: &str, source: &str) -> Result<EntryPoint, Refusal> {
+pub fn check(name: &str, source: &str) -> Result<EntryPoint, Refusal> {
     larkgate_script::parse(&format!("{name}.star"), source)
         .and_then(|ast| larkgate_script::entry_point(&ast))
         .map_err(|e| Refusal::new(Code::InvalidArguments, format!("{name}: {e}")))
@@ -62,11 +103,7 @@ pub(crate) fn check(name: &str, source: &str) -> Result<EntryPoint, Refusal> {
 
 /// The run `id` if `reader` may read it: whoever started it, the principal it ran as, and
 /// admins; anyone else gets the same answer as for a run that does not exist.
-pub(crate) async fn readable_run(
-    store: &dyn Store,
-    reader: &Principal,
-    id: &str,
-) -> Result<Run, Refusal> {
+pub async fn readable_run(store: &dyn Store, reader: &Principal, id: &str) -> Result<Run, Refusal> {
     let run = store.run(id).await.map_err(store_failed)?;
     run.filter(|run| access::may_read_run(reader, &run.principal, run.started_by.as_deref()))
         .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
@@ -78,41 +115,41 @@ fn store_failed(error: StoreError) -> Refusal {
 
 /// A saved draft, as reported back.
 #[derive(Clone, Debug)]
-pub(crate) struct Saved {
+pub struct Saved {
     /// The draft.
-    pub(crate) draft: Draft,
+    pub draft: Draft,
     /// `main`'s signature.
-    pub(crate) signature: String,
+    pub signature: String,
     /// `main`'s docstring.
-    pub(crate) description: Option<String>,
+    pub description: Option<String>,
 }
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub(crate) struct RunRequest {
+pub struct RunRequest {
     /// The script's name (a file's stem, for unsaved sources).
-    pub(crate) name: String,
+    pub name: String,
     /// Whether `name` is a saved draft or a published script (recorded with the run).
-    pub(crate) saved: bool,
+    pub saved: bool,
     /// The source.
-    pub(crate) source: String,
+    pub source: String,
     /// The published version, for published runs.
-    pub(crate) version: Option<u32>,
+    pub version: Option<u32>,
     /// Who the run runs as.
-    pub(crate) principal: Principal,
+    pub principal: Principal,
     /// Draft or published.
-    pub(crate) kind: RunKind,
+    pub kind: RunKind,
     /// Arguments for `main`.
-    pub(crate) arguments: Map,
+    pub arguments: Map,
     /// The nesting depth of the run (1 for a run started directly).
-    pub(crate) depth: u32,
+    pub depth: u32,
     /// Who started it.
-    pub(crate) started_by: String,
+    pub started_by: String,
 }
 
 impl RunRequest {
     /// A draft run of `source` as `actor`, who starts it, at nesting `depth`.
-    pub(crate) fn draft(
+    pub fn draft(
         actor: &Principal,
         name: String,
         saved: bool,
@@ -136,18 +173,18 @@ impl RunRequest {
 
 /// A finished run: its record, what it printed, and its outcome.
 #[derive(Clone, Debug)]
-pub(crate) struct Finished {
+pub struct Finished {
     /// The run as recorded.
-    pub(crate) record: Run,
+    pub record: Run,
     /// What it printed.
-    pub(crate) printed: String,
+    pub printed: String,
     /// `main`'s result, or why the run failed.
-    pub(crate) outcome: Result<Value, RunError>,
+    pub outcome: Result<Value, RunError>,
 }
 
 impl Finished {
     /// The failed run as a refusal: its own code and text, and where to read the record.
-    pub(crate) fn refusal(&self, error: &RunError) -> Refusal {
+    pub fn refusal(&self, error: &RunError) -> Refusal {
         let code = serde_json::from_value::<Code>(error.code().into()).unwrap_or(Code::Internal);
         Refusal::new(code, format!("run {} failed: {error}", self.record.id)).with_hint(format!(
             "read the run with run_get(run_id=\"{}\")",
@@ -158,12 +195,13 @@ impl Finished {
 
 /// The lifecycle service. See the module documentation.
 #[derive(Debug)]
-pub(crate) struct Scripts {
+pub struct Scripts {
     platform: Platform,
     store: Arc<dyn Store>,
     audit: Arc<dyn AuditSink>,
     workers: Workers,
     limits: ScriptLimits,
+    max_depth: u32,
     /// Runs this process has started and not yet recorded as finished.
     active: Mutex<HashSet<String>>,
     /// Set at shutdown: runs that end now were cancelled.
@@ -175,23 +213,23 @@ pub(crate) struct Scripts {
 impl Scripts {
     /// The service, with its tools registered on `platform` and every published script
     /// listed as a tool.
-    pub(crate) async fn start(
+    pub async fn start(
         platform: Platform,
         store: Arc<dyn Store>,
         audit: Arc<dyn AuditSink>,
         workers: Workers,
-        limits: ScriptLimits,
-        max_concurrent_runs: usize,
-    ) -> anyhow::Result<Arc<Self>> {
+        bounds: RunBounds,
+    ) -> Result<Arc<Self>, ScriptsError> {
         let scripts = Arc::new(Scripts {
             platform,
             store,
             audit,
             workers,
-            limits,
+            limits: bounds.limits,
+            max_depth: bounds.max_depth,
             active: Mutex::new(HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
-            slots: tokio::sync::Semaphore::new(max_concurrent_runs.max(1)),
+            slots: tokio::sync::Semaphore::new(bounds.max_concurrent_runs.max(1)),
         });
         scripts
             .platform
@@ -202,7 +240,7 @@ impl Scripts {
     }
 
     /// The worker pool, when runs use one.
-    pub(crate) fn pool(&self) -> Option<&Arc<WorkerPool>> {
+    pub fn pool(&self) -> Option<&Arc<WorkerPool>> {
         match &self.workers {
             Workers::Pool(pool) => Some(pool),
             Workers::Fresh(_) => None,
@@ -210,7 +248,7 @@ impl Scripts {
     }
 
     /// Lists every published script's latest version as a `script__<name>` tool.
-    pub(crate) async fn refresh_tools(self: &Arc<Self>) -> anyhow::Result<()> {
+    pub async fn refresh_tools(self: &Arc<Self>) -> Result<(), ScriptsError> {
         let mut tools = Vec::new();
         for version in self.store.latest_versions().await? {
             match tools::script_tool(Arc::downgrade(self), &version) {
@@ -229,7 +267,7 @@ impl Scripts {
     }
 
     /// Saves `source` as `actor`'s draft `name`.
-    pub(crate) async fn save_draft(
+    pub async fn save_draft(
         &self,
         actor: &Principal,
         name: &str,
@@ -269,7 +307,7 @@ impl Scripts {
     }
 
     /// Publishes the draft `name` as its next version, published by `actor`.
-    pub(crate) async fn publish(
+    pub async fn publish(
         self: &Arc<Self>,
         actor: &Principal,
         name: &str,
@@ -322,7 +360,7 @@ impl Scripts {
             .append(AuditEntry {
                 kind: Some(AuditKind::Event),
                 principal: actor.id.clone(),
-                tool: Some(format!("script__{name}")),
+                tool: Some(script_tool_name(name)),
                 code: Some(code.to_owned()),
                 detail: Some(detail),
                 ..Default::default()
@@ -332,17 +370,17 @@ impl Scripts {
     }
 
     /// Every draft, by name.
-    pub(crate) async fn drafts(&self) -> Result<Vec<Draft>, Refusal> {
+    pub async fn drafts(&self) -> Result<Vec<Draft>, Refusal> {
         self.store.drafts().await.map_err(store_failed)
     }
 
     /// The latest version of every published script, by name.
-    pub(crate) async fn published(&self) -> Result<Vec<ScriptVersion>, Refusal> {
+    pub async fn published(&self) -> Result<Vec<ScriptVersion>, Refusal> {
         self.store.latest_versions().await.map_err(store_failed)
     }
 
     /// Every version of `name`, oldest first.
-    pub(crate) async fn history(&self, name: &str) -> Result<Vec<ScriptVersion>, Refusal> {
+    pub async fn history(&self, name: &str) -> Result<Vec<ScriptVersion>, Refusal> {
         let versions = self.store.versions(name).await.map_err(store_failed)?;
         if versions.is_empty() {
             return Err(Refusal::new(
@@ -355,12 +393,12 @@ impl Scripts {
 
     /// The run `id`, if `reader` may read it: whoever started it, the principal it ran as,
     /// and admins. Others are told it does not exist.
-    pub(crate) async fn run_record(&self, reader: &Principal, id: &str) -> Result<Run, Refusal> {
+    pub async fn run_record(&self, reader: &Principal, id: &str) -> Result<Run, Refusal> {
         readable_run(self.store.as_ref(), reader, id).await
     }
 
     /// The draft `name` for `actor` to run: only its author runs it.
-    pub(crate) async fn own_draft(&self, actor: &Principal, name: &str) -> Result<Draft, Refusal> {
+    pub async fn own_draft(&self, actor: &Principal, name: &str) -> Result<Draft, Refusal> {
         // The same answer whether the draft is missing or someone else's.
         self.store
             .draft(name)
@@ -379,7 +417,7 @@ impl Scripts {
     }
 
     /// The request for a run of the latest published version of `name`.
-    pub(crate) async fn published_run(
+    pub async fn published_run(
         &self,
         name: &str,
         arguments: Map,
@@ -415,15 +453,17 @@ impl Scripts {
     /// Runs a script in a worker and records the run. A refusal means the run never started
     /// (a bad script or arguments, too deep a nesting); a run that started and failed is a
     /// [`Finished`] with an error outcome.
-    pub(crate) async fn run(&self, request: RunRequest) -> Result<Finished, Refusal> {
-        if request.depth > MAX_DEPTH {
+    pub async fn run(&self, request: RunRequest) -> Result<Finished, Refusal> {
+        if request.depth > self.max_depth {
             return Err(Refusal::new(
                 Code::LimitExceeded,
                 format!(
                     "the run exceeded its script nesting depth limit: scripts may call scripts \
-                     at most {MAX_DEPTH} deep"
+                     at most {} deep",
+                    self.max_depth
                 ),
-            ));
+            )
+            .with_hint("raise [scripts] max_depth, or have fewer scripts call each other"));
         }
         let entry = check(&request.name, &request.source)?;
         // Bound here too, so a bad argument is refused before a worker or a record is spent.
@@ -552,7 +592,7 @@ impl Scripts {
     /// are refused, every worker is killed, and each run is recorded as failed with
     /// [`CANCELLED`] — by the run itself as its worker dies, or here for one that does not
     /// finish recording within a second.
-    pub(crate) async fn cancel_active(&self) {
+    pub async fn cancel_active(&self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.slots.close();
@@ -595,7 +635,7 @@ fn run_id() -> String {
 
 /// Holds the service for tool handlers without keeping it alive: the platform's tool table
 /// outlives nothing that owns it.
-pub(crate) fn upgrade(scripts: &Weak<Scripts>) -> Result<Arc<Scripts>, Refusal> {
+pub fn upgrade(scripts: &Weak<Scripts>) -> Result<Arc<Scripts>, Refusal> {
     scripts
         .upgrade()
         .ok_or_else(|| Refusal::internal("the script service has stopped"))
