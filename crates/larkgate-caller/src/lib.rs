@@ -9,12 +9,16 @@
 //! A call the platform refused arrives as [`CallError::Refused`] carrying a [`RefusalError`]:
 //! the envelope's code, its retry-after, and the result's own text, so a refusal the engine does
 //! not absorb reaches the script author in the tool's words. The engine acts on exactly one
-//! code, [`RATE_LIMITED`], and passes every other refusal through unchanged.
+//! code, [`Code::RateLimited`], and passes every other refusal through unchanged.
 //!
-//! [`Origin`], [`Source`] and [`Annotations`] are also the platform's own types for what it
-//! writes into a listing's `_meta`: one definition for the writer and the reader.
+//! The wire types every crate shares live here too ([`wire`]): the refusal [`Code`], the
+//! [`Envelope`] and the [`RunKind`]. [`Origin`], [`Source`] and [`Annotations`] are also the
+//! platform's own types for what it writes into a listing's `_meta`: one definition for the
+//! writer and the reader.
 
 #![forbid(unsafe_code)]
+
+pub mod wire;
 
 use std::fmt;
 use std::future::Future;
@@ -23,8 +27,7 @@ use std::time::Duration;
 use larkgate_binding::{FieldShape, Map};
 use serde::{Deserialize, Serialize};
 
-/// The refusal code the engine paces on (waits `retry_after`, then retries).
-pub const RATE_LIMITED: &str = "rate_limited";
+pub use wire::{Category, Code, ENVELOPE_META_KEY, Envelope, RunKind};
 
 /// The key a result arrives under when the tool returned no structured content: its text,
 /// verbatim.
@@ -93,8 +96,8 @@ pub struct ToolInfo {
 /// A call the platform refused, read from its envelope.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct RefusalError {
-    /// The envelope's code (`rate_limited`, `not_found`, ...).
-    pub code: String,
+    /// The envelope's code.
+    pub code: Code,
     /// How long to wait before retrying, when the refusal says.
     pub retry_after: Option<Duration>,
     /// For `approval_required` and `approval_denied`: the approval's id.
@@ -110,9 +113,19 @@ impl fmt::Display for RefusalError {
 }
 
 impl RefusalError {
+    /// A refusal with `code` and the tool's `text`, nothing else.
+    pub fn new(code: Code, text: impl Into<String>) -> Self {
+        RefusalError {
+            code,
+            retry_after: None,
+            approval_id: None,
+            text: text.into(),
+        }
+    }
+
     /// Whether this is the one refusal the engine paces on.
     pub fn is_rate_limited(&self) -> bool {
-        self.code == RATE_LIMITED
+        self.code == Code::RateLimited
     }
 }
 

@@ -18,7 +18,7 @@ pub mod tools;
 use larkgate_store::{Approval, ApprovalStatus, Principal, Store, StoreError, now_ms};
 
 use crate::access::{APPROVERS, has_any_role};
-use crate::audit::{AuditEntry, AuditSink};
+use crate::audit::{AuditEntry, AuditSink, EventKind};
 use crate::envelope::{Code, Refusal};
 use crate::services::Services;
 
@@ -33,7 +33,7 @@ pub async fn admit(
     let resolved = store
         .resolved_approval(principal, tool, args_hash)
         .await
-        .map_err(|e| Refusal::internal(format!("approvals could not be read: {e}")))?;
+        .map_err(|e| Refusal::internal("approvals could not be read", e))?;
     match resolved {
         Some(a)
             if a.status == ApprovalStatus::Approved
@@ -55,7 +55,7 @@ pub async fn admit(
             let pending = store
                 .pending_approval(principal, tool, args_hash, now_ms())
                 .await
-                .map_err(|e| Refusal::internal(format!("approvals could not be written: {e}")))?;
+                .map_err(|e| Refusal::internal("the approval request could not be recorded", e))?;
             Err(Refusal {
                 approval_id: Some(pending.id.clone()),
                 ..Refusal::new(
@@ -84,9 +84,10 @@ pub async fn consume(store: &dyn Store, id: &str) -> Result<(), Refusal> {
             format!("approval {id} was used or expired before this call ran"),
         )
         .with_hint("ask an approver for a new approval")),
-        Err(e) => Err(Refusal::internal(format!(
-            "the approval could not be consumed: {e}"
-        ))),
+        Err(e) => Err(Refusal::internal(
+            "the approval could not be consumed, so the call did not run",
+            e,
+        )),
     }
 }
 
@@ -111,7 +112,7 @@ pub async fn resolve(
     let approval = store
         .approval(id)
         .await
-        .map_err(|e| Refusal::internal(e.to_string()))?
+        .map_err(|e| Refusal::internal("the approval could not be read", e))?
         .ok_or_else(|| {
             Refusal::new(
                 Code::NotFound,
@@ -135,15 +136,19 @@ pub async fn resolve(
         .await
         .map_err(|e| match e {
             StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
-            other => Refusal::internal(other.to_string()),
+            other => Refusal::internal("the approval could not be resolved", other),
         })?;
-    let verdict = if approve { "approved" } else { "denied" };
+    let (verdict, kind) = if approve {
+        ("approved", EventKind::Approved)
+    } else {
+        ("denied", EventKind::Denied)
+    };
     let event = AuditEntry {
         kind: Some(larkgate_store::AuditKind::Event),
         principal: approver.id.clone(),
         tool: Some(resolved.tool.clone()),
         args_hash: Some(resolved.args_hash.clone()),
-        code: Some(verdict.to_owned()),
+        code: Some(kind.into()),
         detail: Some(format!(
             "approval {} for {} {verdict}",
             resolved.id, resolved.principal
@@ -152,7 +157,7 @@ pub async fn resolve(
     };
     audit
         .record_event(event)
-        .map_err(|e| Refusal::internal(format!("the resolution could not be audited: {e}")))?;
+        .map_err(|e| Refusal::internal("the resolution could not be audited", e))?;
     Ok(resolved)
 }
 
@@ -189,5 +194,5 @@ pub async fn list(store: &dyn Store, status: &str) -> Result<Vec<Approval>, Refu
     store
         .approvals(filter)
         .await
-        .map_err(|e| Refusal::internal(e.to_string()))
+        .map_err(|e| Refusal::internal("approvals could not be read", e))
 }

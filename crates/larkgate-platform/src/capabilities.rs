@@ -219,7 +219,7 @@ fn check_key(tool: &str, key: &str) -> std::result::Result<(), Refusal> {
 }
 
 fn store_failed(e: larkgate_store::StoreError) -> Refusal {
-    Refusal::internal(format!("the key-value store failed: {e}"))
+    Refusal::internal("the key-value store failed", e)
 }
 
 /// An instant as RFC 3339 in UTC, to the millisecond.

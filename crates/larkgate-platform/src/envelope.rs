@@ -17,100 +17,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-/// The `_meta` key marking a result as a larkgate envelope.
-pub const ENVELOPE_META_KEY: &str = "larkgate/envelope";
-
-/// Every refusal code. Extend with care: each has a test that reads it back through a session.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Code {
-    /// No identity: no session binding and no valid credential.
-    Unauthenticated,
-    /// A visible tool whose call a policy refuses.
-    Forbidden,
-    /// A tool that does not exist or that the caller may not see (indistinguishable).
-    NotFound,
-    /// Arguments that do not fit the tool's input.
-    InvalidArguments,
-    /// The tool needs an approver's approval for these arguments.
-    ApprovalRequired,
-    /// An approver denied this call.
-    ApprovalDenied,
-    /// A draft run may call only read-only tools.
-    WriteBarrier,
-    /// Too many calls; retry after `retry_after_seconds`.
-    RateLimited,
-    /// A size, count or time limit.
-    LimitExceeded,
-    /// An upstream server could not be reached.
-    UpstreamUnavailable,
-    /// An upstream server answered with an error.
-    UpstreamError,
-    /// The call took too long.
-    Timeout,
-    /// larkgate itself failed; nothing ran, or the outcome is unknown.
-    Internal,
-}
-
-impl Code {
-    /// Every code, for tests and documentation.
-    pub const ALL: [Code; 13] = [
-        Code::Unauthenticated,
-        Code::Forbidden,
-        Code::NotFound,
-        Code::InvalidArguments,
-        Code::ApprovalRequired,
-        Code::ApprovalDenied,
-        Code::WriteBarrier,
-        Code::RateLimited,
-        Code::LimitExceeded,
-        Code::UpstreamUnavailable,
-        Code::UpstreamError,
-        Code::Timeout,
-        Code::Internal,
-    ];
-
-    /// The wire name (`rate_limited`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::Unauthenticated => "unauthenticated",
-            Code::Forbidden => "forbidden",
-            Code::NotFound => "not_found",
-            Code::InvalidArguments => "invalid_arguments",
-            Code::ApprovalRequired => "approval_required",
-            Code::ApprovalDenied => "approval_denied",
-            Code::WriteBarrier => "write_barrier",
-            Code::RateLimited => "rate_limited",
-            Code::LimitExceeded => "limit_exceeded",
-            Code::UpstreamUnavailable => "upstream_unavailable",
-            Code::UpstreamError => "upstream_error",
-            Code::Timeout => "timeout",
-            Code::Internal => "internal",
-        }
-    }
-
-    /// The broad class a client can branch on.
-    pub fn category(self) -> &'static str {
-        match self {
-            Code::Unauthenticated | Code::Forbidden | Code::NotFound | Code::WriteBarrier => {
-                "access"
-            }
-            Code::InvalidArguments => "input",
-            Code::ApprovalRequired | Code::ApprovalDenied => "approval",
-            Code::RateLimited | Code::LimitExceeded | Code::Timeout => "limit",
-            Code::UpstreamUnavailable | Code::UpstreamError => "upstream",
-            Code::Internal => "internal",
-        }
-    }
-}
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use larkgate_caller::{Category, Code, ENVELOPE_META_KEY, Envelope};
 
 /// A refused call: what the caller is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +32,8 @@ pub struct Refusal {
     pub retry_after: Option<Duration>,
     /// For `approval_required`: the approval's id.
     pub approval_id: Option<String>,
+    /// For `internal`: the id the failure's details were logged under.
+    pub correlation_id: Option<String>,
 }
 
 impl Refusal {
@@ -136,6 +45,7 @@ impl Refusal {
             hint: None,
             retry_after: None,
             approval_id: None,
+            correlation_id: None,
         }
     }
 
@@ -155,10 +65,21 @@ impl Refusal {
         .with_hint("list the tools to see the ones you may call")
     }
 
-    /// An internal failure; `what` is logged with the refusal, and the caller told only that
-    /// larkgate failed.
-    pub fn internal(what: impl Into<String>) -> Self {
-        Refusal::new(Code::Internal, format!("larkgate failed: {}", what.into()))
+    /// larkgate itself failed. The caller is told only `summary` — a fixed sentence that says
+    /// what did not happen (`"the call did not run"`), chosen where the failure is handled, so
+    /// it cannot carry data — and a correlation id. `detail` (a store's error with its SQL, a
+    /// path, an upstream's address) goes to the log under that id, for the operator.
+    pub fn internal(summary: &'static str, detail: impl fmt::Display) -> Self {
+        let id = correlation_id();
+        tracing::error!(correlation_id = %id, %detail, "internal failure: {summary}");
+        Refusal {
+            correlation_id: Some(id.clone()),
+            ..Refusal::new(
+                Code::Internal,
+                format!("larkgate failed: {summary} (correlation id {id})"),
+            )
+            .with_hint("the operator's log has the details under the correlation id")
+        }
     }
 
     /// `retry_after_seconds` as the envelope carries it: whole seconds, rounded up, at least 1.
@@ -169,23 +90,17 @@ impl Refusal {
         })
     }
 
-    /// The envelope, as structured content.
-    pub fn envelope(&self) -> serde_json::Value {
-        let mut envelope = serde_json::json!({
-            "code": self.code.as_str(),
-            "category": self.code.category(),
-            "message": self.message,
-        });
-        if let Some(hint) = &self.hint {
-            envelope["hint"] = hint.as_str().into();
+    /// The envelope.
+    pub fn envelope(&self) -> Envelope {
+        Envelope {
+            code: self.code,
+            category: self.code.category(),
+            message: self.message.clone(),
+            hint: self.hint.clone(),
+            retry_after_seconds: self.retry_after_seconds(),
+            approval_id: self.approval_id.clone(),
+            correlation_id: self.correlation_id.clone(),
         }
-        if let Some(seconds) = self.retry_after_seconds() {
-            envelope["retry_after_seconds"] = seconds.into();
-        }
-        if let Some(id) = &self.approval_id {
-            envelope["approval_id"] = id.as_str().into();
-        }
-        envelope
     }
 
     /// The one mapping from a refusal to an MCP tool result.
@@ -198,7 +113,8 @@ impl Refusal {
         }
         let mut result =
             rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(text)]);
-        result.structured_content = Some(self.envelope());
+        // Serializing strings, integers and unit variants cannot fail.
+        result.structured_content = serde_json::to_value(self.envelope()).ok();
         let mut meta = rmcp::model::MetaObject::new();
         meta.insert(ENVELOPE_META_KEY.to_owned(), serde_json::Value::Bool(true));
         result.meta = Some(meta);
@@ -217,6 +133,19 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// A new correlation id: 64 random bits, hex.
+fn correlation_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No randomness: a time-based id still ties the caller's message to the log line.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = nanos.to_be_bytes();
+    }
+    hex::encode(bytes)
+}
 
 /// A binding error becomes `invalid_arguments` on the way in.
 pub fn refuse_arguments(error: &larkgate_binding::Error) -> Refusal {
@@ -244,7 +173,7 @@ mod tests {
     fn the_envelope_carries_code_category_message_and_hint() {
         let refusal = Refusal::new(Code::Forbidden, "no").with_hint("ask an admin");
         assert_eq!(
-            refusal.envelope(),
+            serde_json::to_value(refusal.envelope()).unwrap(),
             serde_json::json!({"code": "forbidden", "category": "access", "message": "no",
                                "hint": "ask an admin"})
         );
@@ -257,14 +186,22 @@ mod tests {
     }
 
     #[test]
-    fn codes_have_unique_wire_names() {
-        let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), Code::ALL.len());
-        for code in Code::ALL {
-            let json = serde_json::to_value(code).unwrap();
-            assert_eq!(json, code.as_str());
+    fn an_internal_refusal_tells_the_caller_nothing_but_a_correlation_id() {
+        let detail = "database error: no such table: approvals at /srv/larkgate-data/db.sqlite";
+        let refusal = Refusal::internal("approvals could not be read", detail);
+        let id = refusal.correlation_id.clone().expect("a correlation id");
+        assert_eq!(id.len(), 16);
+        assert!(refusal.message.contains(&id), "{}", refusal.message);
+        assert!(refusal.message.contains("approvals could not be read"));
+        for leak in ["no such table", "/srv", "sqlite", "database"] {
+            assert!(!refusal.message.contains(leak), "{}", refusal.message);
+            assert!(!refusal.to_string().contains(leak), "{refusal}");
         }
+        let envelope = serde_json::to_value(refusal.envelope()).unwrap();
+        assert_eq!(envelope["correlation_id"], id.as_str());
+        assert_ne!(
+            Refusal::internal("x", "y").correlation_id,
+            refusal.correlation_id
+        );
     }
 }

@@ -4,42 +4,13 @@
 //! a [`SessionIdentity`] to it when the session is created. Nothing a client puts in a request
 //! (extensions, `_meta`, `clientInfo`) reaches this type.
 
-use std::fmt;
 use std::sync::Arc;
 
 use larkgate_store::Principal;
-use serde::{Deserialize, Serialize};
 
 use crate::services::Services;
 
-/// How a session's calls came about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunKind {
-    /// A client calling tools itself (an agent, a desktop app, the CLI).
-    Direct,
-    /// A draft script run: as its author, read-only tools only.
-    Draft,
-    /// A published script run: as `script:<name>` with the roles captured at publish time.
-    Published,
-}
-
-impl RunKind {
-    /// The name recorded in audit.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunKind::Direct => "direct",
-            RunKind::Draft => "draft",
-            RunKind::Published => "published",
-        }
-    }
-}
-
-impl fmt::Display for RunKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use larkgate_caller::RunKind;
 
 /// The context a session is opened with.
 #[derive(Clone, Debug, PartialEq, Eq)]

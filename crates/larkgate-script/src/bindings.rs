@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use allocative::Allocative;
 use larkgate_binding::{InputShape, Limits, Map, Value, from_starlark, map_to_starlark};
-use larkgate_caller::{CallError, Caller, RefusalError, ToolInfo};
+use larkgate_caller::{CallError, Caller, Code, RefusalError, ToolInfo};
 use starlark::any::ProvidesStaticType;
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::{Arguments, Evaluator};
@@ -65,7 +65,7 @@ impl<C: Caller> Host for Blocking<C> {
 #[error("{text} [{code}]")]
 pub struct ToolRefused {
     /// The refusal code.
-    pub code: String,
+    pub code: Code,
     /// The tool's own text.
     pub text: String,
 }
@@ -104,15 +104,13 @@ impl RunState {
             if let Some(tool) = self.tool(name)
                 && tool.annotations.read_only != Some(true)
             {
-                return Err(CallOutcome::Refused(RefusalError {
-                    code: "write_barrier".into(),
-                    retry_after: None,
-                    approval_id: None,
-                    text: format!(
+                return Err(CallOutcome::Refused(RefusalError::new(
+                    Code::WriteBarrier,
+                    format!(
                         "a draft run may call only read-only tools, and {name} may write \
                              (publish the script to run it with write access)"
                     ),
-                }));
+                )));
             }
         }
         loop {
@@ -141,12 +139,10 @@ impl RunState {
                 }
                 Err(CallError::Refused(refusal)) => return Err(CallOutcome::Refused(refusal)),
                 Err(CallError::Transport(message)) => {
-                    return Err(CallOutcome::Refused(RefusalError {
-                        code: "internal".into(),
-                        retry_after: None,
-                        approval_id: None,
-                        text: message,
-                    }));
+                    return Err(CallOutcome::Refused(RefusalError::new(
+                        Code::Internal,
+                        message,
+                    )));
                 }
             }
         }
@@ -301,9 +297,9 @@ fn call_trying<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
 ) -> starlark::Result<SValue<'v>> {
     let heap = eval.heap();
-    let refused = |code: String, text: String, retry: Option<u64>| {
+    let refused = |code: Code, text: String, retry: Option<u64>| {
         let error = heap.alloc(AllocStruct([
-            ("code", heap.alloc(code)),
+            ("code", heap.alloc(code.as_str())),
             ("message", heap.alloc(text)),
             (
                 "retry_after_seconds",
@@ -323,7 +319,7 @@ fn call_trying<'v>(
             ("error", SValue::new_none()),
         ]))),
         Err(error) => match error_source::<ToolRefused>(&error) {
-            Some(r) => Ok(refused(r.code.clone(), r.text.clone(), None)),
+            Some(r) => Ok(refused(r.code, r.text.clone(), None)),
             None => Err(error),
         },
     }
@@ -342,7 +338,7 @@ pub(crate) fn error_source<E: std::error::Error + Send + Sync + 'static>(
 /// An `invalid_arguments` refusal raised before the call leaves the engine.
 fn invalid_arguments(text: String) -> starlark::Error {
     starlark::Error::new_other(ToolRefused {
-        code: "invalid_arguments".into(),
+        code: Code::InvalidArguments,
         text,
     })
 }

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use larkgate_binding::{InputShape, Map, from_json, map_to_json};
-use larkgate_caller::{CallError, Caller, ToolInfo};
+use larkgate_caller::{CallError, Caller, Code, ToolInfo};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
@@ -331,7 +331,7 @@ async fn drive<C: Caller>(
                     tool_calls += 1;
                     let answer = if tool_calls > limits.max_tool_calls {
                         CallAnswer::Refused {
-                            code: "limit_exceeded".into(),
+                            code: Code::LimitExceeded,
                             text: format!("more than {} tool calls", limits.max_tool_calls),
                             retry_after_ms: None,
                         }
@@ -407,15 +407,15 @@ async fn answer<C: Caller>(
     arguments: &serde_json::Value,
     limits: &ScriptLimits,
 ) -> CallAnswer {
-    let refused = |code: &str, text: String| CallAnswer::Refused {
-        code: code.to_owned(),
+    let refused = |code: Code, text: String| CallAnswer::Refused {
+        code,
         text,
         retry_after_ms: None,
     };
     let map = match from_json(arguments, limits.values) {
         Ok(larkgate_binding::Value::Map(map)) => map,
-        Ok(_) => return refused("invalid_arguments", "arguments must be an object".into()),
-        Err(e) => return refused("invalid_arguments", e.to_string()),
+        Ok(_) => return refused(Code::InvalidArguments, "arguments must be an object".into()),
+        Err(e) => return refused(Code::InvalidArguments, e.to_string()),
     };
     // The worker's binding is never authoritative: bind again here.
     let shape = listing
@@ -425,7 +425,7 @@ async fn answer<C: Caller>(
     let map = match shape {
         Some(shape) => match InputShape::new(shape).and_then(|s| s.bind_map(name, &map)) {
             Ok(map) => map,
-            Err(e) => return refused("invalid_arguments", e.to_string()),
+            Err(e) => return refused(Code::InvalidArguments, e.to_string()),
         },
         None => map,
     };
@@ -436,7 +436,7 @@ async fn answer<C: Caller>(
             text: r.text,
             retry_after_ms: r.retry_after.map(|d| d.as_millis() as u64),
         },
-        Err(CallError::Transport(text)) => refused("internal", text),
+        Err(CallError::Transport(text)) => refused(Code::Internal, text),
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use larkgate_binding::{Limits, Map, Value, from_starlark, to_starlark};
+use larkgate_caller::Code;
 use starlark::PrintHandler;
 use starlark::environment::{Globals, LibraryExtension, Module};
 use starlark::eval::Evaluator;
@@ -139,7 +140,7 @@ pub enum RunError {
     #[error("{text} [{code}]")]
     Refused {
         /// The refusal code.
-        code: String,
+        code: Code,
         /// The tool's own text.
         text: String,
     },
@@ -150,12 +151,12 @@ pub enum RunError {
 
 impl RunError {
     /// The envelope code a failed run maps to.
-    pub fn code(&self) -> &str {
+    pub fn code(&self) -> Code {
         match self {
-            RunError::Script(_) | RunError::InvalidArguments(_) => "invalid_arguments",
-            RunError::Limit { .. } => "limit_exceeded",
-            RunError::Refused { code, .. } => code,
-            RunError::Failed(_) => "internal",
+            RunError::Script(_) | RunError::InvalidArguments(_) => Code::InvalidArguments,
+            RunError::Limit { .. } => Code::LimitExceeded,
+            RunError::Refused { code, .. } => *code,
+            RunError::Failed(_) => Code::Internal,
         }
     }
 }
@@ -393,7 +394,7 @@ fn classify(
     let message = error.to_string();
     if let Some(refused) = error_source::<ToolRefused>(error) {
         return RunError::Refused {
-            code: refused.code.clone(),
+            code: refused.code,
             text: refused.text.clone(),
         };
     }

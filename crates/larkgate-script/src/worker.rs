@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larkgate_binding::{Limits, Map, from_json, map_to_json};
-use larkgate_caller::{CallError, RefusalError, ToolInfo};
+use larkgate_caller::{CallError, Code, RefusalError, ToolInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Host;
@@ -74,7 +74,7 @@ pub enum CallAnswer {
     /// A refusal: code, text, retry-after in milliseconds.
     Refused {
         /// The code.
-        code: String,
+        code: Code,
         /// The text.
         text: String,
         /// When to retry.
@@ -109,8 +109,8 @@ pub enum WireError {
     },
     /// An unhandled refusal.
     Refused {
-        /// The code.
-        code: String,
+        /// The code (a frame naming no known code is not read).
+        code: Code,
         /// The text.
         text: String,
     },
@@ -151,7 +151,7 @@ impl From<&RunError> for WireError {
                 message: message.clone(),
             },
             RunError::Refused { code, text } => WireError::Refused {
-                code: code.clone(),
+                code: *code,
                 text: text.clone(),
             },
             RunError::Failed(m) => WireError::Failed(m.clone()),

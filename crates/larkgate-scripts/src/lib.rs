@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use larkgate_binding::{Limits, Map, Value};
 use larkgate_platform::access::{self, AUTHORS, PUBLISHERS};
-use larkgate_platform::audit::{AuditEntry, AuditSink};
+use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::registry::{RegistryError, script_tool_name};
 use larkgate_platform::{Platform, RunContext, RunKind};
@@ -110,7 +110,7 @@ pub async fn readable_run(store: &dyn Store, reader: &Principal, id: &str) -> Re
 }
 
 fn store_failed(error: StoreError) -> Refusal {
-    Refusal::internal(error.to_string())
+    Refusal::internal("the script store failed", error)
 }
 
 /// A saved draft, as reported back.
@@ -185,7 +185,7 @@ pub struct Finished {
 impl Finished {
     /// The failed run as a refusal: its own code and text, and where to read the record.
     pub fn refusal(&self, error: &RunError) -> Refusal {
-        let code = serde_json::from_value::<Code>(error.code().into()).unwrap_or(Code::Internal);
+        let code = error.code();
         Refusal::new(code, format!("run {} failed: {error}", self.record.id)).with_hint(format!(
             "read the run with run_get(run_id=\"{}\")",
             self.record.id
@@ -296,7 +296,7 @@ impl Scripts {
         self.event(
             actor,
             name,
-            "draft_saved",
+            EventKind::DraftSaved,
             format!("saved draft {name}, sha256 {}", source_hash(source)),
         )?;
         Ok(Saved {
@@ -335,7 +335,7 @@ impl Scripts {
         self.event(
             actor,
             name,
-            "published",
+            EventKind::Published,
             format!(
                 "published {name} version {} by {} with roles [{}], hash {hash}",
                 version.version,
@@ -345,7 +345,7 @@ impl Scripts {
         )?;
         self.refresh_tools()
             .await
-            .map_err(|e| Refusal::internal(format!("the script tools were not refreshed: {e}")))?;
+            .map_err(|e| Refusal::internal("the script tools were not refreshed", e))?;
         Ok(version)
     }
 
@@ -353,7 +353,7 @@ impl Scripts {
         &self,
         actor: &Principal,
         name: &str,
-        code: &str,
+        kind: EventKind,
         detail: String,
     ) -> Result<(), Refusal> {
         self.audit
@@ -361,12 +361,12 @@ impl Scripts {
                 kind: Some(AuditKind::Event),
                 principal: actor.id.clone(),
                 tool: Some(script_tool_name(name)),
-                code: Some(code.to_owned()),
+                code: Some(kind.into()),
                 detail: Some(detail),
                 ..Default::default()
             })
             .map(|_| ())
-            .map_err(|e| Refusal::internal(format!("the change could not be audited: {e}")))
+            .map_err(|e| Refusal::internal("the change could not be audited", e))
     }
 
     /// Every draft, by name.
@@ -471,11 +471,10 @@ impl Scripts {
             .input
             .bind_map("main", &request.arguments)
             .map_err(|e| larkgate_platform::envelope::refuse_arguments(&e))?;
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .map_err(|_| Refusal::internal("larkgate is stopping"))?;
+        let _slot =
+            self.slots.acquire().await.map_err(|_| {
+                Refusal::internal("larkgate is stopping", "the run slots are closed")
+            })?;
         let id = run_id();
         let started = Instant::now();
         let mut record = Run {
@@ -521,7 +520,7 @@ impl Scripts {
             }
             Err(error) => {
                 record.status = RunStatus::Failed;
-                record.error_code = Some(error.code().to_owned());
+                record.error_code = Some(error.code().as_str().to_owned());
                 record.error = Some(error.to_string());
             }
         }
@@ -638,5 +637,5 @@ fn run_id() -> String {
 pub fn upgrade(scripts: &Weak<Scripts>) -> Result<Arc<Scripts>, Refusal> {
     scripts
         .upgrade()
-        .ok_or_else(|| Refusal::internal("the script service has stopped"))
+        .ok_or_else(|| Refusal::internal("the script service has stopped", "its handle is gone"))
 }

@@ -18,9 +18,9 @@ use std::time::Duration;
 use futures::channel::mpsc;
 use larkgate_binding::{Limits, Map, from_json_object};
 use larkgate_caller::{
-    Annotations, CallError, Caller, Origin, RefusalError, Source, TEXT_RESULT_KEY, ToolInfo,
+    Annotations, CallError, Caller, ENVELOPE_META_KEY, Envelope, Origin, RefusalError, Source,
+    TEXT_RESULT_KEY, ToolInfo,
 };
-use larkgate_platform::envelope::ENVELOPE_META_KEY;
 use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
 use larkgate_platform::{Platform, PlatformServer, RunContext, SessionIdentity};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
@@ -188,27 +188,23 @@ fn read_result(result: CallToolResult, limits: Limits) -> Result<Map, CallError>
             .as_ref()
             .and_then(|m| m.get(ENVELOPE_META_KEY))
             .is_some_and(|v| v == &serde_json::Value::Bool(true));
-        let envelope = result.structured_content.as_ref().filter(|_| marked);
+        let envelope = result.structured_content.clone().filter(|_| marked);
         let Some(envelope) = envelope else {
             return Err(CallError::Transport(format!(
                 "the server returned an error result without larkgate's envelope: {}",
                 text_of(&result)
             )));
         };
+        let envelope: Envelope = serde_json::from_value(envelope).map_err(|e| {
+            CallError::Transport(format!(
+                "the server returned an envelope larkgate cannot read ({e}): {}",
+                text_of(&result)
+            ))
+        })?;
         return Err(CallError::Refused(RefusalError {
-            code: envelope
-                .get("code")
-                .and_then(|c| c.as_str())
-                .unwrap_or("internal")
-                .to_owned(),
-            retry_after: envelope
-                .get("retry_after_seconds")
-                .and_then(|s| s.as_u64())
-                .map(Duration::from_secs),
-            approval_id: envelope
-                .get("approval_id")
-                .and_then(|id| id.as_str())
-                .map(str::to_owned),
+            code: envelope.code,
+            retry_after: envelope.retry_after_seconds.map(Duration::from_secs),
+            approval_id: envelope.approval_id,
             text: text_of(&result),
         }));
     }
@@ -295,6 +291,21 @@ mod tests {
             read_result(result, Limits::default()),
             Err(CallError::Transport(_))
         ));
+    }
+
+    #[test]
+    fn a_marked_envelope_with_an_unknown_code_is_not_read_as_a_refusal() {
+        let mut result = CallToolResult::error(vec![ContentBlock::text("who knows")]);
+        result.structured_content = Some(serde_json::json!({
+            "code": "approved_by_root", "category": "approval", "message": "who knows"
+        }));
+        let mut meta = MetaObject::new();
+        meta.insert(ENVELOPE_META_KEY.to_owned(), true.into());
+        result.meta = Some(meta);
+        match read_result(result, Limits::default()) {
+            Err(CallError::Transport(text)) => assert!(text.contains("cannot read"), "{text}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use larkgate_binding::Limits;
 use larkgate_platform::Platform;
-use larkgate_platform::audit::AuditEntry;
+use larkgate_platform::audit::{AuditEntry, EventKind};
 use larkgate_platform::registry::prefixed_name;
 use larkgate_store::AuditKind;
 use larkgate_store::now_ms;
@@ -303,7 +303,7 @@ pub async fn check_and_pin(
             change.event,
             &change.hash,
         )?;
-        if change.event == "tool_quarantined" {
+        if change.event == EventKind::ToolQuarantined {
             tracing::warn!(
                 alias,
                 tool = %change.tool,
@@ -320,14 +320,14 @@ pub fn audit_pin(
     principal: &str,
     alias: &str,
     tool: &str,
-    event: &str,
+    event: EventKind,
     hash: &str,
 ) -> Result<(), String> {
     let entry = AuditEntry {
         kind: Some(AuditKind::Event),
         principal: principal.to_owned(),
         tool: Some(prefixed_name(alias, tool)),
-        code: Some(event.to_owned()),
+        code: Some(event.into()),
         detail: Some(format!(
             "upstream {alias:?} tool {tool:?}: {event} (definition sha256 {hash})"
         )),

@@ -16,6 +16,7 @@
 //! configured `approval = "never"` are trusted by the operator: their changes are re-pinned.
 //! Every change — pinned, quarantined, approved, re-pinned — is an audit event.
 
+use larkgate_platform::audit::EventKind;
 use rmcp::model::Tool;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -70,7 +71,7 @@ pub struct PinChange {
     /// The tool's name at the upstream.
     pub tool: String,
     /// `tool_pinned`, `tool_repinned`, `tool_quarantined` or `tool_restored`.
-    pub event: &'static str,
+    pub event: EventKind,
     /// The definition's hash now served.
     pub hash: String,
 }
@@ -103,7 +104,7 @@ pub fn reconcile(
         let name = tool.name.to_string();
         let (served, hash) = definition(tool);
         let pin = pins.iter().find(|p| p.tool == name);
-        let approved = |event: &'static str, out: &mut Reconciled| {
+        let approved = |event: EventKind, out: &mut Reconciled| {
             out.pins.push(ToolPin {
                 alias: alias.to_owned(),
                 tool: name.clone(),
@@ -132,14 +133,14 @@ pub fn reconcile(
                     out.pins.push(restored);
                     out.changes.push(PinChange {
                         tool: name.clone(),
-                        event: "tool_restored",
+                        event: EventKind::ToolRestored,
                         hash: hash.clone(),
                     });
                 }
                 out.usable.push(tool.clone());
             }
-            None if adopting => approved("tool_pinned", &mut out),
-            _ if approval == Approval::Never => approved("tool_repinned", &mut out),
+            None if adopting => approved(EventKind::ToolPinned, &mut out),
+            _ if approval == Approval::Never => approved(EventKind::ToolRepinned, &mut out),
             existing => {
                 let already = existing.is_some_and(|p| {
                     p.status == PinStatus::Quarantined
@@ -158,7 +159,7 @@ pub fn reconcile(
                     });
                     out.changes.push(PinChange {
                         tool: name.clone(),
-                        event: "tool_quarantined",
+                        event: EventKind::ToolQuarantined,
                         hash: hash.clone(),
                     });
                 }

@@ -12,7 +12,7 @@ use larkgate_store::AuditKind;
 use prometheus_client::metrics::gauge::Gauge;
 use tower::{Layer, Service};
 
-use crate::audit::AuditEntry;
+use crate::audit::{AuditCode, AuditEntry};
 use crate::envelope::Code;
 use crate::services::Services;
 
@@ -93,7 +93,7 @@ where
                     run_kind: identity.as_ref().map(|i| i.run.kind.as_str().to_owned()),
                     session: identity.as_ref().map(|i| i.label.clone()),
                     tool: Some(tool),
-                    code: Some(refusal.code.as_str().to_owned()),
+                    code: Some(AuditCode::Refusal(refusal.code)),
                     detail: Some(refusal.message.clone()),
                     ..Default::default()
                 };

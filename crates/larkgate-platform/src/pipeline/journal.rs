@@ -12,7 +12,7 @@ use larkgate_store::AuditKind;
 use tower::Service;
 
 use crate::approvals;
-use crate::audit::AuditEntry;
+use crate::audit::{AuditCode, AuditEntry};
 use crate::envelope::Refusal;
 use crate::identity::{CallContext, SessionIdentity};
 use crate::registry::RegisteredTool;
@@ -56,7 +56,11 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
     ) else {
         return CallResponse {
             result: Err(Refusal::internal(
-                "the pipeline reached dispatch incomplete",
+                "the call did not run",
+                format!(
+                    "the pipeline reached dispatch incomplete for {}",
+                    request.tool
+                ),
             )),
             admitted: false,
         };
@@ -90,10 +94,10 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
     let intent_seq = match services.audit.append(intent) {
         Ok(seq) => seq,
         Err(error) => {
-            tracing::error!(%error, tool = %request.tool, "intent not written; the call does not run");
             return CallResponse {
                 result: Err(Refusal::internal(
                     "the audit record could not be written, so the call did not run",
+                    format_args!("the intent of {} was not written: {error}", request.tool),
                 )),
                 admitted: false,
             };
@@ -110,8 +114,8 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
     let outcome = AuditEntry {
         kind: Some(AuditKind::Outcome),
         code: Some(match &result {
-            Ok(_) => "ok".to_owned(),
-            Err(refusal) => refusal.code.as_str().to_owned(),
+            Ok(_) => AuditCode::Ok,
+            Err(refusal) => AuditCode::Refusal(refusal.code),
         }),
         intent_seq: Some(intent_seq),
         duration_us: Some(started.elapsed().as_micros() as u64),

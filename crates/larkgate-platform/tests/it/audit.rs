@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use larkgate_platform::audit::{
-    AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit, verify,
+    AuditCode, AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit, verify,
 };
 use larkgate_store::{AuditKind, AuditQuery, SqliteStore, Store};
 
@@ -33,7 +33,7 @@ async fn fill(log: &AuditLog, n: usize) {
             .unwrap();
         log.append(AuditEntry {
             intent_seq: Some(intent),
-            code: Some("ok".into()),
+            code: Some(AuditCode::Ok),
             duration_us: Some(i as u64),
             ..entry(AuditKind::Outcome, "alice", "kv_get")
         })

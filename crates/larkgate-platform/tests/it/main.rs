@@ -1,7 +1,14 @@
-//! Integration tests of the platform crate.
+//! Integration tests of the platform crate. The pipeline's behaviour is tested end to end:
+//! real in-memory MCP sessions (`larkgate-session`) against the assembled platform, on a real
+//! SQLite file and a real audit journal.
 
+mod approvals;
 mod audit;
+mod audit_of_calls;
 mod capabilities;
 mod envelopes;
+mod harness;
+mod identity;
 mod modules;
+mod pipeline;
 mod tokens;

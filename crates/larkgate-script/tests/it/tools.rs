@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larkgate_binding::{FieldShape, Limits, Map, Value};
-use larkgate_caller::{Annotations, CallError, Caller, Origin, RefusalError, Source, ToolInfo};
+use larkgate_caller::{
+    Annotations, CallError, Caller, Code, Origin, RefusalError, Source, ToolInfo,
+};
 use larkgate_script::{Blocking, RunError, ScriptLimits, Tools, run_in_process};
 
 /// A caller with a fixed listing that records calls and answers from a script of replies.
@@ -96,7 +98,7 @@ impl Caller for Scripted {
         if *limited > 0 {
             *limited -= 1;
             return Err(CallError::Refused(RefusalError {
-                code: "rate_limited".into(),
+                code: Code::RateLimited,
                 retry_after: Some(Duration::from_millis(10)),
                 approval_id: None,
                 text: "slow down".into(),
@@ -208,7 +210,7 @@ fn arguments_are_checked_before_the_call_leaves_the_engine() {
 fn a_refusal_raises_with_the_tools_own_text_and_code_unless_tried() {
     let caller = Arc::new(Scripted::default());
     *caller.refuse_with.lock().unwrap() = Some(RefusalError {
-        code: "forbidden".into(),
+        code: Code::Forbidden,
         retry_after: None,
         approval_id: None,
         text: "ada may not call kv_get".into(),
@@ -222,7 +224,7 @@ fn a_refusal_raises_with_the_tools_own_text_and_code_unless_tried() {
     assert_eq!(
         err,
         RunError::Refused {
-            code: "forbidden".into(),
+            code: Code::Forbidden,
             text: "ada may not call kv_get".into()
         }
     );

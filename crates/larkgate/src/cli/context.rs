@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use larkgate_platform::Platform;
 use larkgate_platform::access;
 use larkgate_platform::audit::{
-    AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit,
+    AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, EventKind, ForwardingAudit,
 };
 use larkgate_script::{WorkerCommand, WorkerPool};
 use larkgate_store::{AuditKind, Principal, PrincipalKind, SqliteStore, Store};
@@ -120,11 +120,11 @@ impl StoreContext {
     }
 
     /// Records an audit event as the actor.
-    pub(crate) fn event(&self, code: &str, detail: String) -> anyhow::Result<()> {
+    pub(crate) fn event(&self, kind: EventKind, detail: String) -> anyhow::Result<()> {
         self.events.record_event(AuditEntry {
             kind: Some(AuditKind::Event),
             principal: self.actor.id.clone(),
-            code: Some(code.to_owned()),
+            code: Some(kind.into()),
             detail: Some(detail),
             ..AuditEntry::default()
         })?;

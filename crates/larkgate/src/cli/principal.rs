@@ -5,6 +5,7 @@
 use std::io::Write;
 
 use anyhow::bail;
+use larkgate_platform::audit::EventKind;
 use larkgate_store::{Principal, PrincipalKind, Store};
 
 use super::context::{OPERATOR, StoreContext, require_admin};
@@ -139,7 +140,7 @@ pub(crate) async fn run(
                 })
                 .await?;
             context.event(
-                "principal",
+                EventKind::Principal,
                 format!(
                     "added principal {name} ({}) with roles [{}]",
                     kind.as_str(),
@@ -153,14 +154,14 @@ pub(crate) async fn run(
             let roles = check_roles(&roles)?;
             context.store.set_roles(&name, roles.clone()).await?;
             context.event(
-                "principal",
+                EventKind::Principal,
                 format!("set roles of {name} to [{}]", roles.join(",")),
             )?;
             writeln!(out, "{name} now has roles [{}]", roles.join(","))?;
         }
         Command::Remove { name } => {
             context.store.remove_principal(&name).await?;
-            context.event("principal", format!("removed principal {name}"))?;
+            context.event(EventKind::Principal, format!("removed principal {name}"))?;
             writeln!(out, "removed {name}")?;
         }
     }

@@ -21,7 +21,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use larkgate_platform::audit::{AuditEntry, AuditSink};
+use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
@@ -100,7 +100,7 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
                 StatusCode::UNAUTHORIZED,
                 -32001,
                 &format!("unauthenticated: {}", refusal.message),
-                Some(refusal.envelope()),
+                serde_json::to_value(refusal.envelope()).ok(),
             );
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -332,7 +332,7 @@ async fn bootstrap(
     context.audit.record_event(AuditEntry {
         kind: Some(AuditKind::Event),
         principal: "larkgate".to_owned(),
-        code: Some("token".to_owned()),
+        code: Some(EventKind::Token.into()),
         detail: Some(format!(
             "first start: created the principal admin and token {} for it",
             new.record.id

@@ -8,6 +8,7 @@
 use std::io::Write;
 
 use anyhow::{Context as _, bail};
+use larkgate_platform::audit::EventKind;
 use larkgate_platform::tokens;
 use larkgate_store::Store;
 use larkgate_store::now_ms;
@@ -76,7 +77,7 @@ pub(crate) async fn run(
                 .expires_at_ms
                 .map_or_else(String::new, |t| format!(", valid until {}", time(t)));
             context.event(
-                "token",
+                EventKind::Token,
                 format!("created token {} for {principal}{validity}", new.record.id),
             )?;
             writeln!(out, "{}", new.token)?;
@@ -118,7 +119,7 @@ pub(crate) async fn run(
             if !context.store.revoke_token(&id, now_ms()).await? {
                 bail!("there is no token {id:?}; `larkgate token list` shows them");
             }
-            context.event("token", format!("revoked token {id}"))?;
+            context.event(EventKind::Token, format!("revoked token {id}"))?;
             writeln!(out, "revoked {id}")?;
             Ok(())
         }

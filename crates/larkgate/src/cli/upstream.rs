@@ -9,6 +9,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
+use larkgate_platform::audit::EventKind;
 use larkgate_store::now_ms;
 use larkgate_store::{PinStatus, Store, UpstreamRecord};
 use larkgate_upstream::SystemResolver;
@@ -217,7 +218,7 @@ pub(crate) async fn run(
                         &context.actor.id,
                         &name,
                         &pin.tool,
-                        "tool_approved",
+                        EventKind::ToolApproved,
                         &next.hash,
                     )
                     .map_err(anyhow::Error::msg)?;

@@ -337,3 +337,82 @@ async fn with_a_working_journal_the_same_tool_runs() {
     caller.call_tool("touch", Map::new()).await.unwrap();
     assert!(path.exists());
 }
+
+/// What larkgate logs while a test runs, for tests of what goes to the operator's log.
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for CapturedLog {
+    type Writer = CapturedLog;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_failing_store_is_internal_with_a_correlation_id_and_its_detail_only_in_the_log() {
+    let log = CapturedLog::default();
+    // The test runtime is single-threaded: the server's tasks log through this subscriber too.
+    let _logging = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let h = Harness::new().await;
+    // The store fails under the approval gate: its approvals table is gone.
+    let raw = rusqlite::Connection::open(h.dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    raw.execute_batch("DROP TABLE approvals").unwrap();
+    let (caller, _t) = h.session("wes").await;
+    let refused = refusal(&caller, "kv_delete", args(&[("key", "k".into())])).await;
+    assert_eq!(refused.code, "internal");
+    let id: String = refused
+        .text
+        .split("correlation id ")
+        .nth(1)
+        .expect("the text names a correlation id")
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    assert_eq!(id.len(), 16, "{}", refused.text);
+    // The caller learns that larkgate failed and what did not happen, nothing of the store.
+    let text = refused.text.to_lowercase();
+    for leak in [
+        "no such table",
+        "sqlite",
+        "select ",
+        "database error",
+        "/tmp",
+    ] {
+        assert!(!text.contains(leak), "{leak:?} reached the caller: {text}");
+    }
+    // The operator's log has the detail, under the same id.
+    let logged = log.text();
+    let line = logged
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("no log line names {id}: {logged}"));
+    assert!(line.contains("no such table: approvals"), "{line}");
+    // The server keeps serving what does not need the broken table.
+    let ok = caller
+        .call_tool("kv_get", args(&[("key", "k".into())]))
+        .await
+        .unwrap();
+    assert_eq!(ok.get("found"), Some(&Value::Bool(false)));
+}

@@ -54,7 +54,7 @@ period_seconds = 1
 
 pub(crate) struct Harness {
     /// Keeps the data directory alive for the test's duration.
-    _dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
     pub(crate) store: Arc<SqliteStore>,
     pub(crate) audit: Arc<AuditLog>,
     pub(crate) platform: Platform,
@@ -107,7 +107,7 @@ impl Harness {
             .clock(Box::new(clock.clone()));
         let platform = configure(builder).build();
         Harness {
-            _dir: dir,
+            dir,
             store,
             audit,
             platform,

@@ -1,0 +1,146 @@
+//! The chain: each record's hash covers its fields and the previous record's hash, so an edit,
+//! an insertion or a deletion anywhere shows. [`verify`] recomputes it from the store.
+
+use larkgate_store::{AuditKind, AuditQuery, AuditRecord, Store, StoreError};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The hash before the first record.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The fields a record's hash covers, in a fixed order.
+#[derive(Serialize)]
+struct HashInput<'a> {
+    seq: u64,
+    at_ms: i64,
+    kind: &'a str,
+    principal: &'a str,
+    run_id: &'a Option<String>,
+    run_kind: &'a Option<String>,
+    session: &'a Option<String>,
+    tool: &'a Option<String>,
+    args_hash: &'a Option<String>,
+    args: &'a Option<String>,
+    code: &'a Option<String>,
+    intent_seq: Option<u64>,
+    duration_us: Option<u64>,
+    detail: &'a Option<String>,
+    prev_hash: &'a str,
+}
+
+/// The hash a record should carry.
+pub fn record_hash(record: &AuditRecord) -> String {
+    let input = HashInput {
+        seq: record.seq,
+        at_ms: record.at_ms,
+        kind: record.kind.as_str(),
+        principal: &record.principal,
+        run_id: &record.run_id,
+        run_kind: &record.run_kind,
+        session: &record.session,
+        tool: &record.tool,
+        args_hash: &record.args_hash,
+        args: &record.args,
+        code: &record.code,
+        intent_seq: record.intent_seq,
+        duration_us: record.duration_us,
+        detail: &record.detail,
+        prev_hash: &record.prev_hash,
+    };
+    // Serializing plain strings and integers cannot fail.
+    let bytes = serde_json::to_vec(&input).unwrap_or_default();
+    hex::encode(Sha256::digest(&bytes))
+}
+
+/// What [`verify`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// How many records were checked.
+    pub records: u64,
+    /// The first record that breaks the chain, and why.
+    pub first_broken: Option<(u64, String)>,
+    /// A head ahead of the last record: records were deleted from the end.
+    pub head_mismatch: Option<String>,
+    /// Intents with no outcome (a call still running, or one whose outcome was lost).
+    pub intents_without_outcome: Vec<u64>,
+}
+
+impl VerifyReport {
+    /// Whether the chain is intact (open intents are reported but do not break it).
+    pub fn intact(&self) -> bool {
+        self.first_broken.is_none() && self.head_mismatch.is_none()
+    }
+}
+
+/// Recomputes the whole chain in the store.
+pub async fn verify(store: &dyn Store) -> Result<VerifyReport, StoreError> {
+    let mut report = VerifyReport::default();
+    let mut prev_hash = GENESIS_HASH.to_owned();
+    let mut expected_seq = 1;
+    let mut open_intents = std::collections::BTreeSet::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .audit_records(AuditQuery {
+                after_seq: after,
+                limit: Some(10_000),
+                ..Default::default()
+            })
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.seq);
+        for record in &page {
+            report.records += 1;
+            if report.first_broken.is_none() {
+                let problem = if record.seq != expected_seq {
+                    Some(format!(
+                        "expected sequence {expected_seq}, found {}: records are missing",
+                        record.seq
+                    ))
+                } else if record.prev_hash != prev_hash {
+                    Some("its previous hash does not match the record before it".to_owned())
+                } else if record_hash(record) != record.hash {
+                    Some("its contents do not match its hash: it was edited".to_owned())
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    report.first_broken = Some((record.seq, problem));
+                }
+            }
+            match record.kind {
+                AuditKind::Intent => {
+                    open_intents.insert(record.seq);
+                }
+                AuditKind::Outcome => {
+                    if let Some(intent) = record.intent_seq {
+                        open_intents.remove(&intent);
+                    }
+                }
+                AuditKind::Refusal | AuditKind::Event => {}
+            }
+            expected_seq = record.seq + 1;
+            prev_hash = record.hash.clone();
+        }
+    }
+    let last_seq = expected_seq - 1;
+    match store.audit_head().await? {
+        Some(head) if head.seq > last_seq => {
+            report.head_mismatch = Some(format!(
+                "the head is at sequence {} but the last record is {last_seq}: records were \
+                 deleted from the end",
+                head.seq
+            ));
+        }
+        Some(head) if head.seq == last_seq && head.hash != prev_hash => {
+            report.head_mismatch =
+                Some(format!("the head's hash does not match record {last_seq}"));
+        }
+        None if last_seq > 0 => {
+            report.head_mismatch = Some("records exist but the head is missing".to_owned());
+        }
+        _ => {}
+    }
+    report.intents_without_outcome = open_intents.into_iter().collect();
+    Ok(report)
+}

@@ -1,0 +1,342 @@
+//! [`AuditLog`]: the owner's side of the chain. A record is journaled with one `write(2)`
+//! before [`AuditSink::append`] returns; a background task moves journaled records into the
+//! store in batches and rotates the journal away; at start, a journal a crash left behind is
+//! replayed (idempotently, by sequence) before anything new is appended.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use larkgate_store::{AuditHead, AuditKind, AuditRecord, Store, now_ms};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use super::chain::{GENESIS_HASH, record_hash};
+use super::forwarding::{as_event, unreadable};
+use super::{AuditEntry, AuditError, AuditSink};
+
+/// The live journal. Rotated journals are named `audit.journal.<last sequence>`.
+const JOURNAL: &str = "audit.journal";
+/// Held (an exclusive file lock) by the one process that owns the chain.
+const LOCK: &str = "audit.lock";
+
+/// How many forwarded entries one flush adopts.
+const ADOPT_BATCH: usize = 256;
+
+/// Options of the audit log.
+#[derive(Clone, Copy, Debug)]
+pub struct AuditOptions {
+    /// fsync the journal after every record (survives power loss; costs a disk flush per
+    /// record).
+    pub fsync: bool,
+    /// How often the background task moves records into the store.
+    pub flush_interval: Duration,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            fsync: false,
+            flush_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Chain {
+    seq: u64,
+    prev_hash: String,
+    journal: File,
+    /// Records journaled but not yet in the store.
+    pending: Vec<AuditRecord>,
+    /// Rotated journals whose records are not yet known to be in the store.
+    rotated: Vec<PathBuf>,
+    /// Inbox ids of the forwarded entries among `pending`.
+    pending_adopted: Vec<i64>,
+    /// Inbox ids chained but not yet deleted from the inbox (pending, or in a flush under way):
+    /// never chained twice.
+    adopted: std::collections::BTreeSet<i64>,
+}
+
+/// A journal line: a record, and the inbox entry it adopted, if it did.
+#[derive(Deserialize)]
+struct JournalLine {
+    #[serde(flatten)]
+    record: AuditRecord,
+    #[serde(default)]
+    adopted: Option<i64>,
+}
+
+/// A journal line, written.
+#[derive(Serialize)]
+struct JournalLineRef<'a> {
+    #[serde(flatten)]
+    record: &'a AuditRecord,
+    adopted: i64,
+}
+
+/// The journaled, chained audit log. See the module documentation.
+#[derive(Debug)]
+pub struct AuditLog {
+    chain: Mutex<Chain>,
+    dir: PathBuf,
+    store: Arc<dyn Store>,
+    options: AuditOptions,
+    /// The exclusive lock on `audit.lock`, held for the log's lifetime: two processes
+    /// appending to one chain would fork it.
+    _lock: File,
+    wake: Arc<Notify>,
+    /// Serializes flushes (the background task and explicit [`AuditLog::flush`] calls).
+    flushing: tokio::sync::Mutex<()>,
+}
+
+impl AuditLog {
+    /// Opens the log in `dir`: replays any journal a crash left behind into `store`, chains
+    /// the entries other processes forwarded, then continues the chain from there. Spawns the
+    /// background flusher on the current tokio runtime.
+    pub async fn open(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        options: AuditOptions,
+    ) -> Result<Arc<Self>, AuditError> {
+        std::fs::create_dir_all(dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK))?;
+        if lock.try_lock().is_err() {
+            return Err(AuditError::Busy(dir.display().to_string()));
+        }
+        let mut left_behind = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let is_journal = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(JOURNAL));
+            if is_journal {
+                left_behind.push(path);
+            }
+        }
+        for path in &left_behind {
+            let (records, adopted) = read_journal(path)?;
+            store.append_audit_adopting(records, adopted).await?;
+        }
+        for path in &left_behind {
+            std::fs::remove_file(path)?;
+        }
+        let head = store.audit_head().await?;
+        let (seq, prev_hash) = head
+            .map(|h| (h.seq, h.hash))
+            .unwrap_or((0, GENESIS_HASH.to_owned()));
+        let journal = open_journal(&dir.join(JOURNAL))?;
+        let log = Arc::new(AuditLog {
+            chain: Mutex::new(Chain {
+                seq,
+                prev_hash,
+                journal,
+                pending: Vec::new(),
+                rotated: Vec::new(),
+                pending_adopted: Vec::new(),
+                adopted: std::collections::BTreeSet::new(),
+            }),
+            dir: dir.to_owned(),
+            store,
+            options,
+            _lock: lock,
+            wake: Arc::new(Notify::new()),
+            flushing: tokio::sync::Mutex::new(()),
+        });
+        // Entries other processes forwarded while nobody owned the chain are chained now,
+        // before anything this process appends.
+        log.flush().await?;
+        // The flusher holds the log only while it flushes, so dropping the last handle ends it.
+        let weak = Arc::downgrade(&log);
+        let wake = Arc::clone(&log.wake);
+        let interval = options.flush_interval;
+        tokio::spawn(async move {
+            loop {
+                let _ = tokio::time::timeout(interval, wake.notified()).await;
+                let Some(log) = weak.upgrade() else { return };
+                if let Err(error) = log.flush().await {
+                    tracing::error!(%error, "audit records could not be moved into the store; they stay in the journal");
+                }
+            }
+        });
+        Ok(log)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Chain> {
+        // A panic while holding the lock happens before the sequence moves (see `append`),
+        // so the chain is consistent.
+        self.chain.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chains the entries other processes forwarded, then moves every journaled record into
+    /// the store now.
+    pub async fn flush(&self) -> Result<(), AuditError> {
+        let _one_at_a_time = self.flushing.lock().await;
+        let forwarded = self.store.forwarded_audit(ADOPT_BATCH).await?;
+        let (batch, adopted, rotated) = {
+            let mut chain = self.lock();
+            for forwarded in forwarded {
+                if !chain.adopted.contains(&forwarded.id) {
+                    let entry = serde_json::from_str(&forwarded.entry)
+                        .map_or_else(|error| unreadable(&forwarded.entry, &error), as_event);
+                    self.chain_record(&mut chain, entry, forwarded.at_ms, Some(forwarded.id))?;
+                }
+            }
+            if chain.pending.is_empty() {
+                return Ok(());
+            }
+            // Rotate: the live journal now holds nothing that is not in `pending`.
+            let rotated = self.dir.join(format!("{JOURNAL}.{:020}", chain.seq));
+            std::fs::rename(self.dir.join(JOURNAL), &rotated)?;
+            chain.journal = open_journal(&self.dir.join(JOURNAL))?;
+            chain.rotated.push(rotated);
+            (
+                std::mem::take(&mut chain.pending),
+                std::mem::take(&mut chain.pending_adopted),
+                chain.rotated.clone(),
+            )
+        };
+        let stored = self
+            .store
+            .append_audit_adopting(batch.clone(), adopted.clone())
+            .await;
+        if let Err(error) = stored {
+            // Keep the records (and their rotated files) for the next attempt.
+            let mut chain = self.lock();
+            let newer = std::mem::replace(&mut chain.pending, batch);
+            chain.pending.extend(newer);
+            let newer = std::mem::replace(&mut chain.pending_adopted, adopted);
+            chain.pending_adopted.extend(newer);
+            return Err(error.into());
+        }
+        for path in &rotated {
+            std::fs::remove_file(path)?;
+        }
+        let mut chain = self.lock();
+        chain.rotated.retain(|p| !rotated.contains(p));
+        for id in &adopted {
+            chain.adopted.remove(id);
+        }
+        Ok(())
+    }
+
+    /// Sequences, chains and journals one record (the chain is locked by the caller).
+    fn chain_record(
+        &self,
+        chain: &mut Chain,
+        entry: AuditEntry,
+        at_ms: i64,
+        adopted: Option<i64>,
+    ) -> Result<u64, AuditError> {
+        let mut record = AuditRecord {
+            seq: chain.seq + 1,
+            at_ms,
+            kind: entry.kind.unwrap_or(AuditKind::Event),
+            principal: entry.principal,
+            run_id: entry.run_id,
+            run_kind: entry.run_kind,
+            session: entry.session,
+            tool: entry.tool,
+            args_hash: entry.args_hash,
+            args: entry.args,
+            code: entry.code.map(String::from),
+            intent_seq: entry.intent_seq,
+            duration_us: entry.duration_us,
+            detail: entry.detail,
+            prev_hash: chain.prev_hash.clone(),
+            hash: String::new(),
+        };
+        record.hash = record_hash(&record);
+        let line = match adopted {
+            None => serde_json::to_vec(&record),
+            Some(adopted) => serde_json::to_vec(&JournalLineRef {
+                record: &record,
+                adopted,
+            }),
+        };
+        let mut line = line.map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        // One write: after it returns the record survives a process crash.
+        chain.journal.write_all(&line)?;
+        if self.options.fsync {
+            chain.journal.sync_data()?;
+        }
+        chain.seq = record.seq;
+        chain.prev_hash = record.hash.clone();
+        chain.pending.push(record);
+        if let Some(adopted) = adopted {
+            chain.pending_adopted.push(adopted);
+            chain.adopted.insert(adopted);
+        }
+        Ok(chain.seq)
+    }
+
+    /// The last sequence and hash appended (possibly not yet in the store).
+    pub fn head(&self) -> AuditHead {
+        let chain = self.lock();
+        AuditHead {
+            seq: chain.seq,
+            hash: chain.prev_hash.clone(),
+        }
+    }
+}
+
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        // Let the flusher notice that the log is gone.
+        self.wake.notify_one();
+    }
+}
+
+impl AuditSink for AuditLog {
+    fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
+        let mut chain = self.lock();
+        let seq = self.chain_record(&mut chain, entry, now_ms(), None)?;
+        drop(chain);
+        if seq.is_multiple_of(256) {
+            self.wake.notify_one();
+        }
+        Ok(seq)
+    }
+
+    fn catch_up(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {
+            // A failure leaves the entries for the next flush: the order is then looser, and
+            // nothing is lost.
+            if let Err(error) = self.flush().await {
+                tracing::warn!(%error, "forwarded audit events could not be chained yet");
+            }
+        })
+    }
+}
+
+fn open_journal(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Reads a journal: its records, and the inbox ids of the forwarded entries among them. A final
+/// line cut short by a crash mid-write was never acknowledged and is skipped.
+fn read_journal(path: &Path) -> std::io::Result<(Vec<AuditRecord>, Vec<i64>)> {
+    let mut records = Vec::new();
+    let mut adopted = Vec::new();
+    for line in BufReader::new(File::open(path)?).lines() {
+        let line = line?;
+        match serde_json::from_str::<JournalLine>(&line) {
+            Ok(line) => {
+                records.push(line.record);
+                adopted.extend(line.adopted);
+            }
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "skipping an unreadable audit journal line");
+            }
+        }
+    }
+    Ok((records, adopted))
+}
