@@ -6,6 +6,7 @@ mod call;
 mod capabilities;
 mod client;
 mod context;
+mod credentials;
 mod endpoint;
 mod principal;
 mod run;

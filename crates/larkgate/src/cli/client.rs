@@ -7,7 +7,6 @@
 //! process listings and shell history).
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
@@ -17,18 +16,15 @@ use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLim
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 
 use super::call::arguments_from;
-
-/// The environment variable the token comes from.
-const TOKEN_ENV: &str = "LARKGATE_TOKEN";
+use super::credentials::TokenArgs;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The server's MCP endpoint.
     #[arg(long, default_value = "http://127.0.0.1:8940/mcp")]
     url: String,
-    /// A file holding the bearer token (instead of `LARKGATE_TOKEN`).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    token: TokenArgs,
     /// Speak the 2025-11-25 revision (sessions) instead of 2026-07-28.
     #[arg(long)]
     legacy: bool,
@@ -61,20 +57,6 @@ enum Command {
     },
 }
 
-fn token(args: &Args) -> anyhow::Result<String> {
-    let token = match &args.token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the token file {}", path.display()))?,
-        None => std::env::var(TOKEN_ENV).map_err(|_| {
-            anyhow::anyhow!(
-                "no token: set {TOKEN_ENV} or pass --token-file (`larkgate serve` prints one at \
-                 its first start; an admin creates more with `larkgate token create`)"
-            )
-        })?,
-    };
-    Ok(token.trim().to_owned())
-}
-
 async fn connect(args: &Args) -> anyhow::Result<UpstreamClient> {
     let url =
         reqwest::Url::parse(&args.url).with_context(|| format!("{:?} is not a URL", args.url))?;
@@ -98,7 +80,7 @@ async fn connect(args: &Args) -> anyhow::Result<UpstreamClient> {
         },
         headers: [(
             "Authorization".to_owned(),
-            format!("Bearer {}", token(args)?),
+            format!("Bearer {}", args.token.read()?),
         )]
         .into(),
         limits: UpstreamLimits::default(),

@@ -12,14 +12,12 @@
 //! announces where it listens ([`super::endpoint`]); the relay sends the token only to a
 //! loopback address.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use larkgate_platform::envelope::{Code, Refusal};
-use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity, tokens};
-use larkgate_store::now_ms;
+use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity};
 use larkgate_store::{Principal, Store};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
@@ -30,42 +28,26 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 use super::context::{Context, StoreContext};
+use super::credentials::TokenArgs;
 use super::endpoint::{self, EndpointError};
-
-/// The environment variable a token may come from.
-pub(crate) const TOKEN_ENV: &str = "LARKGATE_TOKEN";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A file holding the token (instead of `LARKGATE_TOKEN`).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    token: TokenArgs,
 }
 
-fn token(args: &Args) -> anyhow::Result<String> {
-    let token = match &args.token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the token file {}", path.display()))?,
-        None => std::env::var(TOKEN_ENV).map_err(|_| {
-            anyhow::anyhow!(
-                "no token: set {TOKEN_ENV} or pass --token-file (an admin creates one with \
-                 `larkgate token create --principal NAME`)"
-            )
-        })?,
-    };
-    Ok(token.trim().to_owned())
-}
-
+/// The token's principal, by the same check as every HTTP request's.
 async fn principal(store: &dyn Store, token: &str) -> anyhow::Result<Principal> {
-    match tokens::verify(store, token, now_ms()).await {
+    match crate::http::verify_token(store, token).await {
         Ok(principal) => Ok(principal),
-        Err(tokens::TokenError::Invalid) => bail!("the token is not valid"),
-        Err(e) => Err(e.into()),
+        Err(crate::http::EdgeError::Unauthenticated) => bail!("the token is not valid"),
+        Err(other) => Err(other.into()),
     }
 }
 
 pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
-    let principal = principal(context.store.as_ref(), &token(&args)?).await?;
+    let principal = principal(context.store.as_ref(), &args.token.read()?).await?;
     let identity = Arc::new(SessionIdentity {
         run: RunContext {
             principal,
@@ -92,7 +74,7 @@ const RELAY_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The session over stdio, relayed to the running `larkgate serve` that owns this data
 /// directory's audit log.
 pub(crate) async fn relay(args: Args, context: &StoreContext) -> anyhow::Result<()> {
-    let token = token(&args)?;
+    let token = args.token.read()?;
     // Refused here, as without a server, rather than by the server after connecting.
     let principal = principal(context.store.as_ref(), &token).await?;
     let url = endpoint::read(&context.data_dir).map_err(|error| match error {

@@ -1,0 +1,123 @@
+//! Authentication at the edge: the bearer token names the principal, at every request.
+//!
+//! [`verify_token`] is the one token check of every edge (HTTP here, `larkgate stdio` at its
+//! start): the store is asked each time, so a revoked or expired token is refused from its next
+//! use and the principal's roles are read as they are now. [`authenticate`] binds the principal
+//! to the request for the platform, and a 2025-11-25 session to the principal that opened it:
+//! another principal's token on that session is refused (403), so a leaked session id does not
+//! lend anyone else's authority.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use larkgate_platform::envelope::Refusal;
+use larkgate_platform::{RunContext, RunKind, SessionIdentity, tokens};
+use larkgate_store::{Principal, Store, now_ms};
+
+use super::error::EdgeError;
+
+/// The principal `token` authenticates, with its roles as they are now.
+pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, EdgeError> {
+    match tokens::verify(store, token, now_ms()).await {
+        Ok(principal) => Ok(principal),
+        Err(tokens::TokenError::Invalid) => Err(EdgeError::Unauthenticated),
+        Err(tokens::TokenError::Store(error)) => Err(EdgeError::Unavailable(Refusal::internal(
+            "the token could not be checked",
+            error,
+        ))),
+    }
+}
+
+/// 2025-11-25 sessions, each with the principal that opened it.
+pub type Sessions = Arc<Mutex<HashMap<String, String>>>;
+
+/// What the authentication layer shares between requests.
+#[derive(Clone, Debug)]
+pub struct Auth {
+    store: Arc<dyn Store>,
+    sessions: Sessions,
+}
+
+impl Auth {
+    /// Authentication against `store`, with no session open yet.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Auth {
+            store,
+            sessions: Sessions::default(),
+        }
+    }
+
+    /// The open 2025-11-25 sessions (for the metrics).
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    fn owner(&self, session: &str) -> Option<String> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session)
+            .cloned()
+    }
+}
+
+/// The middleware: verifies the bearer token, binds sessions to principals, and hands the
+/// handler the caller in the request's extensions.
+pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let principal = match token {
+        Some(token) => verify_token(auth.store.as_ref(), &token).await,
+        None => Err(EdgeError::Unauthenticated),
+    };
+    let principal = match principal {
+        Ok(principal) => principal,
+        Err(error) => return error.into_response(),
+    };
+    let session = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(session) = &session
+        && auth.owner(session).is_some_and(|o| o != principal.id)
+    {
+        tracing::warn!(session, principal = %principal.id, "a session was presented with another principal's token");
+        return EdgeError::ForeignSession.into_response();
+    }
+    let id = principal.id.clone();
+    request.extensions_mut().insert(Arc::new(SessionIdentity {
+        run: RunContext {
+            principal,
+            run_id: None,
+            kind: RunKind::Direct,
+            depth: 0,
+        },
+        label: "http".into(),
+    }));
+    let deleting = request.method() == axum::http::Method::DELETE;
+    let response = next.run(request).await;
+    let mut sessions = auth.sessions.lock().unwrap_or_else(|p| p.into_inner());
+    if deleting && response.status().is_success() {
+        if let Some(session) = &session {
+            sessions.remove(session);
+        }
+    } else if session.is_none()
+        && let Some(opened) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        sessions.insert(opened.to_owned(), id);
+    }
+    drop(sessions);
+    response
+}

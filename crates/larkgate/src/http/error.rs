@@ -1,0 +1,198 @@
+//! Refusals at the HTTP edge, and the one conversion from each to an HTTP answer: a JSON-RPC
+//! error body (`"id": null` unless the request's id is known) with the status that fits, and
+//! for `unauthenticated` a `WWW-Authenticate` header and larkgate's envelope in `data`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use larkgate_platform::envelope::{Code, Refusal};
+
+/// The JSON-RPC error codes the edge answers with. The spec's own codes, and ours outside
+/// -32020..-32099 (reserved by the 2026-07-28 revision).
+pub mod codes {
+    /// The body is not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// The body is JSON but not a JSON-RPC request larkgate serves.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// larkgate itself failed.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// larkgate's own: no valid credential, or a session of another principal.
+    pub const UNAUTHENTICATED: i64 = -32001;
+}
+
+/// Why the edge refused a request before the MCP service saw it.
+#[derive(Debug, thiserror::Error)]
+pub enum EdgeError {
+    /// No bearer token, or one that is unknown, revoked or expired.
+    #[error(
+        "unauthenticated: no valid bearer token: send `Authorization: Bearer <token>` with a \
+         larkgate token"
+    )]
+    Unauthenticated,
+    /// The credential could not be checked (the store failed). The detail is logged under
+    /// the refusal's correlation id.
+    #[error("{}", .0.message)]
+    Unavailable(Refusal),
+    /// A 2025-11-25 session presented with another principal's token.
+    #[error("this session belongs to another principal")]
+    ForeignSession,
+    /// The body is larger than the edge reads.
+    #[error("the request body exceeds {limit} bytes")]
+    BodyTooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+    /// The body is not JSON.
+    #[error("parse error: the body is not JSON ({0})")]
+    NotJson(String),
+    /// The body is JSON but not a JSON-RPC message larkgate serves.
+    #[error("invalid request: {problem}")]
+    InvalidRequest {
+        /// What is wrong with it.
+        problem: &'static str,
+        /// The request's id, when it had one.
+        id: serde_json::Value,
+    },
+}
+
+impl EdgeError {
+    /// The refusal a bad or missing token gets, as an envelope.
+    fn unauthenticated_refusal() -> Refusal {
+        Refusal::new(
+            Code::Unauthenticated,
+            "no valid bearer token: send `Authorization: Bearer <token>` with a larkgate token",
+        )
+        .with_hint("an admin creates one with `larkgate token create --principal NAME`")
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            EdgeError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            EdgeError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            EdgeError::ForeignSession => StatusCode::FORBIDDEN,
+            EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            EdgeError::NotJson(_) | EdgeError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    fn code(&self) -> i64 {
+        match self {
+            EdgeError::Unauthenticated | EdgeError::ForeignSession => codes::UNAUTHENTICATED,
+            EdgeError::Unavailable(_) => codes::INTERNAL_ERROR,
+            EdgeError::NotJson(_) => codes::PARSE_ERROR,
+            EdgeError::BodyTooLarge { .. } | EdgeError::InvalidRequest { .. } => {
+                codes::INVALID_REQUEST
+            }
+        }
+    }
+
+    /// larkgate's envelope, for the refusals that have one.
+    fn data(&self) -> Option<serde_json::Value> {
+        let refusal = match self {
+            EdgeError::Unauthenticated => Self::unauthenticated_refusal(),
+            EdgeError::Unavailable(refusal) => refusal.clone(),
+            _ => return None,
+        };
+        serde_json::to_value(refusal.envelope()).ok()
+    }
+}
+
+impl IntoResponse for EdgeError {
+    fn into_response(self) -> Response {
+        let mut error = serde_json::json!({"code": self.code(), "message": self.to_string()});
+        if let Some(data) = self.data() {
+            error["data"] = data;
+        }
+        let id = match &self {
+            EdgeError::InvalidRequest { id, .. } => id.clone(),
+            _ => serde_json::Value::Null,
+        };
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
+        let mut response = (self.status(), body.to_string()).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if matches!(self, EdgeError::Unauthenticated) {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"larkgate\""),
+            );
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(error: EdgeError) -> (StatusCode, Option<String>, serde_json::Value) {
+        let response = error.into_response();
+        let status = response.status();
+        let challenge = response
+            .headers()
+            .get(header::WWW_AUTHENTICATE)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, challenge, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn each_refusal_is_one_json_rpc_answer_with_its_status_and_code() {
+        let cases = [
+            (EdgeError::Unauthenticated, 401, codes::UNAUTHENTICATED),
+            (EdgeError::ForeignSession, 403, codes::UNAUTHENTICATED),
+            (
+                EdgeError::BodyTooLarge { limit: 4 },
+                413,
+                codes::INVALID_REQUEST,
+            ),
+            (EdgeError::NotJson("eof".into()), 400, codes::PARSE_ERROR),
+            (
+                EdgeError::InvalidRequest {
+                    problem: "a JSON-RPC message must be an object",
+                    id: serde_json::json!(7),
+                },
+                400,
+                codes::INVALID_REQUEST,
+            ),
+        ];
+        for (error, status, code) in cases {
+            let text = error.to_string();
+            let (got, challenge, body) = answer(error).await;
+            assert_eq!(got.as_u16(), status, "{text}");
+            assert_eq!(body["jsonrpc"], "2.0");
+            assert_eq!(body["error"]["code"], code, "{text}");
+            assert_eq!(body["error"]["message"], text.as_str());
+            assert_eq!(challenge.is_some(), status == 401, "{text}");
+        }
+        let (_, _, body) = answer(EdgeError::InvalidRequest {
+            problem: "x",
+            id: serde_json::json!("abc"),
+        })
+        .await;
+        assert_eq!(body["id"], "abc");
+    }
+
+    #[tokio::test]
+    async fn a_failure_to_check_credentials_carries_only_a_correlation_id() {
+        let refusal = Refusal::internal(
+            "the token could not be checked",
+            "database error: disk I/O error at /var/lib/larkgate/larkgate.db",
+        );
+        let (status, _, body) = answer(EdgeError::Unavailable(refusal)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let text = body.to_string();
+        for leak in ["disk I/O", "/var/lib", "database error"] {
+            assert!(!text.contains(leak), "{leak:?} reached the caller: {text}");
+        }
+        assert_eq!(body["error"]["code"], codes::INTERNAL_ERROR);
+        assert_eq!(body["error"]["data"]["code"], "internal");
+        assert!(
+            body["error"]["data"]["correlation_id"].is_string(),
+            "{text}"
+        );
+    }
+}
