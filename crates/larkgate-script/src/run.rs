@@ -2,10 +2,10 @@
 //!
 //! starlark-rust aborts the whole process on some allocations (`[0] * 2000000000`) and some
 //! operations ignore cancellation (`'a' * 2000000000`), so untrusted scripts must run in a
-//! worker process with an address-space limit and a deadline kill (the worker is not built
-//! yet). This mode enforces only what the interpreter itself can: ticks, heap, call stack,
-//! wall time (checked between steps), tool calls, printed bytes and the result's size.
-//! `serve` must never use it.
+//! worker process with an address-space limit and a deadline kill ([`crate::parent`] and
+//! [`crate::worker`]). This mode enforces only what the interpreter itself can: ticks, heap,
+//! call stack, wall time (checked between steps), tool calls, printed bytes and the result's
+//! size. `serve` and `stdio` never use it.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;

@@ -1,9 +1,12 @@
 //! larkgate's persistence, behind one trait.
 //!
-//! [`Store`] is everything larkgate keeps: principals, the built-in key-value data, approvals
-//! and audit records. Callers hold no SQL; [`SqliteStore`] is the embedded default (one file
-//! under the data directory, WAL, every write in a transaction), and a PostgreSQL
-//! implementation for many replicas can follow behind the same trait.
+//! [`Store`] is everything larkgate keeps, in the trait's sections: principals and their
+//! bearer tokens; the built-in key-value data; approvals; script drafts, published versions and
+//! run records; federated upstreams and the pins of their tools; and the audit chain (records,
+//! its head, and the inbox of events forwarded by processes that do not own it). Callers hold
+//! no SQL; [`SqliteStore`] is the embedded default (one file under the data directory, WAL,
+//! every write in a transaction), and a PostgreSQL implementation for many replicas can follow
+//! behind the same trait.
 //!
 //! The trait is async so that a networked database fits it; the SQLite implementation runs
 //! each operation on tokio's blocking pool.

@@ -191,3 +191,75 @@ pub(super) fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize
         ],
     )?)
 }
+
+pub(super) fn draft(c: &mut Connection, name: &str) -> Result<Option<Draft>> {
+    Ok(c.query_row(
+        "SELECT name, source, author, updated_at_ms FROM script_drafts WHERE name = ?1",
+        params![name],
+        draft_from_row,
+    )
+    .optional()?)
+}
+
+pub(super) fn drafts(c: &mut Connection) -> Result<Vec<Draft>> {
+    let mut statement =
+        c.prepare("SELECT name, source, author, updated_at_ms FROM script_drafts ORDER BY name")?;
+    let rows = statement.query_map([], draft_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn versions(c: &mut Connection, name: &str) -> Result<Vec<ScriptVersion>> {
+    let mut statement = c.prepare(&format!(
+        "SELECT {} FROM script_versions WHERE name = ?1 ORDER BY version",
+        VERSION_COLUMNS
+    ))?;
+    let rows = statement.query_map(params![name], version_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Read on every call of a script's tool: the statement is prepared once.
+pub(super) fn latest_version(c: &mut Connection, name: &str) -> Result<Option<ScriptVersion>> {
+    Ok(c.prepare_cached(&format!(
+        "SELECT {} FROM script_versions WHERE name = ?1 ORDER BY version DESC LIMIT 1",
+        VERSION_COLUMNS
+    ))?
+    .query_row(params![name], version_from_row)
+    .optional()?)
+}
+
+pub(super) fn latest_versions(c: &mut Connection) -> Result<Vec<ScriptVersion>> {
+    let mut statement = c.prepare(&format!(
+            "SELECT {} FROM script_versions AS v WHERE version =                  (SELECT MAX(version) FROM script_versions WHERE name = v.name) ORDER BY name",
+            VERSION_COLUMNS
+        ))?;
+    let rows = statement.query_map([], version_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn start_run(c: &mut Connection, run: Run) -> Result<()> {
+    write_run(c, &run, true).map_err(|e| match e {
+        StoreError::Database(rusqlite::Error::SqliteFailure(f, _))
+            if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+        {
+            StoreError::Conflict(format!("run {:?}", run.id))
+        }
+        other => other,
+    })?;
+    Ok(())
+}
+
+pub(super) fn finish_run(c: &mut Connection, run: Run) -> Result<()> {
+    if write_run(c, &run, false)? == 0 {
+        return Err(StoreError::Missing(format!("run {:?}", run.id)));
+    }
+    Ok(())
+}
+
+pub(super) fn run(c: &mut Connection, id: &str) -> Result<Option<Run>> {
+    Ok(c.query_row(
+        &format!("SELECT {} FROM runs WHERE id = ?1", RUN_COLUMNS),
+        params![id],
+        run_from_row,
+    )
+    .optional()?)
+}

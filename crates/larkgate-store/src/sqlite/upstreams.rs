@@ -60,3 +60,41 @@ pub(super) fn save_pins(c: &mut Connection, pins: &[ToolPin]) -> Result<()> {
     tx.commit()?;
     Ok(())
 }
+
+pub(super) fn save_upstream(c: &mut Connection, upstream: UpstreamRecord) -> Result<()> {
+    c.execute(
+        "INSERT OR REPLACE INTO upstreams (alias, config, added_by, added_at_ms) \
+             VALUES (?1, ?2, ?3, ?4)",
+        params![
+            upstream.alias,
+            upstream.config,
+            upstream.added_by,
+            upstream.added_at_ms
+        ],
+    )?;
+    Ok(())
+}
+
+pub(super) fn upstreams(c: &mut Connection) -> Result<Vec<UpstreamRecord>> {
+    let mut statement =
+        c.prepare("SELECT alias, config, added_by, added_at_ms FROM upstreams ORDER BY alias")?;
+    let rows = statement.query_map([], upstream_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+pub(super) fn remove_upstream(c: &mut Connection, alias: &str) -> Result<bool> {
+    let tx = c.transaction()?;
+    let removed = tx.execute("DELETE FROM upstreams WHERE alias = ?1", params![alias])?;
+    tx.execute("DELETE FROM upstream_pins WHERE alias = ?1", params![alias])?;
+    tx.commit()?;
+    Ok(removed > 0)
+}
+
+pub(super) fn pins(c: &mut Connection, alias: &str) -> Result<Vec<ToolPin>> {
+    let mut statement = c.prepare(&format!(
+        "SELECT {} FROM upstream_pins WHERE alias = ?1 ORDER BY tool",
+        PIN_COLUMNS
+    ))?;
+    let rows = statement.query_map(params![alias], pin_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
