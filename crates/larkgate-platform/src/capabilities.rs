@@ -222,6 +222,16 @@ fn store_failed(e: larkgate_store::StoreError) -> Refusal {
     Refusal::internal("the key-value store failed", e)
 }
 
+/// A time the store keeps (Unix milliseconds) as RFC 3339 UTC with milliseconds, for people to
+/// read. RFC 3339 has four-digit years: a time before the epoch reads as the epoch and one past
+/// the year 9999 (a token created `--expires 1000000y`) as its last millisecond.
+pub fn rfc3339_from_ms(ms: i64) -> String {
+    /// 9999-12-31T23:59:59.999Z
+    const LAST: i64 = 253_402_300_799_999;
+    let ms = ms.clamp(0, LAST) as u64;
+    rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
 /// An instant as RFC 3339 in UTC, to the millisecond.
 pub fn rfc3339_millis(at: std::time::SystemTime) -> String {
     humantime::format_rfc3339_millis(at).to_string()

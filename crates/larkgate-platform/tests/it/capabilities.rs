@@ -117,3 +117,20 @@ fn clock_now_takes_nothing() {
             .is_ok()
     );
 }
+
+#[test]
+fn stored_times_read_as_rfc3339_within_its_four_digit_years() {
+    use larkgate_platform::capabilities::rfc3339_from_ms;
+    assert_eq!(
+        rfc3339_from_ms(1_700_000_000_123),
+        "2023-11-14T22:13:20.123Z"
+    );
+    assert_eq!(rfc3339_from_ms(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(rfc3339_from_ms(-5), "1970-01-01T00:00:00.000Z");
+    assert_eq!(rfc3339_from_ms(i64::MIN), "1970-01-01T00:00:00.000Z");
+    assert_eq!(rfc3339_from_ms(i64::MAX), "9999-12-31T23:59:59.999Z");
+    assert_eq!(
+        rfc3339_from_ms(253_402_300_800_000),
+        "9999-12-31T23:59:59.999Z"
+    );
+}

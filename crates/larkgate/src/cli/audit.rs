@@ -4,6 +4,7 @@ use std::io::Write;
 
 use anyhow::bail;
 use larkgate_platform::audit::verify;
+use larkgate_platform::capabilities::rfc3339_from_ms;
 use larkgate_store::{AuditQuery, AuditRecord, Store};
 
 use super::context::StoreContext;
@@ -33,12 +34,10 @@ pub(crate) enum Command {
 }
 
 fn line(r: &AuditRecord) -> String {
-    let ms = r.at_ms.max(0) as u64;
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     let mut text = format!(
         "#{:<6} {} {:<8} {:<16}",
         r.seq,
-        larkgate_platform::capabilities::rfc3339_millis(at),
+        rfc3339_from_ms(r.at_ms),
         r.kind.as_str(),
         r.principal
     );

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
+use larkgate_platform::capabilities::rfc3339_from_ms;
 
 use super::context::Context;
 
@@ -79,10 +80,7 @@ pub(crate) async fn run(
                     out,
                     "v{:<4} {}  by {} (roles [{}]), published by {}  sha256 {}",
                     v.version,
-                    larkgate_platform::capabilities::rfc3339_millis(
-                        std::time::UNIX_EPOCH
-                            + std::time::Duration::from_millis(v.published_at_ms.max(0) as u64)
-                    ),
+                    rfc3339_from_ms(v.published_at_ms),
                     v.author,
                     v.author_roles.join(","),
                     v.publisher,

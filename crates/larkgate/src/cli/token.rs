@@ -9,6 +9,7 @@ use std::io::Write;
 
 use anyhow::{Context as _, bail};
 use larkgate_platform::audit::EventKind;
+use larkgate_platform::capabilities::rfc3339_from_ms;
 use larkgate_platform::tokens;
 use larkgate_store::Store;
 use larkgate_store::now_ms;
@@ -41,11 +42,6 @@ pub(crate) enum Command {
     },
 }
 
-fn time(ms: i64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
-    larkgate_platform::capabilities::rfc3339_millis(at)
-}
-
 pub(crate) async fn run(
     command: Command,
     context: &StoreContext,
@@ -72,10 +68,9 @@ pub(crate) async fn run(
                 now_ms(),
             )
             .await?;
-            let validity = new
-                .record
-                .expires_at_ms
-                .map_or_else(String::new, |t| format!(", valid until {}", time(t)));
+            let validity = new.record.expires_at_ms.map_or_else(String::new, |t| {
+                format!(", valid until {}", rfc3339_from_ms(t))
+            });
             context.event(
                 EventKind::Token,
                 format!("created token {} for {principal}{validity}", new.record.id),
@@ -95,9 +90,9 @@ pub(crate) async fn run(
             let now = now_ms();
             for t in list {
                 let state = match (t.revoked_at_ms, t.expires_at_ms) {
-                    (Some(at), _) => format!("revoked {}", time(at)),
-                    (None, Some(at)) if at <= now => format!("expired {}", time(at)),
-                    (None, Some(at)) => format!("valid until {}", time(at)),
+                    (Some(at), _) => format!("revoked {}", rfc3339_from_ms(at)),
+                    (None, Some(at)) if at <= now => format!("expired {}", rfc3339_from_ms(at)),
+                    (None, Some(at)) => format!("valid until {}", rfc3339_from_ms(at)),
                     (None, None) => "valid".to_owned(),
                 };
                 writeln!(
@@ -105,7 +100,7 @@ pub(crate) async fn run(
                     "{}  {}  created {} by {}  {state}",
                     t.id,
                     t.principal,
-                    time(t.created_at_ms),
+                    rfc3339_from_ms(t.created_at_ms),
                     t.created_by
                 )?;
             }

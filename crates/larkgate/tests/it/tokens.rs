@@ -211,3 +211,26 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     assert_eq!(tail.matches("added principal eve").count(), 1, "{tail}");
     assert_eq!(tail.matches("revoked token").count(), 1, "{tail}");
 }
+
+#[test]
+fn a_token_valid_past_the_year_9999_is_listed_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    ok(dir, &["principal", "add", "agent", "--roles", "author"]);
+    ok(
+        dir,
+        &[
+            "token",
+            "create",
+            "--principal",
+            "agent",
+            "--expires",
+            "1000000years",
+        ],
+    );
+    let listed = ok(dir, &["token", "list"]);
+    assert!(
+        listed.contains("valid until 9999-12-31T23:59:59.999Z"),
+        "{listed}"
+    );
+}
