@@ -50,6 +50,8 @@ mod forwarding;
 mod journal;
 
 use larkgate_store::{AuditKind, StoreError};
+
+use larkgate_caller::RunKind;
 use serde::{Deserialize, Serialize};
 
 pub use chain::{GENESIS_HASH, VerifyReport, record_hash, verify};
@@ -67,7 +69,7 @@ pub struct AuditEntry {
     /// The run the call came from.
     pub run_id: Option<String>,
     /// The run kind.
-    pub run_kind: Option<String>,
+    pub run_kind: Option<RunKind>,
     /// The session's label.
     pub session: Option<String>,
     /// The tool.

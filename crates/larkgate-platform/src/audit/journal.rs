@@ -241,7 +241,7 @@ impl AuditLog {
             kind: entry.kind.unwrap_or(AuditKind::Event),
             principal: entry.principal,
             run_id: entry.run_id,
-            run_kind: entry.run_kind,
+            run_kind: entry.run_kind.map(|k| k.as_str().to_owned()),
             session: entry.session,
             tool: entry.tool,
             args_hash: entry.args_hash,

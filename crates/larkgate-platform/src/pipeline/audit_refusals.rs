@@ -90,7 +90,7 @@ where
                     kind: Some(AuditKind::Refusal),
                     principal,
                     run_id: identity.as_ref().and_then(|i| i.run.run_id.clone()),
-                    run_kind: identity.as_ref().map(|i| i.run.kind.as_str().to_owned()),
+                    run_kind: identity.as_ref().map(|i| i.run.kind),
                     session: identity.as_ref().map(|i| i.label.clone()),
                     tool: Some(tool),
                     code: Some(AuditCode::Refusal(refusal.code)),

@@ -69,7 +69,7 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         kind: None,
         principal: identity.run.principal.id.clone(),
         run_id: identity.run.run_id.clone(),
-        run_kind: Some(identity.run.kind.as_str().to_owned()),
+        run_kind: Some(identity.run.kind),
         session: Some(identity.label.clone()),
         tool: Some(request.tool.clone()),
         args_hash: request.args_hash.clone(),

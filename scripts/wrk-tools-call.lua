@@ -1,0 +1,30 @@
+-- wrk script: `tools/call clock_now` on `larkgate serve` over the 2026-07-28 revision
+-- (stateless: every request carries the bearer token and the protocol headers).
+--
+--   LARKGATE_TOKEN=lgt_... wrk -t2 -c32 -d20s --latency -s scripts/wrk-tools-call.lua \
+--       http://127.0.0.1:8940/mcp
+--
+-- Every answer must be 200; the last line counts the ones that were not.
+
+local token = os.getenv("LARKGATE_TOKEN")
+if not token or token == "" then
+  error("set LARKGATE_TOKEN to a token of a principal that may call clock_now")
+end
+
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer " .. token
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+wrk.headers["Mcp-Method"] = "tools/call"
+wrk.headers["Mcp-Name"] = "clock_now"
+wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"clock_now",'
+  .. '"arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+  .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+
+function done(summary, latency, requests)
+  -- wrk counts answers with a status of 400 and above as status errors.
+  io.write(string.format("calls: %d, refused (status >= 400): %d, socket errors: %d\n",
+    summary.requests, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
