@@ -105,10 +105,12 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
     }));
     let deleting = request.method() == axum::http::Method::DELETE;
     let response = next.run(request).await;
-    let mut sessions = auth.sessions.lock().unwrap_or_else(|p| p.into_inner());
     if deleting && response.status().is_success() {
         if let Some(session) = &session {
-            sessions.remove(session);
+            auth.sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(session);
         }
     } else if session.is_none()
         && let Some(opened) = response
@@ -116,8 +118,10 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
     {
-        sessions.insert(opened.to_owned(), id);
+        auth.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(opened.to_owned(), id);
     }
-    drop(sessions);
     response
 }
