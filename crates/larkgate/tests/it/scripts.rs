@@ -235,12 +235,13 @@ def main(*, n: int):
     return script.countdown(n = n - 1)["result"] + 1
 "#;
 
-#[test]
-fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
+/// A data directory where `countdown` is published and authors may call script tools, with
+/// `extra` appended to the configuration.
+fn countdown_published(extra: &str) -> tempfile::TempDir {
     let dir = setup();
     std::fs::write(
         dir.path().join("larkgate.toml"),
-        format!("{POLICY}[policy.roles.author]\ncall = [\"script__*\"]\n"),
+        format!("{POLICY}[policy.roles.author]\ncall = [\"script__*\"]\n{extra}"),
     )
     .unwrap();
     std::fs::write(dir.path().join("countdown.star"), COUNTDOWN).unwrap();
@@ -259,6 +260,12 @@ fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
         dir.path(),
         &["--as", "pat", "script", "publish", "countdown"],
     );
+    dir
+}
+
+#[test]
+fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
+    let dir = countdown_published("");
     // Depth 1 (this run) calls depth 2, 3 and 4: the limit is 4.
     let output = larkgate_in(
         dir.path(),
@@ -285,30 +292,7 @@ fn published_scripts_call_each_other_as_tools_up_to_the_depth_limit() {
 
 #[test]
 fn the_nesting_depth_limit_is_the_configured_one() {
-    let dir = setup();
-    std::fs::write(
-        dir.path().join("larkgate.toml"),
-        format!(
-            "{POLICY}[policy.roles.author]\ncall = [\"script__*\"]\n[scripts]\nmax_depth = 2\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.path().join("countdown.star"), COUNTDOWN).unwrap();
-    ok(
-        dir.path(),
-        &[
-            "--as",
-            "ada",
-            "script",
-            "save",
-            "countdown",
-            "countdown.star",
-        ],
-    );
-    ok(
-        dir.path(),
-        &["--as", "pat", "script", "publish", "countdown"],
-    );
+    let dir = countdown_published("[scripts]\nmax_depth = 2\n");
     // Depth 1 calls depth 2: within a limit of 2.
     let output = larkgate_in(
         dir.path(),
