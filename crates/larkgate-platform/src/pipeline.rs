@@ -189,7 +189,8 @@ pub type PipelineService = tower::util::BoxCloneSyncService<CallRequest, CallRes
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     service: PipelineService,
-    steps: Vec<&'static str>,
+    /// Shared, so that cloning the platform per request allocates nothing for it.
+    steps: Arc<[&'static str]>,
 }
 
 impl Pipeline {
@@ -239,6 +240,6 @@ pub fn build(services: Arc<Services>, registry: Arc<ToolTable>) -> Pipeline {
         .service(Journal::new(services));
     Pipeline {
         service: tower::util::BoxCloneSyncService::new(service),
-        steps: order.0,
+        steps: order.0.into(),
     }
 }
