@@ -232,7 +232,7 @@ pub(crate) async fn run(
     let grace = context.shutdown_grace;
     let (stopping, mut stopped) = tokio::sync::watch::channel(false);
     let calls = context.platform.services().metrics.active_calls.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let server = axum::serve(http::no_delay(listener), app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         eprintln!(
             "larkgate: shutting down; in-flight calls have {} s to finish",
