@@ -104,13 +104,18 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         label: "http".into(),
     }));
     let deleting = request.method() == axum::http::Method::DELETE;
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
     if deleting && response.status().is_success() {
         if let Some(session) = &session {
             auth.sessions
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(session);
+        }
+        // The session is gone when this answers: 200, which every SDK takes without a warning
+        // (rmcp answers 202; the Python SDK warns unless 200 or 204).
+        if response.status() == axum::http::StatusCode::ACCEPTED {
+            *response.status_mut() = axum::http::StatusCode::OK;
         }
     } else if session.is_none()
         && let Some(opened) = response

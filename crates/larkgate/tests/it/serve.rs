@@ -339,6 +339,24 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
             .unwrap();
         let text = unknown.text().await.unwrap();
         assert!(text.contains("-32601"), "{text}");
+        // Bob cannot close it either; Ada closes it with a 200, and it is gone.
+        let delete = |token: &str| {
+            http.delete(&url)
+                .bearer_auth(token)
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-11-25")
+                .send()
+        };
+        assert_eq!(delete(&bob).await.unwrap().status(), 403);
+        assert_eq!(delete(&ada).await.unwrap().status(), 200);
+        let after = post(Some(&ada))
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&list)
+            .send()
+            .await
+            .unwrap();
+        assert!(after.status().is_client_error(), "{}", after.status());
         let still = client(&url, &ada, Revisions::Latest).await.unwrap();
         assert!(!still.list_tools().await.unwrap().is_empty());
 
