@@ -184,12 +184,20 @@ impl WorkerPool {
         self.lock().len()
     }
 
+    /// Starts a worker if the pool is below its size. Refills run concurrently (one after
+    /// each run), and starting a process takes a while: the size is checked again when the new
+    /// worker is added, and a worker that would overfill the pool is dropped (killed) instead.
     fn refill(&self) {
         if self.lock().len() >= self.size {
             return;
         }
         match self.command.spawn() {
-            Ok(child) => self.lock().push_back(child),
+            Ok(worker) => {
+                let mut idle = self.lock();
+                if idle.len() < self.size {
+                    idle.push_back(worker);
+                }
+            }
             Err(error) => tracing::error!(%error, "a script worker could not start"),
         }
     }

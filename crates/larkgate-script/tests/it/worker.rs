@@ -256,6 +256,46 @@ async fn a_pool_keeps_workers_started_and_uses_each_once() {
     assert_eq!(pool.idle(), 2, "the pool refills to its size");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_never_overfill_the_pool() {
+    let pool = larkgate_script::WorkerPool::new(command(), 2);
+    let caller = Scripted::default();
+    // Eight runs at once: each takes a worker (or starts one) and refills the pool after it.
+    let runs = (0..8).map(|i| {
+        let pool = std::sync::Arc::clone(&pool);
+        let caller = &caller;
+        async move {
+            let source = format!("def main():\n    return {i}\n");
+            pool.run(caller, "c.star", &source, &Map::new(), &limits(), false)
+                .await
+                .into_result()
+                .unwrap()
+        }
+    });
+    let results = futures::future::join_all(runs).await;
+    assert_eq!(results.len(), 8);
+    // Every refill has finished once the count holds still; it must hold at the pool's size.
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        seen.push(pool.idle());
+        if seen.len() >= 15
+            && seen
+                .iter()
+                .rev()
+                .take(15)
+                .all(|n| *n == seen[seen.len() - 1])
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        seen.iter().all(|n| *n <= 2),
+        "the pool overfilled: {seen:?}"
+    );
+    assert_eq!(pool.idle(), 2, "{seen:?}");
+}
+
 #[tokio::test]
 async fn a_single_threaded_runtime_is_refused_with_a_reason() {
     let report = run_in_worker(
