@@ -1,9 +1,10 @@
 //! `larkgate stdio`: one MCP session over standard input and output, for desktop MCP clients
 //! that start their servers as processes.
 //!
-//! The session is authenticated once, at start, by a token from `LARKGATE_TOKEN` or
-//! `--token-file` (a file, so the token stays out of process listings and shell history); the
-//! token's principal is the caller of every request in the session. Standard output carries
+//! The session is opened with a token from `LARKGATE_TOKEN` or `--token-file` (a file, so the
+//! token stays out of process listings and shell history), refused at start if the token is not
+//! valid, and the token is verified again at every request, as `serve` verifies each request's
+//! bearer: a revoked token, changed roles or a removed principal count from the next request. Standard output carries
 //! only MCP messages: diagnostics go to standard error.
 //!
 //! Beside a running `larkgate serve` on the same data directory (which owns the audit log, so
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use larkgate_platform::PlatformServer;
 use larkgate_platform::envelope::{Code, Refusal};
-use larkgate_platform::{PlatformServer, RunContext, RunKind, SessionIdentity};
 use larkgate_store::{Principal, Store};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
@@ -47,18 +48,12 @@ async fn principal(store: &dyn Store, token: &str) -> anyhow::Result<Principal> 
 }
 
 pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
-    let principal = principal(context.store.as_ref(), &args.token.read()?).await?;
-    let identity = Arc::new(SessionIdentity {
-        run: RunContext {
-            principal,
-            run_id: None,
-            kind: RunKind::Direct,
-            depth: 0,
-        },
-        label: "stdio".into(),
-    });
+    let token = args.token.read()?;
+    // Refused at start, so a client with a bad token gets no session at all; after that the
+    // token is checked again at every request.
+    principal(context.store.as_ref(), &token).await?;
     let maintenance = context.federation.maintain();
-    let server = PlatformServer::new(context.platform.clone(), Some(identity))
+    let server = PlatformServer::per_token(context.platform.clone(), &token, "stdio")
         .serve(rmcp::transport::stdio())
         .await
         .context("the MCP session over stdio could not start")?;

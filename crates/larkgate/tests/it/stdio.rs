@@ -214,3 +214,83 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
     assert!(server.stop().success());
     assert!(!announced.exists());
 }
+
+/// The refusal code of a call's result, or `None` when it succeeded.
+fn refusal_code(result: &rmcp::model::CallToolResult) -> Option<String> {
+    (result.is_error == Some(true)).then(|| {
+        result
+            .structured_content
+            .as_ref()
+            .and_then(|e| e["code"].as_str())
+            .unwrap_or("?")
+            .to_owned()
+    })
+}
+
+#[test]
+fn a_running_session_sees_role_changes_revocation_and_removal_at_its_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
+    ok(d, &["principal", "add", "desk", "--roles", "reader"]);
+    ok(d, &["principal", "add", "temp", "--roles", "reader"]);
+    let desk = ok(d, &["token", "create", "--principal", "desk"])
+        .trim()
+        .to_owned();
+    let temp = ok(d, &["token", "create", "--principal", "temp"])
+        .trim()
+        .to_owned();
+    let set = |key: &str| {
+        CallToolRequestParams::new("kv_set").with_arguments(
+            serde_json::json!({"key": key, "value": "v"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        )
+    };
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut child = command(d);
+        child.env("LARKGATE_TOKEN", &desk);
+        let session = ().serve(TokioChildProcess::new(child).unwrap()).await.unwrap();
+        let clock = || CallToolRequestParams::new("clock_now");
+
+        // A reader may not write...
+        let refused = session.call_tool(set("a")).await.unwrap();
+        assert_eq!(refusal_code(&refused).as_deref(), Some("not_found"));
+        // ...until an admin makes it one, beside the running session: the next call writes.
+        ok(d, &["principal", "set-roles", "desk", "--roles", "admin"]);
+        let written = session.call_tool(set("a")).await.unwrap();
+        assert_eq!(refusal_code(&written), None, "{written:?}");
+        let names = session.list_all_tools().await.unwrap();
+        assert!(names.iter().any(|t| t.name == "kv_set"));
+        // Back to reader: refused again.
+        ok(d, &["principal", "set-roles", "desk", "--roles", "reader"]);
+        let refused = session.call_tool(set("b")).await.unwrap();
+        assert_eq!(refusal_code(&refused).as_deref(), Some("not_found"));
+
+        // The token revoked: the very next call is unauthenticated, and nothing is listed.
+        assert_eq!(
+            refusal_code(&session.call_tool(clock()).await.unwrap()),
+            None
+        );
+        ok(d, &["token", "revoke", &desk[4..16]]);
+        let revoked = session.call_tool(clock()).await.unwrap();
+        assert_eq!(refusal_code(&revoked).as_deref(), Some("unauthenticated"));
+        assert!(session.list_all_tools().await.unwrap().is_empty());
+
+        session.cancel().await.unwrap();
+
+        // The principal removed: its session is unauthenticated from the next call. (One
+        // stdio session at a time owns a data directory; this one opens after the first.)
+        let mut child = command(d);
+        child.env("LARKGATE_TOKEN", &temp);
+        let other = ().serve(TokioChildProcess::new(child).unwrap()).await.unwrap();
+        assert_eq!(refusal_code(&other.call_tool(clock()).await.unwrap()), None);
+        ok(d, &["principal", "remove", "temp"]);
+        let removed = other.call_tool(clock()).await.unwrap();
+        assert_eq!(refusal_code(&removed).as_deref(), Some("unauthenticated"));
+        other.cancel().await.unwrap();
+    });
+}
