@@ -303,14 +303,14 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
             .to_str()
             .unwrap()
             .to_owned();
+        // A request on that session, with `token`.
+        let on_session = |token: &str| {
+            post(Some(token))
+                .header("mcp-session-id", &session)
+                .header("mcp-protocol-version", "2025-11-25")
+        };
         let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
-        let hijack = post(Some(&bob))
-            .header("mcp-session-id", &session)
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&list)
-            .send()
-            .await
-            .unwrap();
+        let hijack = on_session(&bob).json(&list).send().await.unwrap();
         assert_eq!(hijack.status(), 403);
         // Malformed JSON-RPC gets JSON-RPC errors, and the server keeps serving.
         let cases: [(&str, i64); 6] = [
@@ -330,9 +330,7 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
             let answer: serde_json::Value = response.json().await.unwrap();
             assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
         }
-        let unknown = post(Some(&ada))
-            .header("mcp-session-id", &session)
-            .header("mcp-protocol-version", "2025-11-25")
+        let unknown = on_session(&ada)
             .json(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "no/such"}))
             .send()
             .await
@@ -349,13 +347,7 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
         };
         assert_eq!(delete(&bob).await.unwrap().status(), 403);
         assert_eq!(delete(&ada).await.unwrap().status(), 200);
-        let after = post(Some(&ada))
-            .header("mcp-session-id", &session)
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(&list)
-            .send()
-            .await
-            .unwrap();
+        let after = on_session(&ada).json(&list).send().await.unwrap();
         assert!(after.status().is_client_error(), "{}", after.status());
         let still = client(&url, &ada, Revisions::Latest).await.unwrap();
         assert!(!still.list_tools().await.unwrap().is_empty());
