@@ -1,5 +1,6 @@
 //! The wire types every crate shares: the refusal [`Code`], the [`Envelope`] a refusal carries
-//! as a tool result's structured content, and the [`RunKind`] a session's calls come from.
+//! in a tool result's `_meta` (under [`ENVELOPE_META_KEY`]), and the [`RunKind`] a session's
+//! calls come from.
 //!
 //! One definition each: the platform writes envelopes with these types, the session reads them
 //! back with the same ones (serde, not a second hand-written parser), and the engine branches on
@@ -9,7 +10,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// The `_meta` key marking a result as a larkgate envelope.
+/// The `_meta` key under which a refused call's result carries larkgate's [`Envelope`].
+///
+/// An error result carries no `structuredContent`: the official TypeScript SDK validates an
+/// error result's structured content against the tool's output schema, so an envelope there
+/// made every refusal from a tool with an output schema unreadable in its clients.
 pub const ENVELOPE_META_KEY: &str = "larkgate/envelope";
 
 /// Every refusal code. Extend with care: each has a test that reads it back through a session.
@@ -166,6 +171,36 @@ pub struct Envelope {
     /// For `internal`: the id the failure's details are logged under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
+}
+
+impl Envelope {
+    /// The envelope in a result's `_meta`: `None` when there is none, an error when what is
+    /// there is not an envelope larkgate wrote.
+    pub fn from_meta(
+        meta: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<Result<Envelope, serde_json::Error>> {
+        let value = meta?.get(ENVELOPE_META_KEY)?;
+        Some(Envelope::deserialize(value))
+    }
+
+    /// The text a refused call's result carries: `code: message`, then the hint, when to
+    /// retry, and the approval id, each on its own line — what a person reads in a client that
+    /// shows only text.
+    pub fn text(&self) -> String {
+        let mut text = format!("{}: {}", self.code, self.message);
+        if let Some(hint) = &self.hint {
+            text.push_str("\nhint: ");
+            text.push_str(hint);
+        }
+        if let Some(seconds) = self.retry_after_seconds {
+            text.push_str(&format!("\nretry after: {seconds} s"));
+        }
+        if let Some(id) = &self.approval_id {
+            text.push_str("\napproval id: ");
+            text.push_str(id);
+        }
+        text
+    }
 }
 
 /// How a session's calls came about.

@@ -2,8 +2,10 @@
 //! refusal to an MCP result.
 //!
 //! A refusal at any step of the pipeline — or a capability handler's own error — becomes a
-//! `CallToolResult` with `isError: true`, the message as its text content, the envelope as its
-//! structured content, and `_meta` marking it as larkgate's:
+//! `CallToolResult` with `isError: true`, no structured content (an SDK may validate an error's
+//! structured content against the tool's output schema), a text content that starts with
+//! `code: message` followed by the hint, the retry delay and the approval id, and the envelope
+//! in `_meta` under `larkgate/envelope`:
 //!
 //! ```json
 //! {"code": "rate_limited", "category": "limit", "message": "...", "hint": "...",
@@ -105,18 +107,15 @@ impl Refusal {
 
     /// The one mapping from a refusal to an MCP tool result.
     pub fn to_result(&self) -> rmcp::model::CallToolResult {
-        let mut text = self.message.clone();
-        if let Some(hint) = &self.hint {
-            text.push_str(" (");
-            text.push_str(hint);
-            text.push(')');
-        }
-        let mut result =
-            rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(text)]);
-        // Serializing strings, integers and unit variants cannot fail.
-        result.structured_content = serde_json::to_value(self.envelope()).ok();
+        let envelope = self.envelope();
+        let mut result = rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(
+            envelope.text(),
+        )]);
         let mut meta = rmcp::model::MetaObject::new();
-        meta.insert(ENVELOPE_META_KEY.to_owned(), serde_json::Value::Bool(true));
+        // Serializing strings, integers and unit variants cannot fail.
+        if let Ok(envelope) = serde_json::to_value(&envelope) {
+            meta.insert(ENVELOPE_META_KEY.to_owned(), envelope);
+        }
         result.meta = Some(meta);
         result
     }
@@ -180,8 +179,26 @@ mod tests {
         let result = refusal.to_result();
         assert_eq!(result.is_error, Some(true));
         assert_eq!(
+            result.structured_content, None,
+            "no structured content on an error"
+        );
+        assert_eq!(
             result.meta.unwrap().get(ENVELOPE_META_KEY),
-            Some(&serde_json::json!(true))
+            Some(
+                &serde_json::json!({"code": "forbidden", "category": "access",
+                                     "message": "no", "hint": "ask an admin"})
+            )
+        );
+        let gated = Refusal {
+            approval_id: Some("ab12".into()),
+            ..Refusal::new(Code::ApprovalRequired, "this call needs an approval")
+                .with_hint("ask an approver")
+        };
+        let text = gated.to_result().content[0].as_text().unwrap().text.clone();
+        assert_eq!(
+            text,
+            "approval_required: this call needs an approval\nhint: ask an approver\n\
+             approval id: ab12"
         );
     }
 

@@ -89,6 +89,15 @@ pub enum Workers {
     Fresh(WorkerCommand),
 }
 
+/// The names of the script lifecycle's platform tools (`script_save_draft`, ...), for checks
+/// that need to know which tools exist without starting anything.
+pub fn platform_tool_names() -> Result<Vec<String>, RegistryError> {
+    Ok(tools::platform_tools(Weak::new())?
+        .into_iter()
+        .map(|(spec, _)| spec.name)
+        .collect())
+}
+
 /// The SHA-256 (hex) of a script's source.
 pub fn source_hash(source: &str) -> String {
     hex::encode(Sha256::digest(source.as_bytes()))

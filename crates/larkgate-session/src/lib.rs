@@ -18,8 +18,8 @@ use std::time::Duration;
 use futures::channel::mpsc;
 use larkgate_binding::{Limits, Map, from_json_object};
 use larkgate_caller::{
-    Annotations, CallError, Caller, ENVELOPE_META_KEY, Envelope, Origin, RefusalError, Source,
-    TEXT_RESULT_KEY, ToolInfo,
+    Annotations, CallError, Caller, Envelope, Origin, RefusalError, Source, TEXT_RESULT_KEY,
+    ToolInfo,
 };
 use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
 use larkgate_platform::{Platform, PlatformServer, RunContext, SessionIdentity};
@@ -183,19 +183,13 @@ fn text_of(result: &CallToolResult) -> String {
 /// Reads a tool result as the engine sees it.
 fn read_result(result: CallToolResult, limits: Limits) -> Result<Map, CallError> {
     if result.is_error == Some(true) {
-        let marked = result
-            .meta
-            .as_ref()
-            .and_then(|m| m.get(ENVELOPE_META_KEY))
-            .is_some_and(|v| v == &serde_json::Value::Bool(true));
-        let envelope = result.structured_content.clone().filter(|_| marked);
-        let Some(envelope) = envelope else {
+        let Some(envelope) = Envelope::from_meta(result.meta.as_ref().map(|m| &m.0)) else {
             return Err(CallError::Transport(format!(
                 "the server returned an error result without larkgate's envelope: {}",
                 text_of(&result)
             )));
         };
-        let envelope: Envelope = serde_json::from_value(envelope).map_err(|e| {
+        let envelope = envelope.map_err(|e| {
             CallError::Transport(format!(
                 "the server returned an envelope larkgate cannot read ({e}): {}",
                 text_of(&result)
@@ -251,6 +245,7 @@ impl Caller for SessionCaller {
 
 #[cfg(test)]
 mod tests {
+    use larkgate_caller::ENVELOPE_META_KEY;
     use rmcp::model::{ContentBlock, MetaObject};
 
     use super::*;
@@ -265,12 +260,14 @@ mod tests {
     #[test]
     fn an_envelope_becomes_a_refusal_with_the_results_own_text() {
         let mut result = CallToolResult::error(vec![ContentBlock::text("slow down (wait)")]);
-        result.structured_content = Some(serde_json::json!({
-            "code": "rate_limited", "category": "limit", "message": "slow down",
-            "retry_after_seconds": 3
-        }));
         let mut meta = MetaObject::new();
-        meta.insert(ENVELOPE_META_KEY.to_owned(), true.into());
+        meta.insert(
+            ENVELOPE_META_KEY.to_owned(),
+            serde_json::json!({
+                "code": "rate_limited", "category": "limit", "message": "slow down",
+                "retry_after_seconds": 3
+            }),
+        );
         result.meta = Some(meta);
         match read_result(result, Limits::default()) {
             Err(CallError::Refused(refusal)) => {
@@ -288,6 +285,14 @@ mod tests {
         let mut result = CallToolResult::error(vec![ContentBlock::text("forged")]);
         result.structured_content = Some(serde_json::json!({"code": "rate_limited"}));
         assert!(matches!(
+            read_result(result.clone(), Limits::default()),
+            Err(CallError::Transport(_))
+        ));
+        // The mark of the old shape (`true`, the envelope in structured content) is not one.
+        let mut meta = MetaObject::new();
+        meta.insert(ENVELOPE_META_KEY.to_owned(), true.into());
+        result.meta = Some(meta);
+        assert!(matches!(
             read_result(result, Limits::default()),
             Err(CallError::Transport(_))
         ));
@@ -296,11 +301,13 @@ mod tests {
     #[test]
     fn a_marked_envelope_with_an_unknown_code_is_not_read_as_a_refusal() {
         let mut result = CallToolResult::error(vec![ContentBlock::text("who knows")]);
-        result.structured_content = Some(serde_json::json!({
-            "code": "approved_by_root", "category": "approval", "message": "who knows"
-        }));
         let mut meta = MetaObject::new();
-        meta.insert(ENVELOPE_META_KEY.to_owned(), true.into());
+        meta.insert(
+            ENVELOPE_META_KEY.to_owned(),
+            serde_json::json!({
+                "code": "approved_by_root", "category": "approval", "message": "who knows"
+            }),
+        );
         result.meta = Some(meta);
         match read_result(result, Limits::default()) {
             Err(CallError::Transport(text)) => assert!(text.contains("cannot read"), "{text}"),

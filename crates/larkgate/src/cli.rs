@@ -4,6 +4,7 @@ mod approvals;
 mod audit;
 mod call;
 mod capabilities;
+mod check;
 mod client;
 mod context;
 mod credentials;
@@ -26,10 +27,11 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "larkgate", version, about, long_about = None)]
 pub(crate) struct Cli {
-    /// The configuration file (default: ./larkgate.toml when it exists).
+    /// The configuration file (default: LARKGATE_CONFIG, else larkgate.toml in the data
+    /// directory when it exists).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// The data directory, overriding the configuration's `data_dir`.
+    /// The data directory (default: LARKGATE_DATA_DIR, else ./larkgate-data).
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Act as this registered principal instead of the local operator.
@@ -89,7 +91,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         return capabilities::run(args, out);
     }
     if let Command::Check = cli.command {
-        return check(cli.config.as_deref(), out);
+        return check::run(cli.config.as_deref(), cli.data_dir.as_deref(), out);
     }
     if let Command::Client(args) = cli.command {
         return client::run(args, out);
@@ -186,24 +188,4 @@ async fn stop_on_signal(scripts: std::sync::Arc<larkgate_scripts::Scripts>) {
     scripts.cancel_active().await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     std::process::exit(130);
-}
-
-/// `larkgate check`: loads and validates the configuration, including every upstream's
-/// `${VAR}` header references against the environment, and says what it found.
-fn check(path: Option<&std::path::Path>, out: &mut impl std::io::Write) -> anyhow::Result<()> {
-    let config = crate::config::Config::load(path)?;
-    for upstream in &config.upstreams {
-        upstream
-            .endpoint(|name| std::env::var(name).ok())
-            .map_err(anyhow::Error::msg)?;
-    }
-    writeln!(
-        out,
-        "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams",
-        config.data_dir.display(),
-        config.listen,
-        config.policy.roles.len(),
-        config.upstreams.len()
-    )?;
-    Ok(())
 }

@@ -1,8 +1,21 @@
-//! `larkgate.toml`: one file for the data directory, the policy and the audit options.
+//! `larkgate.toml`: one file for the edge, the policy, script limits, audit options and
+//! upstreams, found the same way from any working directory ([`Located::find`]):
+//!
+//! - the data directory is `--data-dir`, else `LARKGATE_DATA_DIR`, else `./larkgate-data`;
+//! - the configuration is `--config`, else `LARKGATE_CONFIG`, else `<data dir>/larkgate.toml`
+//!   when it exists, else the defaults.
+//!
+//! So a desktop client that starts `larkgate --data-dir DIR stdio` from wherever it likes gets
+//! the policy in `DIR/larkgate.toml`. The file does not name the data directory (a `data_dir`
+//! key is an error): the directory is where the file is looked for.
 //!
 //! ```toml
-//! data_dir = "./larkgate-data"
-//! listen = "127.0.0.1:8940"  # where `larkgate serve` listens (`--listen` overrides)
+//! [server]                   # `larkgate serve`'s edge; every key optional (see ServerConfig)
+//! listen = "127.0.0.1:8940"  # where it listens (`--listen` overrides)
+//! ops_listen = "127.0.0.1:8941"  # /healthz, /readyz and /metrics apart from /mcp (default: on `listen`)
+//! max_connections = 1024
+//! header_read_timeout_ms = 10000
+//! idle_timeout_ms = 60000
 //! shutdown_grace_ms = 10000  # after SIGTERM/SIGINT, how long in-flight calls may finish
 //!
 //! [scripts]                  # every key optional; the defaults are larkgate's limits table
@@ -44,11 +57,17 @@ use larkgate_script::ScriptLimits;
 use larkgate_scripts::RunBounds;
 use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
+use serde::Deserializer;
 
-/// The default configuration file, read when it exists and no `--config` is given.
-pub(crate) const DEFAULT_CONFIG: &str = "larkgate.toml";
+/// The configuration file's name in the data directory, read when it exists and neither
+/// `--config` nor `LARKGATE_CONFIG` names another.
+pub(crate) const CONFIG_FILE: &str = "larkgate.toml";
 /// The default data directory.
 pub(crate) const DEFAULT_DATA_DIR: &str = "./larkgate-data";
+/// The environment variable naming the data directory.
+pub(crate) const DATA_DIR_ENV: &str = "LARKGATE_DATA_DIR";
+/// The environment variable naming the configuration file.
+pub(crate) const CONFIG_ENV: &str = "LARKGATE_CONFIG";
 
 /// Audit options.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -141,19 +160,321 @@ impl ScriptsConfig {
     }
 }
 
-/// The whole configuration.
+/// Reads a socket address, or says which forms are accepted.
+fn socket_address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_socket_address(&text).map_err(serde::de::Error::custom)
+}
+
+fn optional_socket_address<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    socket_address(deserializer).map(Some)
+}
+
+/// `text` as a socket address, or an error naming the accepted forms.
+pub(crate) fn parse_socket_address(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "{text:?} is not an address to listen on: write IP:PORT, for example \
+             \"127.0.0.1:8940\" (this machine only), \"0.0.0.0:8940\" (every IPv4 interface), \
+             \"[::]:8940\" or \"[::1]:8940\"; a host name is not accepted"
+        )
+    })
+}
+
+/// `larkgate serve`'s edge: where it listens and how every connection and session is bounded.
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ServerConfig {
+    /// Where `/mcp` is served.
+    #[serde(deserialize_with = "socket_address")]
+    pub(crate) listen: SocketAddr,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served instead of on `listen`, with a
+    /// connection cap of their own, so that a full cap on `listen` does not hide them.
+    #[serde(deserialize_with = "optional_socket_address")]
+    pub(crate) ops_listen: Option<SocketAddr>,
+    /// The URL clients reach `/mcp` at (for example `https://mcp.example.com/mcp` behind a
+    /// reverse proxy): printed in the client configuration, and its host is answered to.
+    pub(crate) public_url: Option<String>,
+    /// More host names (`name` or `name:port`) `/mcp` answers to, besides `localhost`, IP
+    /// literals and `public_url`'s host.
+    pub(crate) allowed_hosts: Vec<String>,
+    /// Browser origins (`https://console.example.com`) whose pages may call `/mcp`; none by
+    /// default.
+    pub(crate) allowed_origins: Vec<String>,
+    /// Reverse proxies (addresses or CIDR ranges) whose `X-Forwarded-For` and
+    /// `X-Forwarded-Host` headers are believed; nobody's by default.
+    pub(crate) trusted_proxies: Vec<String>,
+    /// Connections open at once on `listen`.
+    pub(crate) max_connections: usize,
+    /// How long a request head may take to arrive, from its first byte (ms).
+    pub(crate) header_read_timeout_ms: u64,
+    /// How long a connection may stay open without a request (ms); also how long a request's
+    /// body may take to arrive.
+    pub(crate) idle_timeout_ms: u64,
+    /// The largest request head, in bytes.
+    pub(crate) max_header_bytes: usize,
+    /// The largest request body, in bytes.
+    pub(crate) max_body_bytes: usize,
+    /// 2025-11-25 sessions open at once, all principals together.
+    pub(crate) max_sessions: usize,
+    /// 2025-11-25 sessions one principal may have open at once.
+    pub(crate) max_sessions_per_principal: usize,
+    /// A 2025-11-25 session without a request for this long is closed (ms).
+    pub(crate) session_idle_timeout_ms: u64,
+    /// After a shutdown signal, how long in-flight calls may finish (ms).
+    pub(crate) shutdown_grace_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let sockets = crate::http::accept::SocketLimits::default();
+        let sessions = crate::http::sessions::SessionLimits::default();
+        ServerConfig {
+            listen: default_listen(),
+            ops_listen: None,
+            public_url: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            trusted_proxies: Vec::new(),
+            max_connections: sockets.max_connections,
+            header_read_timeout_ms: millis(sockets.header_read_timeout),
+            idle_timeout_ms: millis(sockets.idle_timeout),
+            max_header_bytes: sockets.max_header_bytes,
+            max_body_bytes: crate::http::json_rpc::MAX_BODY,
+            max_sessions: sessions.total,
+            max_sessions_per_principal: sessions.per_principal,
+            session_idle_timeout_ms: millis(sessions.idle_timeout),
+            shutdown_grace_ms: default_grace_ms(),
+        }
+    }
+}
+
+/// This machine's host name, as the kernel knows it.
+fn machine_host_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_ascii_lowercase())
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ServerConfig {
+    /// The bounds of connections on `listen`.
+    pub(crate) fn sockets(&self) -> crate::http::accept::SocketLimits {
+        crate::http::accept::SocketLimits {
+            max_connections: self.max_connections,
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_header_bytes: self.max_header_bytes,
+        }
+    }
+
+    /// The bounds of request bodies on `/mcp`.
+    pub(crate) fn bodies(&self) -> crate::http::json_rpc::BodyLimits {
+        crate::http::json_rpc::BodyLimits {
+            max_bytes: self.max_body_bytes,
+            timeout: Duration::from_millis(self.idle_timeout_ms),
+        }
+    }
+
+    /// The caps on 2025-11-25 sessions.
+    pub(crate) fn sessions(&self) -> crate::http::sessions::SessionLimits {
+        crate::http::sessions::SessionLimits {
+            total: self.max_sessions,
+            per_principal: self.max_sessions_per_principal,
+            idle_timeout: Duration::from_millis(self.session_idle_timeout_ms),
+        }
+    }
+
+    /// The URL clients reach `/mcp` at when `serve` listens on `listen`: `public_url`, else
+    /// the listen address, else (bound to every interface) this machine's host name.
+    pub(crate) fn public_mcp_url(&self, listen: SocketAddr) -> String {
+        if let Some(url) = self.public_url() {
+            return url.to_string();
+        }
+        if !listen.ip().is_unspecified() {
+            return format!("http://{listen}/mcp");
+        }
+        let host = machine_host_name().unwrap_or_else(|| "THIS-MACHINE".to_owned());
+        format!("http://{host}:{}/mcp", listen.port())
+    }
+
+    /// `public_url`, read (validated when the configuration was loaded).
+    fn public_url(&self) -> Option<url::Url> {
+        let text = self.public_url.as_deref()?;
+        let mut url = url::Url::parse(text).ok()?;
+        if url.path() == "/" {
+            url.set_path("/mcp");
+        }
+        Some(url)
+    }
+
+    /// What `/mcp` answers to when `serve` listens on `listen`, and whom it believes.
+    pub(crate) fn address_policy(
+        &self,
+        listen: SocketAddr,
+    ) -> Result<crate::http::address::AddressPolicy, String> {
+        let mut hosts = self.allowed_hosts.clone();
+        if let Some(host) = self
+            .public_url()
+            .and_then(|u| u.host_str().map(str::to_owned))
+        {
+            hosts.push(host);
+        }
+        if listen.ip().is_unspecified()
+            && let Some(name) = machine_host_name()
+        {
+            hosts.push(name);
+        }
+        let proxies = self
+            .trusted_proxies
+            .iter()
+            .map(|entry| {
+                entry
+                    .parse::<ipnet::IpNet>()
+                    .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        format!(
+                            "server.trusted_proxies: {entry:?} is not an address or a CIDR range \
+                             (for example \"10.0.0.5\" or \"10.0.0.0/8\")"
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        crate::http::address::AddressPolicy::new(&hosts, &self.allowed_origins, &proxies)
+            .map_err(|e| format!("server: {e}"))
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if let Some(text) = &self.public_url {
+            let problem = match url::Url::parse(text) {
+                Err(_) => Some("it is not a URL"),
+                Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+                    Some("it must start with https:// or http://")
+                }
+                Ok(url) if url.host_str().is_none() => Some("it names no host"),
+                Ok(url) if !url.username().is_empty() || url.password().is_some() => {
+                    Some("it must not carry credentials")
+                }
+                Ok(url) if url.query().is_some() || url.fragment().is_some() => {
+                    Some("it must not have a query or a fragment")
+                }
+                Ok(_) => None,
+            };
+            if let Some(problem) = problem {
+                return Err(format!(
+                    "server.public_url: {problem}; write the URL clients use for /mcp, for \
+                     example \"https://mcp.example.com/mcp\""
+                ));
+            }
+        }
+        self.address_policy(self.listen)?;
+        let positive = [
+            ("max_connections", self.max_connections as u128),
+            (
+                "header_read_timeout_ms",
+                u128::from(self.header_read_timeout_ms),
+            ),
+            ("idle_timeout_ms", u128::from(self.idle_timeout_ms)),
+            ("max_body_bytes", self.max_body_bytes as u128),
+            ("max_sessions", self.max_sessions as u128),
+            (
+                "max_sessions_per_principal",
+                self.max_sessions_per_principal as u128,
+            ),
+            (
+                "session_idle_timeout_ms",
+                u128::from(self.session_idle_timeout_ms),
+            ),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(format!("server.{key} must be at least 1"));
+            }
+        }
+        if self.max_header_bytes < 8192 {
+            return Err("server.max_header_bytes must be at least 8192".to_owned());
+        }
+        if self
+            .ops_listen
+            .is_some_and(|ops| ops == self.listen && ops.port() != 0)
+        {
+            return Err(
+                "server.ops_listen must differ from server.listen (it is there so that the \
+                 operational endpoints stay reachable when listen is full)"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Where a command's data directory and configuration are, and what the configuration says.
+#[derive(Clone, Debug)]
+pub(crate) struct Located {
+    /// The data directory.
+    pub(crate) data_dir: PathBuf,
+    /// The file read, if one was.
+    pub(crate) path: Option<PathBuf>,
+    /// What it says (the defaults, when no file was read).
+    pub(crate) config: Config,
+}
+
+impl Located {
+    /// Finds the data directory and the configuration from the flags and the environment
+    /// (`env` reads a variable), as the module docs say.
+    pub(crate) fn find(
+        config_flag: Option<&Path>,
+        data_dir_flag: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let from_env = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let data_dir = data_dir_flag
+            .map(Path::to_owned)
+            .or_else(|| from_env(DATA_DIR_ENV))
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let path = match config_flag
+            .map(Path::to_owned)
+            .or_else(|| from_env(CONFIG_ENV))
+        {
+            Some(named) => Some(named),
+            None => Some(data_dir.join(CONFIG_FILE)).filter(|p| p.exists()),
+        };
+        let config = match &path {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        Ok(Located {
+            data_dir,
+            path,
+            config,
+        })
+    }
+
+    /// One line saying which file was read, for a long-running command to print at start.
+    pub(crate) fn describe(&self) -> String {
+        match &self.path {
+            Some(path) => format!("larkgate: configuration read from {}", path.display()),
+            None => format!(
+                "larkgate: no configuration file ({} does not exist; --config or {CONFIG_ENV} \
+                 names another): using the defaults",
+                self.data_dir.join(CONFIG_FILE).display()
+            ),
+        }
+    }
+}
+
+/// The whole configuration.
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Config {
-    /// Where the database and the audit journal live.
-    #[serde(default = "default_data_dir")]
-    pub(crate) data_dir: PathBuf,
-    /// Where `serve` listens.
-    #[serde(default = "default_listen")]
-    pub(crate) listen: SocketAddr,
-    /// After a shutdown signal, how long in-flight calls may finish (ms).
-    #[serde(default = "default_grace_ms")]
-    pub(crate) shutdown_grace_ms: u64,
+    /// `serve`'s edge.
+    #[serde(default)]
+    pub(crate) server: ServerConfig,
     /// Script limits and workers.
     #[serde(default)]
     pub(crate) scripts: ScriptsConfig,
@@ -178,40 +499,33 @@ fn default_listen() -> SocketAddr {
         .expect("the default listen address parses")
 }
 
-fn default_data_dir() -> PathBuf {
-    PathBuf::from(DEFAULT_DATA_DIR)
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            data_dir: default_data_dir(),
-            listen: default_listen(),
-            shutdown_grace_ms: default_grace_ms(),
-            scripts: ScriptsConfig::default(),
-            audit: AuditConfig::default(),
-            policy: Policy::default(),
-            upstreams: Vec::new(),
-        }
-    }
-}
-
 impl Config {
-    /// Loads `path`, or `larkgate.toml` if it exists, or the defaults.
-    pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<Self> {
-        let path = match path {
-            Some(path) => path.to_owned(),
-            None if Path::new(DEFAULT_CONFIG).exists() => PathBuf::from(DEFAULT_CONFIG),
-            None => return Ok(Config::default()),
-        };
-        let text = std::fs::read_to_string(&path)
+    /// Loads and validates the file at `path`.
+    pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("in {}", path.display()))
     }
 
     /// Parses and validates configuration text.
     pub(crate) fn parse(text: &str) -> anyhow::Result<Self> {
+        let table: toml::Table = toml::from_str(text)?;
+        if table.contains_key("data_dir") {
+            anyhow::bail!(
+                "`data_dir` is not set in the configuration: the data directory is chosen with \
+                 --data-dir or {DATA_DIR_ENV}, and its larkgate.toml is the configuration \
+                 read by default; remove the key"
+            );
+        }
+        for key in ["listen", "shutdown_grace_ms"] {
+            if table.contains_key(key) {
+                anyhow::bail!(
+                    "`{key}` belongs in the [server] section: write `[server]` and then `{key} = ...`"
+                );
+            }
+        }
         let config: Config = toml::from_str(text)?;
+        config.server.validate().map_err(anyhow::Error::msg)?;
         config.scripts.validate().map_err(anyhow::Error::msg)?;
         config
             .policy
@@ -233,20 +547,19 @@ mod tests {
     #[test]
     fn defaults_give_admin_everything_and_data_under_the_working_directory() {
         let config = Config::parse("").unwrap();
-        assert_eq!(config.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert!(config.policy.roles.contains_key("admin"));
         assert!(!config.audit.record_arguments);
-        assert_eq!(config.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(config.server.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(config.scripts.limits(), ScriptLimits::default());
     }
 
     #[test]
     fn script_limits_and_the_listener_are_configured() {
         let config = Config::parse(
-            "listen = \"127.0.0.1:9000\"\n[scripts]\nmax_wall_time_ms = 500\nworkers = 0\n",
+            "[server]\nlisten = \"127.0.0.1:9000\"\n[scripts]\nmax_wall_time_ms = 500\nworkers = 0\n",
         )
         .unwrap();
-        assert_eq!(config.listen.port(), 9000);
+        assert_eq!(config.server.listen.port(), 9000);
         assert_eq!(
             config.scripts.limits().max_wall_time,
             Duration::from_millis(500)
@@ -279,6 +592,72 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_is_found_from_the_flags_the_environment_or_the_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        let none = |_: &str| None;
+        // No file anywhere: the defaults, and the data directory's file is what is looked for.
+        let found = Located::find(None, Some(&data), none).unwrap();
+        assert_eq!(found.path, None);
+        assert!(
+            found.describe().contains("no configuration file"),
+            "{}",
+            found.describe()
+        );
+        assert!(
+            found
+                .describe()
+                .contains(&data.join(CONFIG_FILE).display().to_string())
+        );
+        // The data directory's own file.
+        std::fs::write(data.join(CONFIG_FILE), "[server]\nlisten = \"127.0.0.1:1\"").unwrap();
+        let found = Located::find(None, Some(&data), none).unwrap();
+        assert_eq!(found.path, Some(data.join(CONFIG_FILE)));
+        assert_eq!(found.config.server.listen.port(), 1);
+        // The data directory from the environment, the flag first.
+        let data_env = {
+            let data = data.display().to_string();
+            move |name: &str| (name == DATA_DIR_ENV).then(|| data.clone())
+        };
+        let found = Located::find(None, None, &data_env).unwrap();
+        assert_eq!(found.data_dir, data);
+        assert_eq!(found.config.server.listen.port(), 1);
+        let other = dir.path().join("other");
+        assert_eq!(
+            Located::find(None, Some(&other), &data_env).unwrap().path,
+            None
+        );
+        // LARKGATE_CONFIG, then --config, over the data directory's file.
+        let named = dir.path().join("named.toml");
+        std::fs::write(&named, "[server]\nlisten = \"127.0.0.1:2\"").unwrap();
+        let config_env = {
+            let named = named.display().to_string();
+            move |name: &str| (name == CONFIG_ENV).then(|| named.clone())
+        };
+        let found = Located::find(None, Some(&data), &config_env).unwrap();
+        assert_eq!(found.config.server.listen.port(), 2);
+        let flagged = dir.path().join("flagged.toml");
+        std::fs::write(&flagged, "[server]\nlisten = \"127.0.0.1:3\"").unwrap();
+        let found = Located::find(Some(&flagged), Some(&data), &config_env).unwrap();
+        assert_eq!(found.config.server.listen.port(), 3);
+        // A named file that is missing is an error, not the defaults.
+        let missing = dir.path().join("missing.toml");
+        let error = Located::find(Some(&missing), Some(&data), none).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("cannot read the configuration"),
+            "{error:#}"
+        );
+        // The file does not name the data directory.
+        std::fs::write(&named, "data_dir = \"/elsewhere\"").unwrap();
+        let error = Located::find(Some(&named), Some(&data), none).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("--data-dir or LARKGATE_DATA_DIR"),
+            "{error:#}"
+        );
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let err = Config::parse("data_dri = \"x\"").unwrap_err();
         assert!(
@@ -297,8 +676,58 @@ mod tests {
             format!("{err:#}").contains("unknown field `max_tiks`"),
             "{err:#}"
         );
-        let err = Config::parse("listen = \"localhost\"").unwrap_err();
-        assert!(format!("{err:#}").contains("listen"), "{err:#}");
+        let err = Config::parse("listen = \"127.0.0.1:1\"").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("`listen` belongs in the [server] section"),
+            "{err:#}"
+        );
+        for bad in ["localhost", "localhost:8940", "127.0.0.1", ":8940", "8940"] {
+            let err = Config::parse(&format!("[server]\nlisten = \"{bad}\"")).unwrap_err();
+            let text = format!("{err:#}");
+            assert!(
+                text.contains("IP:PORT") && text.contains("0.0.0.0:8940"),
+                "{bad}: {text}"
+            );
+        }
+        let err = Config::parse("[server]\nmax_connections = 0").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("server.max_connections must be at least 1"),
+            "{err:#}"
+        );
+        for (text, says) in [
+            (
+                "trusted_proxies = [\"nope\"]",
+                "not an address or a CIDR range",
+            ),
+            (
+                "trusted_proxies = [\"10.0.0.0/33\"]",
+                "not an address or a CIDR range",
+            ),
+            ("allowed_hosts = [\"https://x.example\"]", "not a host name"),
+            ("allowed_origins = [\"x.example\"]", "not an origin"),
+            ("public_url = \"ftp://x.example/mcp\"", "https://"),
+            (
+                "public_url = \"https://user:pw@x.example/mcp\"",
+                "credentials",
+            ),
+            ("public_url = \"https://x.example/mcp?token=1\"", "query"),
+            ("public_url = \"mcp\"", "not a URL"),
+        ] {
+            let err = Config::parse(&format!("[server]\n{text}")).unwrap_err();
+            assert!(format!("{err:#}").contains(says), "{text}: {err:#}");
+        }
+        let err = Config::parse("[server]\nmax_conections = 5").unwrap_err();
+        assert!(
+            format!("{err:#}").contains("unknown field `max_conections`"),
+            "{err:#}"
+        );
+        let err =
+            Config::parse("[server]\nlisten = \"127.0.0.1:9000\"\nops_listen = \"127.0.0.1:9000\"")
+                .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("ops_listen must differ"),
+            "{err:#}"
+        );
         let err = Config::parse(
             "[[policy.rate_limits]]\nper = \"principal\"\ncalls = 0\nperiod_seconds = 1",
         )

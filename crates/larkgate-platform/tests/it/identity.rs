@@ -83,7 +83,8 @@ async fn a_client_naming_another_principal_in_meta_is_still_served_as_itself() {
     );
     let result = raw.call_tool(params).await.unwrap();
     assert_eq!(result.is_error, Some(true));
-    let envelope = result.structured_content.unwrap();
+    let envelope =
+        result.meta.clone().expect("an envelope in _meta").0["larkgate/envelope"].clone();
     assert_eq!(envelope["code"], "forbidden", "{envelope}");
     assert!(
         envelope["message"]

@@ -154,18 +154,36 @@ async fn command(args: &Args, client: &UpstreamClient, out: &mut impl Write) -> 
                 _ => serde_json::Map::new(),
             };
             let result = client.call_tool(tool, arguments).await?;
-            let structured = result.structured_content.clone().unwrap_or_else(|| {
-                serde_json::json!({"text": result.content.iter()
+            let text = || {
+                result
+                    .content
+                    .iter()
                     .filter_map(|c| c.as_text().map(|t| t.text.clone()))
-                    .collect::<Vec<_>>().join("\n")})
-            });
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            if result.is_error == Some(true) {
+                // larkgate's envelope, from `_meta`; another server's error is its text.
+                let envelope =
+                    larkgate_caller::Envelope::from_meta(result.meta.as_ref().map(|m| &m.0))
+                        .and_then(Result::ok);
+                let Some(envelope) = envelope else {
+                    bail!("{tool} failed: {}", text());
+                };
+                serde_json::to_writer_pretty(&mut *out, &envelope)?;
+                writeln!(out)?;
+                bail!(
+                    "{tool} was refused ({}): {}",
+                    envelope.code,
+                    envelope.message
+                );
+            }
+            let structured = result
+                .structured_content
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({"text": text()}));
             serde_json::to_writer_pretty(&mut *out, &structured)?;
             writeln!(out)?;
-            if result.is_error == Some(true) {
-                let code = structured["code"].as_str().unwrap_or("error");
-                let message = structured["message"].as_str().unwrap_or("the call failed");
-                bail!("{tool} was refused ({code}): {message}");
-            }
             Ok(())
         }
     }

@@ -53,8 +53,8 @@ pub(crate) struct Context {
     /// For `serve`: where it listens (`--listen`, else the configuration's), which upstreams
     /// may never target.
     pub(crate) listen: Option<std::net::SocketAddr>,
-    /// For `serve`: how long in-flight requests may run after a shutdown signal.
-    pub(crate) shutdown_grace: std::time::Duration,
+    /// For `serve`: the edge's configuration (`[server]`).
+    pub(crate) server: crate::config::ServerConfig,
     /// The script lifecycle: drafts, publishing, runs, script tools.
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
@@ -82,11 +82,18 @@ pub(crate) struct StoreContext {
 
 impl StoreContext {
     pub(crate) async fn open(options: &Options) -> anyhow::Result<Self> {
-        let config = Config::load(options.config.as_deref())?;
-        let data_dir = options
-            .data_dir
-            .clone()
-            .unwrap_or_else(|| config.data_dir.clone());
+        let located = crate::config::Located::find(
+            options.config.as_deref(),
+            options.data_dir.as_deref(),
+            |name| std::env::var(name).ok(),
+        )?;
+        if options.pool {
+            // `serve` and `stdio` say which policy they run under.
+            eprintln!("{}", located.describe());
+        }
+        let crate::config::Located {
+            data_dir, config, ..
+        } = located;
         let store = Arc::new(SqliteStore::open(&data_dir)?);
         let actor = match &options.as_principal {
             None => Principal {
@@ -164,7 +171,9 @@ impl Context {
                 data_dir.display()
             );
         };
-        let listen = options.serve.map(|flag| flag.unwrap_or(config.listen));
+        let listen = options
+            .serve
+            .map(|flag| flag.unwrap_or(config.server.listen));
         let platform = Platform::builder(store.clone(), audit.clone())?
             .policy(config.policy)
             .record_arguments(config.audit.record_arguments)
@@ -200,7 +209,7 @@ impl Context {
             platform,
             federation,
             listen,
-            shutdown_grace: std::time::Duration::from_millis(config.shutdown_grace_ms),
+            server: config.server,
             scripts,
             actor,
         })

@@ -16,15 +16,15 @@ use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, tokens};
 use larkgate_store::{AuditKind, Principal, PrincipalKind, Store, now_ms};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use super::context::Context;
 use crate::http;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Where to listen (default: the configuration's `listen`, else 127.0.0.1:8940).
-    #[arg(long)]
+    /// Where to listen, as IP:PORT (default: the configuration's `[server] listen`, else
+    /// 127.0.0.1:8940).
+    #[arg(long, value_parser = crate::config::parse_socket_address)]
     pub(crate) listen: Option<SocketAddr>,
 }
 
@@ -35,7 +35,7 @@ struct Scrape {
     scripts: Arc<larkgate_scripts::Scripts>,
     idle_workers: prometheus_client::metrics::gauge::Gauge,
     federation: Arc<larkgate_upstream::federation::Federation>,
-    sessions: http::auth::Sessions,
+    sessions: Arc<http::sessions::Registry>,
     upstream_up: prometheus_client::metrics::family::Family<
         Vec<(String, String)>,
         prometheus_client::metrics::gauge::Gauge,
@@ -47,7 +47,7 @@ struct Scrape {
 }
 
 impl Scrape {
-    fn new(context: &Context, sessions: http::auth::Sessions) -> Self {
+    fn new(context: &Context, sessions: Arc<http::sessions::Registry>) -> Self {
         let scrape = Scrape {
             platform: context.platform.clone(),
             scripts: Arc::clone(&context.scripts),
@@ -78,12 +78,7 @@ impl Scrape {
 
     fn render(&self) -> String {
         let metrics = &self.platform.services().metrics;
-        let open = self
-            .sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len();
-        metrics.active_sessions.set(open as i64);
+        metrics.active_sessions.set(self.sessions.len() as i64);
         if let Some(pool) = self.scripts.pool() {
             self.idle_workers.set(pool.idle() as i64);
         }
@@ -102,11 +97,7 @@ impl Scrape {
 }
 
 /// On a data directory without tokens: an `admin` principal and its first token, printed once.
-async fn bootstrap(
-    context: &Context,
-    listen: SocketAddr,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+async fn bootstrap(context: &Context, url: &str, out: &mut impl Write) -> anyhow::Result<()> {
     if !context.store.tokens(None).await?.is_empty() {
         return Ok(());
     }
@@ -135,7 +126,7 @@ async fn bootstrap(
         "mcpServers": {
             "larkgate": {
                 "type": "http",
-                "url": format!("http://{listen}/mcp"),
+                "url": url,
                 "headers": {"Authorization": format!("Bearer {}", new.token)}
             }
         }
@@ -182,26 +173,143 @@ pub(crate) async fn run(
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
     let listen = listener.local_addr()?;
-    bootstrap(context, listen, out).await?;
+    let server = &context.server;
+    let public_url = server.public_mcp_url(listen);
+    let policy = server.address_policy(listen).map_err(anyhow::Error::msg)?;
+    bootstrap(context, &public_url, out).await?;
     let maintenance = context.federation.maintain();
 
-    let config = http::mcp_config(listen);
+    let config = http::mcp_config(&server.allowed_origins);
     let cancel = config.cancellation_token.clone();
     let platform = context.platform.clone();
+    let registry = http::sessions::Registry::new(server.sessions());
     let service = StreamableHttpService::new(
         move || Ok(PlatformServer::per_request(platform.clone())),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(http::sessions::RegisteredSessions::new(Arc::clone(
+            &registry,
+        ))),
         config,
     );
-    let auth = http::Auth::new(context.store.clone());
-    let metrics = Arc::new(Scrape::new(context, Arc::clone(auth.sessions())));
-    let app = axum::Router::new()
+    let auth = http::Auth::new(context.store.clone(), Arc::clone(&registry));
+    let metrics = Arc::new(Scrape::new(context, registry));
+    let ops = ops_routes(metrics);
+    let mcp = axum::Router::new()
         .route_service("/mcp", service)
-        .layer(axum::middleware::from_fn(http::json_rpc_shape))
+        .layer(axum::middleware::from_fn_with_state(
+            server.bodies(),
+            http::json_rpc_shape,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             auth,
             http::authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(policy),
+            http::address::check_address,
+        ));
+    // The operational endpoints live on `ops_listen` when there is one, else beside `/mcp`.
+    let ops_listener = match server.ops_listen {
+        Some(address) => Some(
+            tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} (server.ops_listen)"))?,
+        ),
+        None => None,
+    };
+    let (app, ops) = match ops_listener {
+        Some(listener) => (mcp, Some((listener, ops))),
+        None => (mcp.merge(ops), None),
+    };
+    let app = app.fallback(|| async {
+        (
+            StatusCode::NOT_FOUND,
+            Body::from("not found; MCP is at /mcp\n"),
+        )
+    });
+    let connections = register_connection_metrics(context, "");
+    eprintln!("larkgate: serving MCP at http://{listen}/mcp");
+    if listen.ip().is_unspecified() && server.public_url.is_none() {
+        eprintln!(
+            "larkgate: listening on every interface; clients are told {public_url}: set \
+             [server] public_url to the URL they use"
+        );
+    }
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let ops_server = match ops {
+        Some((listener, ops)) => {
+            eprintln!(
+                "larkgate: serving /healthz, /readyz and /metrics at http://{}",
+                listener.local_addr()?
+            );
+            let limits = http::accept::SocketLimits {
+                max_connections: OPS_MAX_CONNECTIONS,
+                ..server.sockets()
+            };
+            let metrics = register_connection_metrics(context, "ops_");
+            Some(tokio::spawn(http::accept::serve(
+                listener,
+                ops,
+                limits,
+                metrics,
+                stopped.clone(),
+            )))
+        }
+        None => None,
+    };
+    // `larkgate stdio` started beside this process relays to it (removed when it stops).
+    let _announced = super::endpoint::announce(&context.data_dir, listen)
+        .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
+    let grace = std::time::Duration::from_millis(server.shutdown_grace_ms);
+    let calls = context.platform.services().metrics.active_calls.clone();
+    let served = http::accept::serve(
+        listener,
+        app,
+        server.sockets(),
+        connections,
+        stopped.clone(),
+    );
+    let signalled = async move {
+        shutdown_signal().await;
+        eprintln!(
+            "larkgate: shutting down; in-flight calls have {} s to finish",
+            grace.as_secs_f64()
+        );
+        // New connections are refused from here, and each connection closes after the
+        // request it serves. The calls in flight finish (within the grace period, enforced
+        // below); only then are the MCP streams ended: ending them at once would answer a call
+        // still running with an error.
+        let _ = stopping.send(true);
+        while calls.get() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        cancel.cancel();
+        std::future::pending::<()>().await;
+    };
+    let mut stopped = stopped;
+    let grace = async move {
+        let _ = stopped.wait_for(|stopping| *stopping).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        () = served => {}
+        () = signalled => {}
+        () = grace => eprintln!("larkgate: the grace period is over; stopping now"),
+    }
+    if let Some(ops_server) = ops_server {
+        ops_server.abort();
+    }
+    maintenance.abort();
+    // Runs still going are recorded as cancelled; their workers die with this process.
+    context.scripts.cancel_active().await;
+    Ok(())
+}
+
+/// Connections the operational listener keeps open at once.
+const OPS_MAX_CONNECTIONS: usize = 64;
+
+/// `/healthz`, `/readyz` and `/metrics`.
+fn ops_routes(metrics: Arc<Scrape>) -> axum::Router {
+    axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
         .route("/readyz", axum::routing::get(|| async { "ready\n" }))
         .route(
@@ -219,46 +327,26 @@ pub(crate) async fn run(
                 }
             }),
         )
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                Body::from("not found; MCP is at /mcp\n"),
-            )
-        });
-    eprintln!("larkgate: serving MCP at http://{listen}/mcp");
-    // `larkgate stdio` started beside this process relays to it (removed when it stops).
-    let _announced = super::endpoint::announce(&context.data_dir, listen)
-        .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
-    let grace = context.shutdown_grace;
-    let (stopping, mut stopped) = tokio::sync::watch::channel(false);
-    let calls = context.platform.services().metrics.active_calls.clone();
-    let server = axum::serve(http::no_delay(listener), app).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        eprintln!(
-            "larkgate: shutting down; in-flight calls have {} s to finish",
-            grace.as_secs_f64()
-        );
-        let _ = stopping.send(true);
-        // New connections are refused from here. The calls in flight finish (within the grace
-        // period, enforced below); only then are the MCP streams ended: ending them at once
-        // would answer a call still running with an error.
-        tokio::spawn(async move {
-            while calls.get() > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            cancel.cancel();
-        });
-    });
-    let grace = async move {
-        let _ = stopped.wait_for(|stopping| *stopping).await;
-        tokio::time::sleep(grace).await;
-    };
-    tokio::select! {
-        served = std::future::IntoFuture::into_future(server) => served?,
-        () = grace => eprintln!("larkgate: the grace period is over; stopping now"),
-    }
-    maintenance.abort();
-    // Runs still going are recorded as cancelled; their workers die with this process.
-    context.scripts.cancel_active().await;
-    Ok(())
+}
+
+/// A listener's connection metrics, registered as `larkgate_{prefix}connections_*`.
+fn register_connection_metrics(context: &Context, prefix: &str) -> http::accept::ConnectionMetrics {
+    let connections = http::accept::ConnectionMetrics::default();
+    let metrics = &context.platform.services().metrics;
+    metrics.register(
+        &format!("{prefix}open_connections"),
+        "Connections open now",
+        connections.open.clone(),
+    );
+    metrics.register(
+        &format!("{prefix}refused_connections"),
+        "Connections closed on arrival because the connection cap was reached",
+        connections.refused.clone(),
+    );
+    metrics.register(
+        &format!("{prefix}timed_out_connections"),
+        "Connections closed for a slow request head or for idling",
+        connections.timed_out.clone(),
+    );
+    connections
 }

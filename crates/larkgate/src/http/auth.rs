@@ -7,8 +7,7 @@
 //! another principal's token on that session is refused (403), so a leaked session id does not
 //! lend anyone else's authority.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -19,6 +18,7 @@ use larkgate_platform::{RunContext, RunKind, SessionIdentity, tokens};
 use larkgate_store::{Principal, Store, now_ms};
 
 use super::error::EdgeError;
+use super::sessions::{self, Registry};
 
 /// The principal `token` authenticates, with its roles as they are now.
 pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, EdgeError> {
@@ -32,36 +32,17 @@ pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, E
     }
 }
 
-/// 2025-11-25 sessions, each with the principal that opened it.
-pub type Sessions = Arc<Mutex<HashMap<String, String>>>;
-
 /// What the authentication layer shares between requests.
 #[derive(Clone, Debug)]
 pub struct Auth {
     store: Arc<dyn Store>,
-    sessions: Sessions,
+    sessions: Arc<Registry>,
 }
 
 impl Auth {
-    /// Authentication against `store`, with no session open yet.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Auth {
-            store,
-            sessions: Sessions::default(),
-        }
-    }
-
-    /// The open 2025-11-25 sessions (for the metrics).
-    pub fn sessions(&self) -> &Sessions {
-        &self.sessions
-    }
-
-    fn owner(&self, session: &str) -> Option<String> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(session)
-            .cloned()
+    /// Authentication against `store`, with 2025-11-25 sessions entered in `sessions`.
+    pub fn new(store: Arc<dyn Store>, sessions: Arc<Registry>) -> Self {
+        Auth { store, sessions }
     }
 }
 
@@ -88,7 +69,10 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     if let Some(session) = &session
-        && auth.owner(session).is_some_and(|o| o != principal.id)
+        && auth
+            .sessions
+            .owner(session)
+            .is_some_and(|o| o != principal.id)
     {
         tracing::warn!(session, principal = %principal.id, "a session was presented with another principal's token");
         return EdgeError::ForeignSession.into_response();
@@ -104,29 +88,16 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         label: "http".into(),
     }));
     let deleting = request.method() == axum::http::Method::DELETE;
-    let mut response = next.run(request).await;
-    if deleting && response.status().is_success() {
-        if let Some(session) = &session {
-            auth.sessions
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(session);
-        }
-        // The session is gone when this answers: 200, which every SDK takes without a warning
-        // (rmcp answers 202; the Python SDK warns unless 200 or 204).
-        if response.status() == axum::http::StatusCode::ACCEPTED {
-            *response.status_mut() = axum::http::StatusCode::OK;
-        }
-    } else if session.is_none()
-        && let Some(opened) = response
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-    {
-        auth.sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(opened.to_owned(), id);
+    // A session opened by this request is entered in the registry under `id`, if the caps
+    // allow it (see `sessions`).
+    let (mut response, refused) = sessions::opening_as(id, next.run(request)).await;
+    if let Some(cap) = refused {
+        return EdgeError::TooManySessions(cap).into_response();
+    }
+    // The session is gone when this answers: 200, which every SDK takes without a warning
+    // (rmcp answers 202; the Python SDK warns unless 200 or 204).
+    if deleting && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::OK;
     }
     response
 }

@@ -6,6 +6,19 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use larkgate_platform::envelope::{Code, Refusal};
 
+use super::sessions::SessionCap;
+
+fn too_many_sessions(cap: &SessionCap) -> String {
+    match cap {
+        SessionCap::PerPrincipal(n) => format!(
+            "too many open sessions: this principal has {n}, the most it may have open at once"
+        ),
+        SessionCap::Total(n) => {
+            format!("too many open sessions: the server has {n} open, the most it keeps at once")
+        }
+    }
+}
+
 /// The JSON-RPC error codes the edge answers with. The spec's own codes, and ours outside
 /// -32020..-32099 (reserved by the 2026-07-28 revision).
 pub mod codes {
@@ -17,6 +30,10 @@ pub mod codes {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// larkgate's own: no valid credential, or a session of another principal.
     pub const UNAUTHENTICATED: i64 = -32001;
+    /// larkgate's own: the request is not for this server, or from a browser page not allowed.
+    pub const FORBIDDEN: i64 = -32003;
+    /// larkgate's own: a cap of the edge is reached (open sessions).
+    pub const LIMIT_EXCEEDED: i64 = -32005;
 }
 
 /// Why the edge refused a request before the MCP service saw it.
@@ -35,12 +52,33 @@ pub enum EdgeError {
     /// A 2025-11-25 session presented with another principal's token.
     #[error("this session belongs to another principal")]
     ForeignSession,
+    /// The `Host` is not one this server answers to (possible DNS rebinding).
+    #[error(
+        "the Host {0:?} is not one this server answers to: add it to [server] allowed_hosts, \
+         or set [server] public_url to the URL clients use"
+    )]
+    UnknownHost(String),
+    /// A browser page's request, from an origin not allowed.
+    #[error(
+        "requests from web pages are refused (Origin {0:?}); to allow a page, add its origin \
+         to [server] allowed_origins"
+    )]
+    BrowserOrigin(String),
     /// The body is larger than the edge reads.
     #[error("the request body exceeds {limit} bytes")]
     BodyTooLarge {
         /// The cap, in bytes.
         limit: usize,
     },
+    /// The body did not arrive within the time the edge waits for it.
+    #[error("the request body did not arrive within {} s; send it whole, without pauses", .seconds)]
+    BodyTimeout {
+        /// The time the edge waits, in seconds.
+        seconds: u64,
+    },
+    /// A 2025-11-25 session would pass a cap on open sessions.
+    #[error("{}", too_many_sessions(.0))]
+    TooManySessions(SessionCap),
     /// The body is not JSON.
     #[error("parse error: the body is not JSON ({0})")]
     NotJson(String),
@@ -68,8 +106,12 @@ impl EdgeError {
         match self {
             EdgeError::Unauthenticated => StatusCode::UNAUTHORIZED,
             EdgeError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            EdgeError::ForeignSession => StatusCode::FORBIDDEN,
+            EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
+                StatusCode::FORBIDDEN
+            }
             EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            EdgeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            EdgeError::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
             EdgeError::NotJson(_) | EdgeError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
         }
     }
@@ -78,10 +120,12 @@ impl EdgeError {
         match self {
             EdgeError::Unauthenticated | EdgeError::ForeignSession => codes::UNAUTHENTICATED,
             EdgeError::Unavailable(_) => codes::INTERNAL_ERROR,
+            EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => codes::FORBIDDEN,
             EdgeError::NotJson(_) => codes::PARSE_ERROR,
-            EdgeError::BodyTooLarge { .. } | EdgeError::InvalidRequest { .. } => {
-                codes::INVALID_REQUEST
-            }
+            EdgeError::BodyTooLarge { .. }
+            | EdgeError::BodyTimeout { .. }
+            | EdgeError::InvalidRequest { .. } => codes::INVALID_REQUEST,
+            EdgeError::TooManySessions(_) => codes::LIMIT_EXCEEDED,
         }
     }
 
@@ -90,6 +134,11 @@ impl EdgeError {
         let refusal = match self {
             EdgeError::Unauthenticated => Self::unauthenticated_refusal(),
             EdgeError::Unavailable(refusal) => refusal.clone(),
+            EdgeError::TooManySessions(_) => Refusal::new(Code::LimitExceeded, self.to_string())
+                .with_hint(
+                    "close a session you no longer use (HTTP DELETE with its Mcp-Session-Id), \
+                     or use the 2026-07-28 revision, which needs no session",
+                ),
             _ => return None,
         };
         serde_json::to_value(refusal.envelope()).ok()
@@ -150,6 +199,26 @@ mod tests {
                 codes::INVALID_REQUEST,
             ),
             (EdgeError::NotJson("eof".into()), 400, codes::PARSE_ERROR),
+            (
+                EdgeError::UnknownHost("evil.example".into()),
+                403,
+                codes::FORBIDDEN,
+            ),
+            (
+                EdgeError::BrowserOrigin("https://evil.example".into()),
+                403,
+                codes::FORBIDDEN,
+            ),
+            (
+                EdgeError::BodyTimeout { seconds: 1 },
+                408,
+                codes::INVALID_REQUEST,
+            ),
+            (
+                EdgeError::TooManySessions(SessionCap::PerPrincipal(2)),
+                429,
+                codes::LIMIT_EXCEEDED,
+            ),
             (
                 EdgeError::InvalidRequest {
                     problem: "a JSON-RPC message must be an object",

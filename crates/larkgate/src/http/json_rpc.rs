@@ -2,29 +2,71 @@
 //! (which answers some of them with plain text), and the server keeps serving whatever it
 //! receives.
 
+use std::time::Duration;
+
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::EdgeError;
 
-/// The largest request body `/mcp` reads (the platform's own argument limit is smaller).
+/// The largest request body `/mcp` reads by default (the platform's own argument limit is
+/// smaller).
 pub const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// How much of a request body the edge reads, and how long it waits for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// The largest body read, in bytes; a larger one is answered 413, before it is read when
+    /// its `Content-Length` says so.
+    pub max_bytes: usize,
+    /// How long the whole body may take to arrive.
+    pub timeout: Duration,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        BodyLimits {
+            max_bytes: MAX_BODY,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
 
 /// Answers malformed JSON-RPC in JSON-RPC, before rmcp (which answers some of it with plain
 /// text): unparsable JSON is a parse error (-32700); a batch, a message that is not an object,
 /// or one without `"jsonrpc": "2.0"` is an invalid request (-32600). Unknown methods are left
 /// to rmcp (-32601). The server keeps serving whatever it receives.
-pub async fn json_rpc_shape(request: Request, next: Next) -> Response {
+pub async fn json_rpc_shape(
+    State(limits): State<BodyLimits>,
+    request: Request,
+    next: Next,
+) -> Response {
     if request.method() != axum::http::Method::POST {
         return next.run(request).await;
     }
+    let too_large = EdgeError::BodyTooLarge {
+        limit: limits.max_bytes,
+    };
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limits.max_bytes as u64) {
+        return too_large.into_response();
+    }
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(bytes) => bytes,
+    let read = axum::body::to_bytes(body, limits.max_bytes);
+    let bytes = match tokio::time::timeout(limits.timeout, read).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return too_large.into_response(),
         Err(_) => {
-            return EdgeError::BodyTooLarge { limit: MAX_BODY }.into_response();
+            return EdgeError::BodyTimeout {
+                seconds: limits.timeout.as_secs().max(1),
+            }
+            .into_response();
         }
     };
     let message: serde_json::Value = match serde_json::from_slice(&bytes) {

@@ -51,3 +51,30 @@ fn check_validates_the_configuration_without_starting() {
         assert!(error.contains(expected), "{text}: {error}");
     }
 }
+
+#[test]
+fn check_warns_about_what_is_valid_but_grants_or_matches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    crate::ok(dir, &["principal", "add", "eve", "--roles", "viewr"]);
+    std::fs::write(
+        crate::config_path(dir),
+        "[policy.roles.viewer]\nlist = [\"*\"]\n[policy.approvals]\nrequire = [\"kv_delte\"]\n",
+    )
+    .unwrap();
+    let output = crate::larkgate_in(dir, &["check"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let warned = stderr(&output);
+    for expected in [
+        "warning: the policy lets no role call any tool",
+        "warning: policy.approvals.require: the pattern \"kv_delte\" matches no tool",
+        "warning: the principal \"eve\" has the role \"viewr\"",
+    ] {
+        assert!(warned.contains(expected), "{expected}: {warned}");
+    }
+    assert!(
+        stdout(&output).contains("configuration read from ./larkgate-data/larkgate.toml"),
+        "{}",
+        stdout(&output)
+    );
+}

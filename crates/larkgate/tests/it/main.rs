@@ -3,6 +3,7 @@
 mod audit;
 mod capabilities;
 mod check;
+mod edge;
 mod principals_and_approvals;
 mod scripts;
 mod sdk_clients;
@@ -32,6 +33,14 @@ pub(crate) fn python() -> PathBuf {
         "run the tests with scripts/test (it installs the Python SDK)"
     );
     python
+}
+
+/// Where a test writes the configuration of `larkgate` run in `dir`: the default data
+/// directory's `larkgate.toml` (created with the directory).
+pub(crate) fn config_path(dir: &Path) -> PathBuf {
+    let data = dir.join("larkgate-data");
+    std::fs::create_dir_all(&data).unwrap();
+    data.join("larkgate.toml")
 }
 
 /// Runs `larkgate` in `dir` (its working directory, so `./larkgate-data` lands there).

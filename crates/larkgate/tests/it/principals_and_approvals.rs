@@ -13,7 +13,7 @@ require = ["kv_delete"]
 
 fn setup() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(dir.path()), POLICY).unwrap();
     ok(
         dir.path(),
         &["principal", "add", "wes", "--roles", "writer"],

@@ -21,7 +21,7 @@ def main(*, name: str):
 
 fn setup() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(dir.path()), POLICY).unwrap();
     std::fs::write(dir.path().join("greet.star"), GREET).unwrap();
     ok(
         dir.path(),
@@ -240,7 +240,7 @@ def main(*, n: int):
 fn countdown_published(extra: &str) -> tempfile::TempDir {
     let dir = setup();
     std::fs::write(
-        dir.path().join("larkgate.toml"),
+        crate::config_path(dir.path()),
         format!("{POLICY}[policy.roles.author]\ncall = [\"script__*\"]\n{extra}"),
     )
     .unwrap();
@@ -309,7 +309,7 @@ fn the_nesting_depth_limit_is_the_configured_one() {
     assert!(err.contains("at most 2 deep"), "{err}");
     // A depth of 0 is not a configuration larkgate starts with.
     std::fs::write(
-        dir.path().join("larkgate.toml"),
+        crate::config_path(dir.path()),
         format!("{POLICY}[scripts]\nmax_depth = 0\n"),
     )
     .unwrap();
@@ -362,7 +362,7 @@ fn ctrl_c_stops_larkgate_run_with_its_worker_and_records_the_run_cancelled() {
     let dir = setup();
     let d = dir.path();
     std::fs::write(
-        d.join("larkgate.toml"),
+        crate::config_path(d),
         format!("{POLICY}[scripts]\nmax_wall_time_ms = 600000\nmax_ticks = 100000000000\n"),
     )
     .unwrap();

@@ -39,7 +39,7 @@ period_seconds = 3600
 
 /// A data directory with the policy and three principals, and their tokens as JSON.
 pub(crate) fn prepare(d: &Path) -> String {
-    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
     ok(d, &["principal", "add", "ada", "--roles", "author"]);
     ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
     ok(d, &["principal", "add", "eve", "--roles", "approver"]);

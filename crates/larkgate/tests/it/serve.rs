@@ -18,6 +18,8 @@ pub(crate) struct Server {
     child: Child,
     pub(crate) url: String,
     pub(crate) first_start: String,
+    /// What it has written to stderr since the line naming its URL.
+    stderr: std::sync::mpsc::Receiver<String>,
 }
 
 impl Server {
@@ -40,7 +42,12 @@ impl Server {
             }
         };
         // Keep draining stderr so the server never blocks on it.
-        std::thread::spawn(move || for _ in stderr.lines() {});
+        let (errors, stderr_lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let _ = errors.send(line);
+            }
+        });
         // The first-start banner, when there is one, was written to stdout before the line
         // above; collect whatever is there.
         let (lines, received) = std::sync::mpsc::channel();
@@ -61,6 +68,20 @@ impl Server {
             child,
             url,
             first_start,
+            stderr: stderr_lines,
+        }
+    }
+
+    /// The rest of the first line on stderr, after the URL's, that starts with `prefix`.
+    pub(crate) fn stderr_line(&self, prefix: &str) -> String {
+        loop {
+            let line = self
+                .stderr
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("serve wrote no line starting {prefix:?}"));
+            if let Some(rest) = line.trim().strip_prefix(prefix) {
+                return rest.to_owned();
+            }
         }
     }
 
@@ -211,7 +232,7 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
     ok(d, &["principal", "add", "ada", "--roles", "writer"]);
     ok(d, &["principal", "add", "bob", "--roles", "writer"]);
     std::fs::write(
-        d.join("larkgate.toml"),
+        crate::config_path(d),
         "[policy.roles.admin]\ncall = [\"*\"]\n[policy.roles.writer]\ncall = [\"kv_*\"]\n",
     )
     .unwrap();

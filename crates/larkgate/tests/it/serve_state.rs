@@ -35,7 +35,8 @@ async fn refused(
 ) -> serde_json::Value {
     let result = c.call_tool(tool, object(args)).await.unwrap();
     assert_eq!(result.is_error, Some(true), "{tool}: {result:?}");
-    let envelope = result.structured_content.unwrap();
+    let envelope =
+        result.meta.clone().expect("an envelope in _meta").0["larkgate/envelope"].clone();
     assert_eq!(envelope["code"], code, "{tool}: {envelope}");
     envelope
 }
@@ -248,7 +249,7 @@ impl RunInFlight {
     fn start(config: &str, source: &'static str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        std::fs::write(d.join("larkgate.toml"), config).unwrap();
+        std::fs::write(crate::config_path(d), config).unwrap();
         ok(d, &["principal", "add", "ada", "--roles", "admin"]);
         let token = ok(d, &["token", "create", "--principal", "ada"])
             .trim()
@@ -309,7 +310,7 @@ fn shutdown_cancels_runs_still_going_and_records_them() {
         runtime,
         call,
     } = RunInFlight::start(
-        "shutdown_grace_ms = 300\n[scripts]\nmax_wall_time_ms = 120000\nmax_ticks = 100000000000\n",
+        "[server]\nshutdown_grace_ms = 300\n[scripts]\nmax_wall_time_ms = 120000\nmax_ticks = 100000000000\n",
         forever,
     );
     let stopping = std::time::Instant::now();
@@ -340,7 +341,7 @@ fn ctrl_c_gives_a_run_in_flight_the_grace_period_and_it_finishes() {
         runtime,
         call,
     } = RunInFlight::start(
-        "shutdown_grace_ms = 20000\n[scripts]\nmax_wall_time_ms = 60000\nmax_ticks = 100000000000\n",
+        "[server]\nshutdown_grace_ms = 20000\n[scripts]\nmax_wall_time_ms = 60000\nmax_ticks = 100000000000\n",
         busy,
     );
     // The terminal's Ctrl-C reaches the server's process group; the worker, in its own, runs

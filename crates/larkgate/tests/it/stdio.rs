@@ -20,7 +20,7 @@ fn command(dir: &std::path::Path) -> tokio::process::Command {
 fn a_desktop_client_lists_and_calls_as_the_token_s_principal() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
     ok(d, &["principal", "add", "desk", "--roles", "reader,author"]);
     let token = ok(d, &["token", "create", "--principal", "desk"])
         .trim()
@@ -107,7 +107,7 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
     use crate::serve::Server;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
     let server = Server::start(d);
     // The server announces where loopback reaches it.
     let announced = d.join("larkgate-data").join("serve.url");
@@ -129,13 +129,19 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
             .spawn()
             .unwrap();
         let client = ().serve(transport).await.unwrap();
+        // It says which configuration it read, then that it relays.
+        let mut stderr = tokio::io::BufReader::new(stderr.unwrap());
         let mut said = String::new();
-        tokio::io::AsyncBufReadExt::read_line(
-            &mut tokio::io::BufReader::new(stderr.unwrap()),
-            &mut said,
-        )
-        .await
-        .unwrap();
+        while !said.contains("relaying") {
+            let read = tokio::io::AsyncBufReadExt::read_line(&mut stderr, &mut said)
+                .await
+                .unwrap();
+            assert!(read > 0, "{said}");
+        }
+        assert!(
+            said.starts_with("larkgate: configuration read from ./larkgate-data/larkgate.toml\n"),
+            "{said}"
+        );
         assert!(
             said.contains("relaying this stdio session as desk"),
             "{said}"
@@ -162,7 +168,7 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
             .unwrap();
         assert_eq!(refused.is_error, Some(true));
         assert_eq!(
-            refused.structured_content.unwrap()["category"],
+            refused.meta.clone().expect("an envelope in _meta").0["larkgate/envelope"].clone()["category"],
             "access",
             "the server's own envelope, relayed"
         );
@@ -219,8 +225,9 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
 fn refusal_code(result: &rmcp::model::CallToolResult) -> Option<String> {
     (result.is_error == Some(true)).then(|| {
         result
-            .structured_content
+            .meta
             .as_ref()
+            .and_then(|m| m.0.get("larkgate/envelope"))
             .and_then(|e| e["code"].as_str())
             .unwrap_or("?")
             .to_owned()
@@ -231,7 +238,7 @@ fn refusal_code(result: &rmcp::model::CallToolResult) -> Option<String> {
 fn a_running_session_sees_role_changes_revocation_and_removal_at_its_next_call() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
     ok(d, &["principal", "add", "desk", "--roles", "reader"]);
     ok(d, &["principal", "add", "temp", "--roles", "reader"]);
     let desk = ok(d, &["token", "create", "--principal", "desk"])
@@ -293,4 +300,96 @@ fn a_running_session_sees_role_changes_revocation_and_removal_at_its_next_call()
         assert_eq!(refusal_code(&removed).as_deref(), Some("unauthenticated"));
         other.cancel().await.unwrap();
     });
+}
+
+/// The README's desktop configuration: `larkgate --data-dir DIR stdio`, started by a client
+/// from a working directory of its own, runs under `DIR/larkgate.toml`: the gated tool asks
+/// for an approval. So do the operator's commands with `LARKGATE_DATA_DIR`.
+#[test]
+fn started_from_elsewhere_the_data_directorys_policy_still_gates_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(
+        data.join("larkgate.toml"),
+        format!("{POLICY}[policy.approvals]\nrequire = [\"kv_delete\"]\n"),
+    )
+    .unwrap();
+    let data_arg = data.to_str().unwrap();
+    ok(
+        &elsewhere,
+        &[
+            "--data-dir",
+            data_arg,
+            "principal",
+            "add",
+            "desk",
+            "--roles",
+            "admin",
+        ],
+    );
+    let token = ok(
+        &elsewhere,
+        &[
+            "--data-dir",
+            data_arg,
+            "token",
+            "create",
+            "--principal",
+            "desk",
+        ],
+    )
+    .trim()
+    .to_owned();
+    // With the variable instead of the flag, from yet another directory: the same policy.
+    let by_env = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir.path())
+        .env("LARKGATE_DATA_DIR", &data)
+        .args(["--as", "desk", "call", "kv_delete", "--arg", "key=k"])
+        .output()
+        .unwrap();
+    let said = crate::stderr(&by_env);
+    assert!(!by_env.status.success(), "{said}");
+    assert!(said.contains("approval_required"), "{said}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_larkgate"));
+        child
+            .current_dir(&elsewhere)
+            .args(["--data-dir", data_arg, "stdio"])
+            .env("LARKGATE_TOKEN", &token);
+        let (transport, stderr) = TokioChildProcess::builder(child)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let client = ().serve(transport).await.unwrap();
+        let mut said = String::new();
+        tokio::io::AsyncBufReadExt::read_line(
+            &mut tokio::io::BufReader::new(stderr.unwrap()),
+            &mut said,
+        )
+        .await
+        .unwrap();
+        let expected = format!(
+            "larkgate: configuration read from {}",
+            data.join("larkgate.toml").display()
+        );
+        assert_eq!(said.trim(), expected);
+        let gated = client
+            .call_tool(
+                CallToolRequestParams::new("kv_delete")
+                    .with_arguments(serde_json::json!({"key": "k"}).as_object().unwrap().clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refusal_code(&gated).as_deref(), Some("approval_required"));
+        client.cancel().await.unwrap();
+    });
+    // Without a file, it says it read none.
+    std::fs::remove_file(data.join("larkgate.toml")).unwrap();
+    let check = ok(&elsewhere, &["--data-dir", data_arg, "check"]);
+    assert!(check.contains("no configuration file"), "{check}");
 }

@@ -84,7 +84,7 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(
-        d.join("larkgate.toml"),
+        crate::config_path(d),
         "[policy.roles.admin]\ncall = [\"*\"]\n[policy.approvals]\nrequire = [\"kv_delete\"]\n",
     )
     .unwrap();
@@ -118,7 +118,8 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
             .call_tool("kv_delete", args.as_object().unwrap().clone())
             .await
             .unwrap();
-        let envelope = gated.structured_content.unwrap();
+        let envelope =
+            gated.meta.clone().expect("an envelope in _meta").0["larkgate/envelope"].clone();
         assert_eq!(envelope["code"], "approval_required", "{envelope}");
         c.close().await;
         envelope["approval_id"].as_str().unwrap().to_owned()

@@ -56,7 +56,7 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
     let peer = weather();
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    std::fs::write(dir.join("larkgate.toml"), POLICY).unwrap();
+    std::fs::write(crate::config_path(dir), POLICY).unwrap();
 
     // A private URL is refused unless the operator allows it.
     let refused = fails(dir, &["upstream", "add", "weather", &peer.url]);

@@ -117,7 +117,7 @@ fn the_readme_walkthrough_works() {
 
     // An approval gate on script tools, and an approver.
     std::fs::write(
-        d.join("larkgate.toml"),
+        crate::config_path(d),
         "[policy.roles.admin]\ncall = [\"*\"]\n[policy.approvals]\nrequire = [\"script__*\"]\n",
     )
     .unwrap();

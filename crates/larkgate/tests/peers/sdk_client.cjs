@@ -7,7 +7,6 @@
 const assert = require("node:assert/strict");
 const { Client } = require("@modelcontextprotocol/sdk/client/index.js");
 const { StreamableHTTPClientTransport } = require("@modelcontextprotocol/sdk/client/streamableHttp.js");
-const { CallToolResultSchema } = require("@modelcontextprotocol/sdk/types.js");
 
 const [url, tokensJson, suffix] = process.argv.slice(2);
 const tokens = JSON.parse(tokensJson);
@@ -30,19 +29,23 @@ async function connect(token) {
   return client;
 }
 
-// `callTool` checks a result's structured content against the tool's output schema (which
-// proves larkgate's results match their schemas), but SDK 1.32 does so for error results too
-// (typescript-sdk issue #1943), so a refusal from a tool with an output schema throws there.
-// Calls that are meant to be refused go through `request`, which returns the result as sent.
+// `callTool` checks a result's structured content against the tool's output schema, for
+// error results too; larkgate's refusals carry none (the envelope is in `_meta`), so every
+// call, refused or not, goes through `callTool` as a client application's would.
 const call = (client, name, args) => client.callTool({ name, arguments: args });
-const refused = (client, name, args) =>
-  client.request({ method: "tools/call", params: { name, arguments: args } }, CallToolResultSchema);
+
 
 function envelope(result, code) {
   assert.equal(result.isError, true, `expected a ${code} refusal, got ${JSON.stringify(result)}`);
-  const env = result.structuredContent;
-  assert.equal(env && env.code, code, `expected ${code}, got ${JSON.stringify(env)}`);
+  assert.equal(result.structuredContent, undefined, "an error result carries no structured content");
+  const env = result._meta && result._meta["larkgate/envelope"];
+  assert.equal(env && env.code, code, `expected ${code}, got ${JSON.stringify(result)}`);
   assert.ok(env.message);
+  // What a person sees in a client that shows only text: code, message, hint, approval id.
+  const text = result.content.filter((c) => c.type === "text").map((c) => c.text).join("\n");
+  assert.ok(text.startsWith(`${code}: ${env.message}`), text);
+  if (env.hint) assert.ok(text.includes(`hint: ${env.hint}`), text);
+  if (env.approval_id) assert.ok(text.includes(`approval id: ${env.approval_id}`), text);
   return env;
 }
 
@@ -74,11 +77,11 @@ async function main() {
   assert.equal(record.status, "succeeded");
   steps.push("run_draft");
 
-  envelope(await refused(author, "script_run_draft", { source: "def main():\n    kv_set(key = 'k', value = 'v')\n" }), "write_barrier");
+  envelope(await call(author, "script_run_draft", { source: "def main():\n    kv_set(key = 'k', value = 'v')\n" }), "write_barrier");
   steps.push("write_barrier");
 
-  envelope(await refused(author, `script__${draft}`, { name: "Ada" }), "not_found");
-  envelope(await refused(author, "no_such_tool", {}), "not_found");
+  envelope(await call(author, `script__${draft}`, { name: "Ada" }), "not_found");
+  envelope(await call(author, "no_such_tool", {}), "not_found");
   steps.push("not_found");
 
   const publisher = await connect(tokens.publisher);
@@ -99,19 +102,19 @@ async function main() {
   assert.equal(published.principal, `script:${draft}`);
   steps.push("call_script_tool");
 
-  envelope(await refused(author, `script__${draft}`, { name: 7 }), "invalid_arguments");
+  envelope(await call(author, `script__${draft}`, { name: 7 }), "invalid_arguments");
   steps.push("invalid_arguments");
 
   let limited = null;
   for (let i = 0; i < 5 && !limited; i++) {
-    const result = await refused(author, "kv_list", {});
+    const result = await call(author, "kv_list", {});
     if (result.isError) limited = envelope(result, "rate_limited");
   }
   assert.ok(limited, "kv_list was never rate limited");
   assert.ok(limited.retry_after_seconds >= 1);
   steps.push("rate_limited");
 
-  const gated = envelope(await refused(author, "kv_delete", { key: `gone_${suffix}` }), "approval_required");
+  const gated = envelope(await call(author, "kv_delete", { key: `gone_${suffix}` }), "approval_required");
   const approver = await connect(tokens.approver);
   structured(await call(approver, "approvals_approve", { id: gated.approval_id }));
   await approver.close();

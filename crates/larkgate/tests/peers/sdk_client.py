@@ -35,9 +35,17 @@ def connect(token):
 
 def envelope(result, code):
     assert result.is_error, f"expected a {code} refusal, got {result}"
-    env = result.structured_content
-    assert env is not None and env.get("code") == code, f"expected {code}, got {env}"
+    assert result.structured_content is None, "an error result carries no structured content"
+    env = (result.meta or {}).get("larkgate/envelope")
+    assert env is not None and env.get("code") == code, f"expected {code}, got {result}"
     assert env.get("message"), env
+    # What a person sees in a client that shows only text: code, message, hint, approval id.
+    text = "\n".join(c.text for c in result.content if c.type == "text")
+    assert text.startswith(f"{code}: {env['message']}"), text
+    if env.get("hint"):
+        assert f"hint: {env['hint']}" in text, text
+    if env.get("approval_id"):
+        assert f"approval id: {env['approval_id']}" in text, text
     return env
 
 

@@ -1,0 +1,232 @@
+//! `larkgate check`: the configuration validated without starting anything (no connection, no
+//! worker; the data directory is only read, and only if its database exists), with warnings
+//! for what is valid but almost certainly not meant: a policy that lets no role call anything,
+//! a pattern (role, approval or rate limit) that matches no tool there is or could be, and a
+//! role given to a principal that neither the policy nor larkgate defines.
+
+use std::io::Write;
+use std::path::Path;
+
+use larkgate_platform::policy::{
+    Pattern, Policy, ROLE_ADMIN, ROLE_APPROVER, ROLE_AUTHOR, ROLE_PUBLISHER,
+};
+use larkgate_platform::registry::{Registry, SEPARATOR, script_tool_name};
+use larkgate_platform::{approvals, capabilities};
+use larkgate_store::{Principal, SqliteStore, Store};
+
+use crate::config::{Config, Located};
+
+/// The tools a configuration can refer to: the built-in ones by name, and the namespaces
+/// (`script__`, `<alias>__`) whose tools are known only once larkgate runs.
+#[derive(Debug, Default)]
+pub(crate) struct KnownTools {
+    names: Vec<String>,
+    namespaces: Vec<String>,
+}
+
+impl KnownTools {
+    /// The built-in tools, published scripts, and the upstreams `aliases`.
+    pub(crate) fn new(aliases: impl IntoIterator<Item = String>) -> anyhow::Result<Self> {
+        let mut registry = Registry::new();
+        capabilities::register(&mut registry)?;
+        approvals::tools::register(&mut registry)?;
+        let mut names: Vec<String> = registry.iter().map(|t| t.spec.name.clone()).collect();
+        names.extend(larkgate_scripts::platform_tool_names()?);
+        let script_namespace = script_tool_name("");
+        let mut namespaces = vec![script_namespace];
+        namespaces.extend(aliases.into_iter().map(|a| format!("{a}{SEPARATOR}")));
+        Ok(KnownTools { names, namespaces })
+    }
+
+    /// Whether `pattern` matches a tool there is, or one that could come to be in a namespace.
+    fn could_match(&self, pattern: &Pattern) -> bool {
+        if self.names.iter().any(|name| pattern.matches(name)) {
+            return true;
+        }
+        let text = String::from(pattern.clone());
+        let literal = text.split('*').next().unwrap_or_default();
+        let wild = text.contains('*');
+        self.namespaces.iter().any(|namespace| {
+            if wild {
+                literal.starts_with(namespace.as_str()) || namespace.starts_with(literal)
+            } else {
+                literal.len() > namespace.len() && literal.starts_with(namespace.as_str())
+            }
+        })
+    }
+}
+
+/// The roles larkgate itself gives meaning to (its platform tools' fixed roles).
+const FIXED_ROLES: &[&str] = &[ROLE_ADMIN, ROLE_APPROVER, ROLE_AUTHOR, ROLE_PUBLISHER];
+
+/// What is valid in `policy` but almost certainly a mistake, one sentence each.
+pub(crate) fn warnings(
+    policy: &Policy,
+    known: &KnownTools,
+    principals: &[Principal],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if policy.roles.values().all(|rules| rules.call.is_empty()) {
+        warnings.push(
+            "the policy lets no role call any tool: only the platform tools, by their fixed \
+             roles, can be called; add `call = [...]` under a [policy.roles.NAME]"
+                .to_owned(),
+        );
+    }
+    let mut unmatched = |pattern: &Pattern, place: String| {
+        if !known.could_match(pattern) {
+            warnings.push(format!(
+                "{place}: the pattern {pattern:?} matches no tool (built-in tools, `script__*`, \
+                 and `ALIAS__*` for the configured upstreams); check its spelling"
+            ));
+        }
+    };
+    for (role, rules) in &policy.roles {
+        for pattern in &rules.list {
+            unmatched(pattern, format!("policy.roles.{role}.list"));
+        }
+        for pattern in &rules.call {
+            unmatched(pattern, format!("policy.roles.{role}.call"));
+        }
+    }
+    for pattern in &policy.approvals.require {
+        unmatched(pattern, "policy.approvals.require".to_owned());
+    }
+    for (i, rule) in policy.rate_limits.iter().enumerate() {
+        for pattern in &rule.tools {
+            unmatched(pattern, format!("policy.rate_limits[{i}].tools"));
+        }
+    }
+    for principal in principals {
+        for role in &principal.roles {
+            if !policy.roles.contains_key(role) && !FIXED_ROLES.contains(&role.as_str()) {
+                warnings.push(format!(
+                    "the principal {:?} has the role {role:?}, which no [policy.roles] defines \
+                     and larkgate does not know: it grants nothing",
+                    principal.id
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// The principals and stored upstream aliases of `data_dir`, when its database exists.
+fn stored(data_dir: &Path) -> anyhow::Result<(Vec<Principal>, Vec<String>)> {
+    if !data_dir.join(larkgate_store::DATABASE_FILE).exists() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    runtime.block_on(async {
+        let store = SqliteStore::open(data_dir)?;
+        let principals = store.principals().await?;
+        let aliases = store
+            .upstreams()
+            .await?
+            .into_iter()
+            .map(|u| u.alias)
+            .collect();
+        Ok((principals, aliases))
+    })
+}
+
+/// `larkgate check`: loads and validates the configuration, including every upstream's
+/// `${VAR}` header references against the environment, and says what it found.
+pub(crate) fn run(
+    config: Option<&Path>,
+    data_dir: Option<&Path>,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let located = Located::find(config, data_dir, |name| std::env::var(name).ok())?;
+    let config: &Config = &located.config;
+    for upstream in &config.upstreams {
+        upstream
+            .endpoint(|name| std::env::var(name).ok())
+            .map_err(anyhow::Error::msg)?;
+    }
+    let (principals, stored_aliases) = stored(&located.data_dir)?;
+    let aliases = config
+        .upstreams
+        .iter()
+        .map(|u| u.alias.clone())
+        .chain(stored_aliases);
+    let known = KnownTools::new(aliases)?;
+    for warning in warnings(&config.policy, &known, &principals) {
+        eprintln!("warning: {warning}");
+    }
+    writeln!(
+        out,
+        "{}",
+        located.describe().trim_start_matches("larkgate: ")
+    )?;
+    writeln!(
+        out,
+        "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams",
+        located.data_dir.display(),
+        config.server.listen,
+        config.policy.roles.len(),
+        config.upstreams.len()
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use larkgate_store::PrincipalKind;
+
+    fn policy(text: &str) -> Policy {
+        Config::parse(text).unwrap().policy
+    }
+
+    #[test]
+    fn patterns_that_match_nothing_and_unknown_roles_are_warned_about() {
+        let known = KnownTools::new(["github".to_owned()]).unwrap();
+        let text = "[policy.roles.ops]\ncall = [\"kv_*\", \"kv_gett\", \"github__*\", \"gh__*\", \
+                    \"script__report\", \"git*\", \"*\"]\nlist = [\"clock_now\", \"clok_now\"]\n\
+                    [policy.approvals]\nrequire = [\"kv_delete\", \"kv_delte\", \"github__create_issue\"]\n\
+                    [[policy.rate_limits]]\nper = \"principal\"\ncalls = 1\nperiod_seconds = 1\n\
+                    tools = [\"script_run_draft\", \"scrpt__*\"]\n";
+        let principals = vec![Principal {
+            id: "eve".into(),
+            kind: PrincipalKind::User,
+            roles: vec!["ops".into(), "approver".into(), "viewr".into()],
+        }];
+        let warnings = warnings(&policy(text), &known, &principals);
+        let flagged: Vec<&str> = [
+            "kv_gett", "gh__*", "clok_now", "kv_delte", "scrpt__*", "viewr",
+        ]
+        .into_iter()
+        .filter(|w| {
+            !warnings
+                .iter()
+                .any(|line| line.contains(&format!("\"{w}\"")))
+        })
+        .collect();
+        assert!(
+            flagged.is_empty(),
+            "not warned about {flagged:?}: {warnings:#?}"
+        );
+        assert_eq!(warnings.len(), 6, "{warnings:#?}");
+        assert!(
+            warnings[0].starts_with("policy.roles.ops.list"),
+            "{warnings:#?}"
+        );
+    }
+
+    #[test]
+    fn a_policy_that_grants_nothing_is_warned_about() {
+        let known = KnownTools::new([]).unwrap();
+        let nothing = warnings(
+            &policy("[policy.roles.viewer]\nlist = [\"*\"]\n"),
+            &known,
+            &[],
+        );
+        assert_eq!(nothing.len(), 1, "{nothing:#?}");
+        assert!(nothing[0].contains("no role call any tool"), "{nothing:#?}");
+        assert!(
+            warnings(&policy(""), &known, &[]).is_empty(),
+            "the default grants admin"
+        );
+    }
+}

@@ -1,0 +1,263 @@
+//! 2025-11-25 sessions: one registry of who opened each session, with caps per principal and in
+//! total, kept in step with rmcp's own sessions.
+//!
+//! [`RegisteredSessions`] is the session manager rmcp's Streamable HTTP service uses: rmcp's
+//! [`LocalSessionManager`] (which expires a session idle for the configured time), with every
+//! session entered in the [`Registry`] as it is created, under the principal the request was
+//! authenticated as, and removed whenever rmcp closes it — a client's `DELETE`, idle expiry,
+//! a failed handshake or shutdown all end in `close_session`. So the registry, the
+//! `larkgate_active_sessions` metric and rmcp's map hold the same sessions.
+//!
+//! ## Threat model
+//!
+//! Any token holder, even one with no roles, can send `initialize`; each session costs memory
+//! until it expires. The caps bound that: at most [`SessionLimits::per_principal`] sessions per
+//! principal and [`SessionLimits::total`] in all; one past either is refused with a JSON-RPC
+//! error that says which cap and what to do ([`super::EdgeError::TooManySessions`]), and no
+//! session is created. The cap is checked and the session entered under one lock, so
+//! concurrent `initialize`s cannot overshoot it. A session is bound to the principal that
+//! opened it: [`Registry::owner`] is what the edge compares each request's principal with.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError,
+};
+use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+
+/// How many sessions may be open, and for how long one may idle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Sessions open at once, all principals together.
+    pub total: usize,
+    /// Sessions one principal may have open at once.
+    pub per_principal: usize,
+    /// A session without a request for this long is closed.
+    pub idle_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        SessionLimits {
+            total: 1024,
+            per_principal: 64,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Which cap refused a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionCap {
+    /// The principal's own.
+    PerPrincipal(usize),
+    /// All principals' together.
+    Total(usize),
+}
+
+/// One open session.
+#[derive(Clone, Debug)]
+struct Entry {
+    owner: String,
+    last_use: Instant,
+}
+
+/// The open sessions, each with the principal that opened it.
+#[derive(Debug)]
+pub struct Registry {
+    limits: SessionLimits,
+    sessions: Mutex<HashMap<SessionId, Entry>>,
+}
+
+impl Registry {
+    /// An empty registry under `limits`.
+    pub fn new(limits: SessionLimits) -> Arc<Self> {
+        Arc::new(Registry {
+            limits,
+            sessions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Entry>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sessions open now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no session is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The principal that opened `session`, noting the use; `None` for a session that is not
+    /// open.
+    pub fn owner(&self, session: &str) -> Option<String> {
+        let mut sessions = self.lock();
+        let entry = sessions.get_mut(session)?;
+        entry.last_use = Instant::now();
+        Some(entry.owner.clone())
+    }
+
+    /// Enters `id` for `owner` if both caps allow one more.
+    fn admit(&self, id: &SessionId, owner: &str) -> Result<(), SessionCap> {
+        let mut sessions = self.lock();
+        if sessions.len() >= self.limits.total {
+            return Err(SessionCap::Total(self.limits.total));
+        }
+        let own = sessions.values().filter(|e| e.owner == owner).count();
+        if own >= self.limits.per_principal {
+            return Err(SessionCap::PerPrincipal(self.limits.per_principal));
+        }
+        sessions.insert(
+            id.clone(),
+            Entry {
+                owner: owner.to_owned(),
+                last_use: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    fn remove(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
+
+/// Who is opening a session in the request being served, and what the registry answered:
+/// set by the edge around each request, read by [`RegisteredSessions::create_session`].
+#[derive(Debug)]
+pub struct Opener {
+    principal: String,
+    refused: std::sync::Mutex<Option<SessionCap>>,
+}
+
+tokio::task_local! {
+    static OPENER: Opener;
+}
+
+/// Serves `request` with `principal` as whoever opens a session in it; answers which cap
+/// refused a session, if one did.
+pub async fn opening_as<F: Future>(
+    principal: String,
+    request: F,
+) -> (F::Output, Option<SessionCap>) {
+    let opener = Opener {
+        principal,
+        refused: std::sync::Mutex::new(None),
+    };
+    OPENER
+        .scope(opener, async move {
+            let output = request.await;
+            let refused = OPENER.with(|o| *o.refused.lock().unwrap_or_else(|p| p.into_inner()));
+            (output, refused)
+        })
+        .await
+}
+
+/// Why a session was not created or served.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// rmcp's own session error.
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+    /// A cap is reached.
+    #[error("the session cap is reached: {0:?}")]
+    Capped(SessionCap),
+    /// A session was to be created outside an authenticated request (fails closed).
+    #[error("a session can only be opened by an authenticated request")]
+    NoPrincipal,
+}
+
+/// rmcp's local session manager, with every session entered in a [`Registry`].
+#[derive(Debug)]
+pub struct RegisteredSessions {
+    local: LocalSessionManager,
+    registry: Arc<Registry>,
+}
+
+impl RegisteredSessions {
+    /// Sessions entered in `registry`, each closed by rmcp after its idle timeout.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        let mut local = LocalSessionManager::default();
+        local.session_config.keep_alive = Some(registry.limits.idle_timeout);
+        RegisteredSessions { local, registry }
+    }
+}
+
+impl SessionManager for RegisteredSessions {
+    type Error = SessionError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        let principal = OPENER
+            .try_with(|o| o.principal.clone())
+            .map_err(|_| SessionError::NoPrincipal)?;
+        let (id, transport) = self.local.create_session().await?;
+        // Checked and entered under one lock: concurrent `initialize`s cannot overshoot a cap.
+        if let Err(cap) = self.registry.admit(&id, &principal) {
+            let _ = OPENER.try_with(|o| {
+                *o.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(cap);
+            });
+            drop(transport);
+            let _ = self.local.close_session(&id).await;
+            return Err(SessionError::Capped(cap));
+        }
+        Ok((id, transport))
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.local.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.local.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.registry.remove(id);
+        Ok(self.local.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.local.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.local.accept_message(id, message).await?)
+    }
+
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.local.create_standalone_stream(id).await?)
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        Ok(self.local.resume(id, last_event_id).await?)
+    }
+}

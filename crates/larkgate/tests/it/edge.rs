@@ -1,0 +1,423 @@
+//! The edge under abuse, against a real `larkgate serve` with small caps: connections past the
+//! cap, slow and idle sockets, the operational endpoints on their own listener, sessions past
+//! their caps and after their idle time, Host and Origin refusals in JSON-RPC, and behind a
+//! trusted proxy.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::ok;
+use crate::serve::{Server, token_in};
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+fn start(dir: &Path, config: &str) -> (Server, String) {
+    std::fs::write(crate::config_path(dir), config).unwrap();
+    let server = Server::start(dir);
+    let admin = token_in(&server.first_start);
+    (server, admin)
+}
+
+/// The `host:port` serving `/mcp`.
+fn address_of(server: &Server) -> String {
+    server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned()
+}
+
+/// The first bytes the server answers on `stream`, within 5 s.
+fn answer_on(stream: &mut TcpStream) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = stream.read(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+/// Whether the server closes `stream` within `within` (reads until EOF or a reset).
+fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buffer = [0u8; 4096];
+    let deadline = Instant::now() + within;
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection, with a bound on how long it may take.
+fn get(address: &str, path: &str, within: Duration) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(within))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+#[test]
+fn connections_past_the_cap_slow_heads_and_idle_sockets_are_closed_while_ops_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(
+        dir.path(),
+        "[server]\nops_listen = \"127.0.0.1:0\"\nmax_connections = 256\n\
+         header_read_timeout_ms = 1000\nidle_timeout_ms = 3000\n",
+    );
+    let ops = server.stderr_line("larkgate: serving /healthz, /readyz and /metrics at http://");
+    let mcp = address_of(&server);
+
+    // The cap filled with sockets that send nothing.
+    let mut idle: Vec<TcpStream> = (0..256)
+        .map(|_| TcpStream::connect(&mcp).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // One more is closed on arrival.
+    let mut extra = TcpStream::connect(&mcp).unwrap();
+    assert!(
+        closed_within(&mut extra, Duration::from_secs(2)),
+        "a connection past the cap was kept"
+    );
+    // The operational endpoints answer meanwhile, on their own listener.
+    let health = get(&ops, "/healthz", Duration::from_secs(1)).expect("/healthz answers");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let metrics = get(&ops, "/metrics", Duration::from_secs(1)).unwrap();
+    assert!(
+        metrics.contains("larkgate_refused_connections_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("larkgate_open_connections 256"),
+        "{metrics}"
+    );
+    // `/mcp` does not serve them; the operational listener does not serve `/mcp`.
+    let not_here = get(&ops, "/mcp", Duration::from_secs(1)).unwrap();
+    assert!(not_here.starts_with("HTTP/1.1 404"), "{not_here}");
+
+    // Sockets that never send a request are closed after the idle timeout.
+    let started = Instant::now();
+    for stream in &mut idle {
+        assert!(
+            closed_within(stream, Duration::from_secs(6)),
+            "an idle socket was kept"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(6));
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+
+    // A head sent a byte at a time is cut off at the header timeout, though bytes keep coming.
+    let mut slow = TcpStream::connect(&mcp).unwrap();
+    slow.set_write_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let head =
+        b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let started = Instant::now();
+    let mut cut = false;
+    for byte in head {
+        if slow.write_all(&[*byte]).is_err() {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        cut || closed_within(&mut slow, Duration::from_secs(2)),
+        "a slow head was kept"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "cut after {:?}",
+        started.elapsed()
+    );
+
+    // With the flood gone, `/mcp` serves again, and a call that takes longer than the header
+    // timeout is not cut (it is in flight, not idle).
+    let http = reqwest::blocking::Client::new();
+    let answer = http
+        .post(&server.url)
+        .bearer_auth(&admin)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(INITIALIZE)
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let metrics = get(&ops, "/metrics", Duration::from_secs(1)).unwrap();
+    let timed_out: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("larkgate_timed_out_connections_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(timed_out >= 257, "256 idle and one slow: {metrics}");
+    assert!(server.stop().success());
+}
+
+#[test]
+fn a_request_body_that_is_too_large_or_too_slow_is_refused_in_json_rpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(
+        dir.path(),
+        "[server]\nmax_body_bytes = 1000\nidle_timeout_ms = 1000\n",
+    );
+    let mcp = address_of(&server);
+    let request = |length: usize| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {admin}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             Content-Length: {length}\r\n\r\n"
+        )
+    };
+    // Declared too large: answered before a byte of the body is sent.
+    let mut stream = TcpStream::connect(&mcp).unwrap();
+    stream.write_all(request(10_000_000).as_bytes()).unwrap();
+    let answer = answer_on(&mut stream);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("exceeds 1000 bytes"), "{answer}");
+    // A body that stops halfway: 408 with a JSON-RPC error after the timeout.
+    let mut stream = TcpStream::connect(&mcp).unwrap();
+    stream.write_all(request(500).as_bytes()).unwrap();
+    stream.write_all(b"{\"jsonrpc\":").unwrap();
+    let answer = answer_on(&mut stream);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive within 1 s"), "{answer}");
+    assert!(answer.contains("-32600"), "{answer}");
+    assert!(server.stop().success());
+}
+
+#[test]
+fn sessions_are_capped_per_principal_and_in_total_and_pruned_when_closed_or_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(
+        dir.path(),
+        "[server]\nmax_sessions = 3\nmax_sessions_per_principal = 2\n\
+         session_idle_timeout_ms = 1500\n",
+    );
+    ok(
+        dir.path(),
+        &["principal", "add", "bob", "--roles", "reader"],
+    );
+    let bob = token_in(&ok(dir.path(), &["token", "create", "--principal", "bob"]));
+    let http = reqwest::blocking::Client::new();
+    let open = |token: &str| {
+        http.post(&server.url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(INITIALIZE)
+            .send()
+            .unwrap()
+    };
+    let session = |response: reqwest::blocking::Response| {
+        assert_eq!(response.status(), 200);
+        response.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let refused = |response: reqwest::blocking::Response, says: &str| {
+        assert_eq!(response.status(), 429);
+        assert!(response.headers().get("mcp-session-id").is_none());
+        let body: serde_json::Value = response.json().unwrap();
+        assert_eq!(body["error"]["code"], -32005, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{body}");
+        assert_eq!(body["error"]["data"]["code"], "limit_exceeded", "{body}");
+        assert!(
+            body["error"]["data"]["hint"]
+                .as_str()
+                .unwrap()
+                .contains("DELETE"),
+            "{body}"
+        );
+    };
+    let metric = |name: &str| -> String {
+        let base = server.url.trim_end_matches("/mcp");
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first = session(open(&admin));
+    let _second = session(open(&admin));
+    refused(open(&admin), "this principal has 2");
+    let _bobs = session(open(&bob));
+    refused(open(&bob), "the server has 3 open");
+    assert_eq!(
+        metric("larkgate_active_sessions"),
+        "larkgate_active_sessions 3"
+    );
+    // Closing one makes room.
+    let closed = http
+        .delete(&server.url)
+        .bearer_auth(&admin)
+        .header("mcp-session-id", &first)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .unwrap();
+    assert_eq!(closed.status(), 200);
+    assert_eq!(
+        metric("larkgate_active_sessions"),
+        "larkgate_active_sessions 2"
+    );
+    let _third = session(open(&admin));
+    // Idle sessions expire, and the registry and its metric follow.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        metric("larkgate_active_sessions"),
+        "larkgate_active_sessions 0"
+    );
+    let _again = session(open(&admin));
+    let _and = session(open(&admin));
+    assert!(server.stop().success());
+}
+
+#[test]
+fn hosts_origins_and_forwarding_headers_follow_the_server_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(
+        dir.path(),
+        "[server]\npublic_url = \"https://mcp.example.com/mcp\"\n\
+         allowed_hosts = [\"gw.internal\"]\nallowed_origins = [\"https://console.example.com\"]\n\
+         trusted_proxies = [\"127.0.0.1\"]\n",
+    );
+    // The printed client configuration names the public URL.
+    assert!(
+        server
+            .first_start
+            .contains("\"url\": \"https://mcp.example.com/mcp\""),
+        "{}",
+        server.first_start
+    );
+    let http = reqwest::blocking::Client::new();
+    let post = |headers: &[(&str, &str)]| {
+        let mut request = http
+            .post(&server.url)
+            .bearer_auth(&admin)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(INITIALIZE).send().unwrap()
+    };
+    let refused = |response: reqwest::blocking::Response, says: &str| {
+        assert_eq!(response.status(), 403);
+        let body: serde_json::Value = response.json().unwrap();
+        assert_eq!(body["jsonrpc"], "2.0");
+        assert_eq!(body["error"]["code"], -32003, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{body}");
+        message.to_owned()
+    };
+    for host in [
+        "mcp.example.com",
+        "gw.internal:8940",
+        "127.0.0.1",
+        "localhost",
+    ] {
+        assert_eq!(post(&[("host", host)]).status(), 200, "{host}");
+    }
+    let message = refused(post(&[("host", "evil.example")]), "allowed_hosts");
+    assert!(message.contains("\"evil.example\""), "{message}");
+    // A long hostile Host is echoed shortened.
+    let long = format!("{}.example", "a".repeat(300));
+    let message = refused(post(&[("host", &long)]), "allowed_hosts");
+    assert!(message.len() < 400, "{message}");
+    assert_eq!(
+        post(&[("origin", "https://console.example.com")]).status(),
+        200
+    );
+    refused(
+        post(&[("origin", "https://evil.example")]),
+        "allowed_origins",
+    );
+    refused(post(&[("origin", "null")]), "allowed_origins");
+    // From a trusted proxy (this test is on 127.0.0.1), X-Forwarded-Host is the Host checked.
+    refused(
+        post(&[("x-forwarded-host", "evil.example")]),
+        "allowed_hosts",
+    );
+    assert_eq!(
+        post(&[
+            ("host", "larkgate:8940"),
+            ("x-forwarded-host", "mcp.example.com")
+        ])
+        .status(),
+        200
+    );
+    assert!(server.stop().success());
+}
+
+#[test]
+fn bound_to_every_interface_it_answers_the_machines_address_and_says_what_to_configure() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(crate::config_path(dir.path()), "").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir.path())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut text = String::new();
+    let mut port = None;
+    while port.is_none() || !text.contains("set [server] public_url") {
+        let mut line = String::new();
+        assert!(
+            std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0,
+            "serve exited: {text}"
+        );
+        if let Some(rest) = line
+            .trim()
+            .strip_prefix("larkgate: serving MCP at http://0.0.0.0:")
+        {
+            port = Some(rest.trim_end_matches("/mcp").to_owned());
+        }
+        text.push_str(&line);
+    }
+    let port = port.unwrap();
+    // A request that names the address it reached (here loopback's) is answered, not 403.
+    let answer = get(
+        &format!("127.0.0.1:{port}"),
+        "/healthz",
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut stream = TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
