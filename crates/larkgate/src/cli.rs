@@ -41,6 +41,18 @@ pub(crate) struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// What is logged to stderr unless `RUST_LOG` says otherwise: warnings, and the upstreams'
+    /// allow-lists at start. `larkgate client` says what failed in its own words, so the MCP
+    /// library's own log lines about the same failure are left out there.
+    pub(crate) fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Command::Client(_) => "warn,rmcp=off",
+            _ => "warn,larkgate_upstream=info",
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List the built-in tools with their Starlark signatures, annotations and JSON schemas.
@@ -94,7 +106,26 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         return check::run(cli.config.as_deref(), cli.data_dir.as_deref(), out);
     }
     if let Command::Client(args) = cli.command {
-        return client::run(args, out);
+        if cli.as_principal.is_some() {
+            anyhow::bail!(
+                "--as does not apply to `larkgate client`: it acts as the principal of its token \
+                 (LARKGATE_TOKEN or --token-file); to act as another principal, use a token of \
+                 theirs (`larkgate token create --principal NAME`)"
+            );
+        }
+        let located =
+            crate::config::Located::find(cli.config.as_deref(), cli.data_dir.as_deref(), |name| {
+                std::env::var(name).ok()
+            });
+        // The data directory is needed only to find a running serve's URL.
+        let data_dir = match located {
+            Ok(located) => located.data_dir,
+            Err(_) => cli
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| crate::config::DEFAULT_DATA_DIR.into()),
+        };
+        return client::run(args, &data_dir, out);
     }
     let options = context::Options {
         config: cli.config,

@@ -27,7 +27,7 @@ pub fn main() -> ExitCode {
     // Diagnostics go to stderr: warnings (an upstream down, a tool quarantined or dropped) and
     // the upstreams' allow-lists at start. `RUST_LOG` overrides, e.g. `RUST_LOG=debug`.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,larkgate_upstream=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(args.default_log_filter()));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

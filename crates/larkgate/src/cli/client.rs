@@ -4,7 +4,11 @@
 //! token's principal.
 //!
 //! The token comes from `LARKGATE_TOKEN` or `--token-file` (never a flag, which would show in
-//! process listings and shell history).
+//! process listings and shell history). The server is `--url`, else the one a running `larkgate
+//! serve` announces in its data directory (`serve.url`, read with the same checks as
+//! `larkgate stdio`'s relay: loopback only), else `http://127.0.0.1:8940/mcp`. Every message
+//! it prints says what failed in larkgate's words: a refused token with the server's own
+//! message, nothing listening, a broken connection; never a library's error chain.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -18,15 +22,19 @@ use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 use super::call::arguments_from;
 use super::credentials::TokenArgs;
 
+/// Where the client connects when neither `--url` nor a running `serve` names a server.
+const DEFAULT_URL: &str = "http://127.0.0.1:8940/mcp";
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The server's MCP endpoint.
-    #[arg(long, default_value = "http://127.0.0.1:8940/mcp")]
-    url: String,
+    /// The server's MCP endpoint (default: the one a running `larkgate serve` on the data
+    /// directory announces, else http://127.0.0.1:8940/mcp).
+    #[arg(long, global = true)]
+    url: Option<String>,
     #[command(flatten)]
     token: TokenArgs,
     /// Speak the 2025-11-25 revision (sessions) instead of 2026-07-28.
-    #[arg(long)]
+    #[arg(long, global = true)]
     legacy: bool,
     #[command(subcommand)]
     command: Command,
@@ -57,12 +65,24 @@ enum Command {
     },
 }
 
-async fn connect(args: &Args) -> anyhow::Result<UpstreamClient> {
-    let url =
-        reqwest::Url::parse(&args.url).with_context(|| format!("{:?} is not a URL", args.url))?;
-    let host = url
+/// The URL to connect to: `--url`, else what a running `serve` on `data_dir` announces,
+/// else [`DEFAULT_URL`].
+fn server_url(args: &Args, data_dir: &std::path::Path) -> anyhow::Result<String> {
+    if let Some(url) = &args.url {
+        return Ok(url.clone());
+    }
+    match super::endpoint::read(data_dir) {
+        Ok(url) => Ok(url.to_string()),
+        Err(super::endpoint::EndpointError::Missing(_)) => Ok(DEFAULT_URL.to_owned()),
+        Err(error) => bail!("{error}; pass --url to name the server"),
+    }
+}
+
+async fn connect(url: &str, args: &Args, token: &str) -> anyhow::Result<UpstreamClient> {
+    let parsed = reqwest::Url::parse(url).with_context(|| format!("{url:?} is not a URL"))?;
+    let host = parsed
         .host_str()
-        .with_context(|| format!("{:?} has no host", args.url))?
+        .with_context(|| format!("{url:?} has no host"))?
         .trim_start_matches('[')
         .trim_end_matches(']');
     // The operator names the server, so its address is allowed whatever it is; redirects and
@@ -72,34 +92,98 @@ async fn connect(args: &Args) -> anyhow::Result<UpstreamClient> {
         .map_err(|e| anyhow::anyhow!("cannot use the host {host:?}: {e}"))?;
     let guard = UrlGuard::strict().allow([allowed]);
     let endpoint = Endpoint {
-        url: args.url.clone(),
+        url: url.to_owned(),
         revisions: if args.legacy {
             Revisions::Legacy
         } else {
             Revisions::Latest
         },
-        headers: [(
-            "Authorization".to_owned(),
-            format!("Bearer {}", args.token.read()?),
-        )]
-        .into(),
+        headers: [("Authorization".to_owned(), format!("Bearer {token}"))].into(),
         limits: UpstreamLimits::default(),
     };
-    UpstreamClient::connect(&endpoint, Arc::new(guard), Arc::new(SystemResolver))
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot connect to {}: {e}", args.url))
+    match UpstreamClient::connect(&endpoint, Arc::new(guard), Arc::new(SystemResolver)).await {
+        Ok(client) => Ok(client),
+        Err(larkgate_upstream::client::UpstreamError::Config(problem)) => bail!("{problem}"),
+        Err(_) => Err(anyhow::anyhow!(diagnose(url, token).await)),
+    }
 }
 
-pub(crate) fn run(args: Args, out: &mut impl Write) -> anyhow::Result<()> {
+/// Why connecting to `url` failed, in larkgate's words: asks the server once more with a plain
+/// request and reads its answer (a refused token is told with the server's own message).
+async fn diagnose(url: &str, token: &str) -> String {
+    let http = match reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+    {
+        Ok(http) => http,
+        Err(_) => return format!("cannot connect to {url}"),
+    };
+    let ping = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "ping"});
+    let answer = http
+        .post(url)
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&ping)
+        .send()
+        .await;
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(error) if error.is_connect() => {
+            return format!(
+                "nothing answers at {url}: is `larkgate serve` running there? (start it, or \
+                 name another server with --url)"
+            );
+        }
+        Err(error) if error.is_timeout() => {
+            return format!("{url} did not answer within 10 s");
+        }
+        Err(_) => return format!("cannot connect to {url}: the connection failed"),
+    };
+    let status = answer.status();
+    let body: Option<serde_json::Value> = answer.json().await.ok();
+    let message = body
+        .as_ref()
+        .and_then(|b| b["error"]["message"].as_str())
+        .map(|m| m.chars().take(500).collect::<String>());
+    match (status.as_u16(), message) {
+        (401, Some(message)) => format!("the server refused the token: {message}"),
+        (401, None) => "the server refused the token (HTTP 401)".to_owned(),
+        (_, Some(message)) => format!("{url} refused the connection (HTTP {status}): {message}"),
+        _ => format!("{url} did not answer as an MCP server (HTTP {status})"),
+    }
+}
+
+pub(crate) fn run(
+    args: Args,
+    data_dir: &std::path::Path,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let url = server_url(&args, data_dir)?;
+    let token = args.token.read()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client = connect(&args).await?;
-        let result = command(&args, &client, out).await;
+        let client = connect(&url, &args, &token).await?;
+        let result = command(&args, &client, out)
+            .await
+            .map_err(|error| readable(error, &url));
         client.close().await;
         result
     })
+}
+
+/// An error as the user reads it: a broken connection is said so, without the transport's
+/// own chain of errors.
+fn readable(error: anyhow::Error, url: &str) -> anyhow::Error {
+    use larkgate_upstream::client::UpstreamError;
+    match error.downcast_ref::<UpstreamError>() {
+        Some(UpstreamError::Unavailable(_)) => {
+            anyhow::anyhow!("the connection to {url} broke: is the server still running?")
+        }
+        _ => error,
+    }
 }
 
 async fn command(args: &Args, client: &UpstreamClient, out: &mut impl Write) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ pub(crate) const TOKEN_ENV: &str = "LARKGATE_TOKEN";
 #[derive(Debug, clap::Args)]
 pub(crate) struct TokenArgs {
     /// A file holding the bearer token (instead of `LARKGATE_TOKEN`).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     token_file: Option<PathBuf>,
 }
 

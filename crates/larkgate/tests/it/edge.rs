@@ -421,3 +421,80 @@ fn bound_to_every_interface_it_answers_the_machines_address_and_says_what_to_con
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `larkgate client` as a new user runs it, and gets it wrong.
+#[test]
+fn the_client_finds_the_server_takes_flags_anywhere_and_says_what_failed_in_its_own_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(dir.path(), "");
+    let d = dir.path();
+    std::fs::write(d.join("admin.token"), &admin).unwrap();
+    let client = |token: Option<&str>, args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"));
+        command.current_dir(d).args(args);
+        if let Some(token) = token {
+            command.env("LARKGATE_TOKEN", token);
+        }
+        command.output().unwrap()
+    };
+    let chains = ["Transport", "rmcp", "Send message", "error sending request"];
+    let clean = |text: &str| {
+        for chain in chains {
+            assert!(
+                !text.contains(chain),
+                "a library's error reached the user: {text}"
+            );
+        }
+    };
+    // The running serve is found from ./larkgate-data; flags go before or after the subcommand.
+    let listed = client(Some(&admin), &["client", "list"]);
+    assert!(listed.status.success(), "{}", crate::stderr(&listed));
+    assert!(crate::stdout(&listed).contains("clock_now"));
+    let url = server.url.clone();
+    let url = url.as_str();
+    let after = client(
+        None,
+        &[
+            "client",
+            "call",
+            "clock_now",
+            "--url",
+            url,
+            "--token-file",
+            "admin.token",
+            "--legacy",
+        ],
+    );
+    assert!(after.status.success(), "{}", crate::stderr(&after));
+    assert!(crate::stdout(&after).contains("unix_ms"));
+    // A wrong token is told as such, with the server's own words.
+    let wrong = client(Some("lgt_AAAAAAAAAAAA_AAAA"), &["client", "list"]);
+    assert!(!wrong.status.success());
+    let said = crate::stderr(&wrong);
+    assert!(
+        said.contains("the server refused the token: unauthenticated: no valid bearer token"),
+        "{said}"
+    );
+    clean(&said);
+    // `--as` is not silently ignored.
+    let as_eve = client(Some(&admin), &["--as", "eve", "client", "list"]);
+    assert!(!as_eve.status.success());
+    let said = crate::stderr(&as_eve);
+    assert!(
+        said.contains("--as does not apply to `larkgate client`"),
+        "{said}"
+    );
+    // A refusal: the envelope on stdout, the code and message on stderr.
+    let refused = client(Some(&admin), &["client", "call", "no_such_tool"]);
+    assert!(!refused.status.success());
+    let envelope: serde_json::Value = serde_json::from_slice(&refused.stdout).unwrap();
+    assert_eq!(envelope["code"], "not_found");
+    assert!(crate::stderr(&refused).contains("no_such_tool was refused (not_found)"));
+    assert!(server.stop().success());
+    // Nothing listening any more: said so.
+    let gone = client(Some(&admin), &["client", "--url", url, "list"]);
+    assert!(!gone.status.success());
+    let said = crate::stderr(&gone);
+    assert!(said.contains("nothing answers at"), "{said}");
+    clean(&said);
+}

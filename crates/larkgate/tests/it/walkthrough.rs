@@ -8,12 +8,16 @@ use std::process::{Command, Output};
 use crate::ok;
 use crate::serve::{Server, token_in};
 
-/// `larkgate client --url URL ARGS...` with `token` in `LARKGATE_TOKEN`.
+/// `larkgate client ARGS...` with `token` in `LARKGATE_TOKEN`, as the README runs it: no
+/// `--url`, so it finds the server that `serve` announced in `./larkgate-data` (here on a port
+/// of its own; `url` is only checked against what it finds).
 fn client(dir: &Path, url: &str, token: &str, args: &[&str]) -> Output {
+    let announced = std::fs::read_to_string(dir.join("larkgate-data/serve.url")).unwrap();
+    assert_eq!(announced.trim(), url);
     Command::new(env!("CARGO_BIN_EXE_larkgate"))
         .current_dir(dir)
         .env("LARKGATE_TOKEN", token)
-        .args(["client", "--url", url])
+        .arg("client")
         .args(args)
         .output()
         .unwrap()
