@@ -244,10 +244,19 @@ pub fn check_alias_syntax(alias: &str) -> Result<(), String> {
 }
 
 /// The registry in force, replaced whole when an upstream's tools change: every call and
-/// listing reads one consistent snapshot.
-#[derive(Debug, Default)]
+/// listing reads one consistent snapshot. Each replacement that changes a tool's definition
+/// (one added, removed, or described differently) counts one change, which sessions watch to
+/// tell their clients the tool list changed ([`ToolTable::changes`]).
+#[derive(Debug)]
 pub struct ToolTable {
     current: std::sync::RwLock<Arc<Registry>>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ToolTable {
+    fn default() -> Self {
+        ToolTable::new(Registry::default())
+    }
 }
 
 impl ToolTable {
@@ -255,7 +264,14 @@ impl ToolTable {
     pub fn new(registry: Registry) -> Self {
         ToolTable {
             current: std::sync::RwLock::new(Arc::new(registry)),
+            changes: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Changes from now on: the receiver is marked changed after each replacement that
+    /// changes a tool's definition.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The registry in force now.
@@ -304,7 +320,17 @@ impl ToolTable {
         for (spec, handler) in tools {
             next.register(spec, handler)?;
         }
+        let same = current.tools.len() == next.tools.len()
+            && current
+                .tools
+                .iter()
+                .zip(next.tools.iter())
+                .all(|((a, x), (b, y))| a == b && x.spec == y.spec);
         *current = Arc::new(next);
+        drop(current);
+        if !same {
+            self.changes.send_modify(|version| *version += 1);
+        }
         Ok(())
     }
 }
@@ -486,5 +512,34 @@ mod tests {
             "a capability's name is reserved"
         );
         assert!(registry.check_alias("github").is_ok());
+    }
+
+    #[test]
+    fn only_a_replacement_that_changes_a_definition_counts_as_a_change() {
+        let mut builtin = Registry::new();
+        crate::capabilities::register(&mut builtin).unwrap();
+        let clock = builtin.get("clock_now").unwrap();
+        let script = |description: &str| {
+            let mut spec = clock.spec.clone();
+            spec.name = script_tool_name("hello");
+            spec.origin.source = Source::Script;
+            spec.description = description.to_owned();
+            (spec, Arc::clone(&clock.handler))
+        };
+        let table = ToolTable::new(builtin.clone());
+        let mut changes = table.changes();
+        table.replace_scripts(Vec::new()).unwrap();
+        table.add(Vec::new()).unwrap();
+        assert!(!changes.has_changed().unwrap(), "nothing changed");
+        table.replace_scripts(vec![script("v1")]).unwrap();
+        assert!(changes.has_changed().unwrap(), "a tool was added");
+        changes.mark_unchanged();
+        table.replace_scripts(vec![script("v1")]).unwrap();
+        assert!(!changes.has_changed().unwrap(), "the same definition again");
+        table.replace_scripts(vec![script("v2")]).unwrap();
+        assert!(changes.has_changed().unwrap(), "a description changed");
+        changes.mark_unchanged();
+        table.replace_scripts(Vec::new()).unwrap();
+        assert!(changes.has_changed().unwrap(), "a tool was removed");
     }
 }

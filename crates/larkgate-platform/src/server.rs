@@ -7,14 +7,27 @@
 //! that a revoked token, changed roles or a removed principal count from the next request on
 //! every edge. `StreamableHttpService` wants a plain `ServerHandler`, so the pipeline runs
 //! inside `call_tool`.
+//!
+//! ## The tool list changing
+//!
+//! larkgate announces `tools.listChanged`. When the tool table changes (a script published,
+//! an upstream's tools changed), clients are told `notifications/tools/list_changed`:
+//! - in 2025-11-25 sessions (HTTP and stdio), by a task each session starts when it is
+//!   initialized and that ends with the session (the handler holds it, and rmcp drops the
+//!   handler when the session closes); over HTTP the notification travels on the session's
+//!   standalone event stream (`GET /mcp`);
+//! - in 2026-07-28, which has no sessions, on a `subscriptions/listen` stream that asks for
+//!   `toolsListChanged` (only that category is accepted).
+//!
+//! In-memory sessions (script runs) are not told: a run reads the listing once.
 
 use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::envelope::Refusal;
@@ -27,6 +40,19 @@ use crate::tokens;
 pub struct PlatformServer {
     platform: Platform,
     identity: Identity,
+    /// The task telling this session's client about tool list changes, once initialized;
+    /// aborted when the last clone of the handler (the session's) is dropped.
+    notifier: Arc<std::sync::OnceLock<AbortOnDrop>>,
+}
+
+/// A task aborted when this is dropped.
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Where a handler's caller comes from.
@@ -64,6 +90,7 @@ impl PlatformServer {
         PlatformServer {
             platform,
             identity: Identity::Bound(identity),
+            notifier: Arc::default(),
         }
     }
 
@@ -73,6 +100,7 @@ impl PlatformServer {
         PlatformServer {
             platform,
             identity: Identity::FromRequest,
+            notifier: Arc::default(),
         }
     }
 
@@ -87,6 +115,7 @@ impl PlatformServer {
                 token: Secret(token.into()),
                 label: label.to_owned(),
             },
+            notifier: Arc::default(),
         }
     }
 
@@ -128,7 +157,12 @@ impl PlatformServer {
 /// What larkgate says of itself at initialization: its name and version, and that it serves
 /// tools.
 pub fn server_config() -> ServerConfig {
-    let mut config = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+    let mut config = ServerConfig::new(
+        ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build(),
+    );
     config.server_info.name = "larkgate".into();
     config.server_info.version = env!("CARGO_PKG_VERSION").into();
     config
@@ -137,6 +171,47 @@ pub fn server_config() -> ServerConfig {
 impl ServerHandler for PlatformServer {
     fn get_info(&self) -> ServerConfig {
         server_config()
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // A script run's in-memory session reads the listing once; the others are told.
+        if matches!(self.identity, Identity::Bound(_)) {
+            return;
+        }
+        let mut changes = self.platform.tool_table().changes();
+        let peer = context.peer;
+        let task = tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        let _ = self.notifier.set(AbortOnDrop(task.abort_handle()));
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
+        Some(accepted)
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.platform.tool_table().changes();
+        let wanted = subscription.accepted().tools_list_changed == Some(true);
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                changed = changes.changed(), if wanted => {
+                    if changed.is_err() || subscription.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn list_tools(

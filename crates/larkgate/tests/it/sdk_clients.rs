@@ -106,3 +106,37 @@ fn the_python_and_typescript_sdk_clients_work_in_code_mode() {
     );
     assert!(server.stop().success());
 }
+
+/// `tools.listChanged`: a published script reaches a watching client in both revisions — a
+/// 2025-11-25 session gets `notifications/tools/list_changed`, a 2026-07-28 client gets it on
+/// `subscriptions/listen` — with the official Python SDK (`tests/peers/list_changed.py`).
+#[test]
+fn sdk_clients_are_told_when_the_tool_list_changes_in_both_revisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: serde_json::Value = serde_json::from_str(&prepare(dir.path())).unwrap();
+    ok(
+        dir.path(),
+        &["principal", "add", "root", "--roles", "admin"],
+    );
+    let admin = ok(dir.path(), &["token", "create", "--principal", "root"])
+        .trim()
+        .to_owned();
+    let server = Server::start(dir.path());
+    for mode in ["legacy", "2026-07-28"] {
+        let name = format!("hello_{}", mode.replace('-', "_"));
+        let output = Command::new(python())
+            .arg(root().join("crates/larkgate/tests/peers/list_changed.py"))
+            .args([
+                server.url.as_str(),
+                mode,
+                tokens["author"].as_str().unwrap(),
+                admin.as_str(),
+                name.as_str(),
+            ])
+            .output()
+            .unwrap();
+        let stdout = check(output, &format!("the Python SDK watching in {mode}"));
+        assert!(stdout.contains(&format!("ok: {mode}")), "{stdout}");
+    }
+    assert!(server.stop().success());
+}
