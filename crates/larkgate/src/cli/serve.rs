@@ -174,6 +174,7 @@ pub(crate) async fn run(
         .with_context(|| format!("cannot listen on {address}"))?;
     let listen = listener.local_addr()?;
     let server = &context.server;
+    http::accept::make_room_for(server.max_connections + OPS_MAX_CONNECTIONS);
     let public_url = server.public_mcp_url(listen);
     let policy = server.address_policy(listen).map_err(anyhow::Error::msg)?;
     bootstrap(context, &public_url, out).await?;

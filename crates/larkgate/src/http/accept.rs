@@ -9,7 +9,8 @@
 //! - **Descriptor exhaustion.** At most [`SocketLimits::max_connections`] connections are open
 //!   at once. A connection past the cap is accepted and closed at once (the client sees the
 //!   close, not a hang) and counted; the listener itself keeps accepting, so the process never
-//!   runs out of descriptors because of one peer.
+//!   runs out of descriptors because of one peer. At start, `serve` raises its soft open-file
+//!   limit to the hard one and warns when the cap does not fit under it ([`make_room_for`]).
 //! - **Slow headers (slowloris).** A connection with no request in flight must deliver a whole
 //!   request head within [`SocketLimits::header_read_timeout`] of its first byte, else it is
 //!   closed. Headers are capped at [`SocketLimits::max_header_bytes`] (hyper answers 431).
@@ -67,6 +68,38 @@ impl Default for SocketLimits {
             max_header_bytes: 64 * 1024,
         }
     }
+}
+
+/// Descriptors kept free beside the connections: the store, the audit journal, script
+/// workers' pipes, upstream connections, the listeners themselves.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// Raises this process's soft limit on open files to its hard limit (as a server must, to hold
+/// `connections` sockets besides its own files), and warns when even that leaves too little
+/// room. Answers the soft limit in force.
+pub fn make_room_for(connections: usize) -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let mut raised = limit;
+    raised.current = limit.maximum.or(limit.current);
+    if raised != limit
+        && let Err(error) = setrlimit(Resource::Nofile, raised)
+    {
+        tracing::debug!(%error, "the open-file limit could not be raised");
+        raised = limit;
+    }
+    let soft = raised.current?;
+    let needed = connections as u64 + RESERVED_DESCRIPTORS;
+    if soft < needed {
+        tracing::warn!(
+            open_files = soft,
+            connections,
+            "the open-file limit ({soft}) leaves too little room for server.max_connections \
+             ({connections}) and larkgate's own files: raise it (`ulimit -n`, LimitNOFILE= in \
+             systemd) to at least {needed}, or lower max_connections"
+        );
+    }
+    Some(soft)
 }
 
 /// What a listener counts, for `/metrics`.
@@ -168,16 +201,19 @@ async fn connection(
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_header_size(limits.max_header_bytes)
         // The head's time is bounded below, from its first byte, not from the moment the
         // connection starts waiting (hyper's own timer would also close idle connections).
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(None);
     let conn = builder.serve_connection(io, service);
     let mut conn = std::pin::pin!(conn);
+    // One timer for the connection's life, moved when its deadline moves.
+    let mut deadline = activity.deadline(&limits);
+    let timer = tokio::time::sleep_until(deadline.into());
+    let mut timer = std::pin::pin!(timer);
     let mut closing = false;
     loop {
-        let deadline = activity.deadline(&limits);
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(error) = result {
@@ -185,7 +221,7 @@ async fn connection(
                 }
                 break;
             }
-            () = sleep_until(deadline) => {
+            () = timer.as_mut() => {
                 if let Some(reason) = activity.expired(&limits) {
                     tracing::debug!(%peer, reason, "closing a connection");
                     metrics.timed_out.inc();
@@ -198,15 +234,13 @@ async fn connection(
                 conn.as_mut().graceful_shutdown();
             }
         }
+        let next = activity.deadline(&limits);
+        if next != deadline {
+            deadline = next;
+            timer.as_mut().reset(deadline.into());
+        }
     }
     metrics.open.dec();
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// What a connection's watchdog needs to know: requests in flight, when a byte was last read,
@@ -220,7 +254,7 @@ struct Activity {
     /// Milliseconds since `start` of the first byte of a request head not yet complete, or
     /// [`NO_HEAD`].
     head_ms: AtomicU64,
-    /// Woken when a head starts or the count in flight goes to or from zero.
+    /// Woken when a head starts: its deadline is earlier than the idle one.
     changed: Notify,
 }
 
@@ -258,37 +292,39 @@ impl Activity {
         self.last_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 
-    /// A request head is complete and its request is being served.
+    /// A request head is complete and its request is being served. (The watchdog need not
+    /// wake: at its next deadline it finds a request in flight and looks again later.)
     fn begin(&self) {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.head_ms.store(NO_HEAD, Ordering::Release);
-        self.changed.notify_one();
     }
 
-    /// A request's answer is complete (or abandoned).
+    /// A request's answer is complete (or abandoned). (The watchdog's deadline is then the
+    /// idle one, never earlier than the one it sleeps on.)
     fn end(&self) {
         self.last_ms.store(self.now_ms(), Ordering::Relaxed);
-        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.changed.notify_one();
-        }
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// When this connection is due to be closed, if nothing happens before.
-    fn deadline(&self, limits: &SocketLimits) -> Option<Instant> {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return None;
-        }
+    /// When this connection is due to be closed if nothing happens before; with a request in
+    /// flight, when to look again (a request in flight is never cut).
+    fn deadline(&self, limits: &SocketLimits) -> Instant {
         let at = |ms: u64, timeout: Duration| self.start + Duration::from_millis(ms) + timeout;
-        Some(match self.head_ms.load(Ordering::Acquire) {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return at(self.now_ms(), limits.idle_timeout);
+        }
+        match self.head_ms.load(Ordering::Acquire) {
             NO_HEAD => at(self.last_ms.load(Ordering::Relaxed), limits.idle_timeout),
             head => at(head, limits.header_read_timeout),
-        })
+        }
     }
 
     /// Why this connection is to be closed now, if it is.
     fn expired(&self, limits: &SocketLimits) -> Option<&'static str> {
-        let deadline = self.deadline(limits)?;
-        (Instant::now() >= deadline).then(|| {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        (Instant::now() >= self.deadline(limits)).then(|| {
             if self.head_ms.load(Ordering::Acquire) == NO_HEAD {
                 "idle for longer than the idle timeout"
             } else {
@@ -462,6 +498,15 @@ mod tests {
     }
 
     #[test]
+    fn the_open_file_limit_is_raised_to_its_hard_limit() {
+        use rustix::process::{Resource, getrlimit};
+        let soft = make_room_for(16).expect("a finite limit here");
+        let limit = getrlimit(Resource::Nofile);
+        assert_eq!(limit.current, Some(soft));
+        assert_eq!(limit.current, limit.maximum.or(limit.current));
+    }
+
+    #[test]
     fn a_connection_is_due_from_the_first_byte_of_a_head_and_never_while_serving() {
         let limits = SocketLimits {
             header_read_timeout: Duration::from_secs(1),
@@ -469,24 +514,22 @@ mod tests {
             ..SocketLimits::default()
         };
         let activity = Activity::new();
-        let idle = activity.deadline(&limits).unwrap();
+        let idle = activity.deadline(&limits);
         assert!(idle >= activity.start + Duration::from_secs(60));
         activity.read();
-        let head = activity.deadline(&limits).unwrap();
+        let head = activity.deadline(&limits);
         assert!(head < activity.start + Duration::from_secs(2), "{head:?}");
         // A second byte of the same head does not move its deadline.
         activity.read();
-        assert_eq!(activity.deadline(&limits), Some(head));
+        assert_eq!(activity.deadline(&limits), head);
         activity.begin();
-        assert_eq!(
-            activity.deadline(&limits),
-            None,
-            "no deadline while serving"
-        );
+        assert!(activity.deadline(&limits) >= activity.start + Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(1100));
+        assert_eq!(activity.expired(&limits), None, "never cut while serving");
         // Bytes of a body read while serving do not start a head.
         activity.read();
         activity.end();
-        let after = activity.deadline(&limits).unwrap();
+        let after = activity.deadline(&limits);
         assert!(
             after >= activity.start + Duration::from_secs(60),
             "{after:?}"

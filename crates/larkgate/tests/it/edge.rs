@@ -189,6 +189,17 @@ fn a_request_body_that_is_too_large_or_too_slow_is_refused_in_json_rpc() {
     let answer = answer_on(&mut stream);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains("exceeds 1000 bytes"), "{answer}");
+    // A head over the header cap (64 KiB by default): 431, and the server goes on.
+    let mut stream = TcpStream::connect(&mcp).unwrap();
+    let huge = format!(
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let _ = stream.write_all(huge.as_bytes());
+    let answer = answer_on(&mut stream);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let health = get(&mcp, "/healthz", Duration::from_secs(5)).unwrap();
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
     // A body that stops halfway: 408 with a JSON-RPC error after the timeout.
     let mut stream = TcpStream::connect(&mcp).unwrap();
     stream.write_all(request(500).as_bytes()).unwrap();

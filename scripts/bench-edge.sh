@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The edge's benchmark, with wrk (the system package): `tools/call clock_now` on a release
+# `larkgate serve` and, in the same run, on the official MCP Python SDK server (mcp, default
+# stateful configuration, one process, the same trivial tool: crates/larkgate/benches/peers/
+# noop_server.py). larkgate in both revisions; 2025-11-25 on sessions opened beforehand (one
+# for 1 connection, 32 for 32, the Lua script cycling through them). Not a test: it prints a
+# table and the ratios the targets are stated in, for a person to read.
+#
+# Usage: scripts/bench-edge.sh [SECONDS per run, default 10]
+# Needs: wrk, curl, and the Python SDK that scripts/test installs into .cache/py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+python=.cache/py/bin/python
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+[[ -x $python ]] || { echo "$python is missing: run scripts/test once (it installs the SDK)" >&2; exit 1; }
+
+cargo build --release --quiet -p larkgate
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# larkgate, on the embedded defaults in a fresh data directory.
+(cd "$work" && exec "$OLDPWD/target/release/larkgate" serve --listen 127.0.0.1:0 \
+    > "$work/serve.out" 2> "$work/serve.err") &
+pids+=($!)
+for _ in $(seq 100); do grep -q "serving MCP at" "$work/serve.err" 2>/dev/null && break; sleep 0.1; done
+larkgate_url=$(sed -n 's/^larkgate: serving MCP at //p' "$work/serve.err")
+token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$work/serve.out" | head -1)
+[[ -n $larkgate_url && -n $token ]] || { cat "$work/serve.err" >&2; exit 1; }
+
+# The Python SDK server.
+"$python" crates/larkgate/benches/peers/noop_server.py > "$work/python.out" 2> "$work/python.err" &
+pids+=($!)
+for _ in $(seq 100); do [[ -s $work/python.out ]] && break; sleep 0.1; done
+python_url="http://127.0.0.1:$(head -1 "$work/python.out")/mcp"
+for _ in $(seq 50); do curl -s -o /dev/null "$python_url" && break; sleep 0.1; done
+
+# Opens N sessions on URL (with TOKEN, if any); prints their ids, comma-separated.
+open_sessions() {
+    local url=$1 n=$2 token=${3:-} ids=() auth=()
+    [[ -n $token ]] && auth=(-H "Authorization: Bearer $token")
+    for _ in $(seq "$n"); do
+        local id
+        id=$(curl -sS -o /dev/null -D - "$url" "${auth[@]}" -H 'Content-Type: application/json' \
+            -H 'Accept: application/json, text/event-stream' \
+            -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk","version":"1"}}}' \
+            | grep -i '^mcp-session-id:' | cut -d' ' -f2 | tr -d '\r')
+        [[ -n $id ]] || { echo "no session opened at $url" >&2; exit 1; }
+        curl -sS -o /dev/null "$url" "${auth[@]}" -H 'Content-Type: application/json' \
+            -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
+            -H "Mcp-Session-Id: $id" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+        ids+=("$id")
+    done
+    local IFS=,
+    echo "${ids[*]}"
+}
+
+# "calls/s p50_us" of one wrk run's output.
+figures() {
+    awk '
+        /Requests\/sec:/ { rps = $2 }
+        /^ +50%/ {
+            v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v)
+            f = (unit == "us") ? 1 : (unit == "ms") ? 1000 : (unit == "s") ? 1000000 : 0.001
+            p50 = v * f
+        }
+        /refused \(status >= 400\)/ { bad = $7 + 0; sockets = $10 + 0 }
+        END { printf "%.0f %.0f %d %d\n", rps, p50, bad, sockets }'
+}
+
+declare -A result
+run() {
+    local name=$1 connections=$2; shift 2
+    local threads=$(( connections > 1 ? 2 : 1 ))
+    local out
+    out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency "$@")
+    result[$name]=$(figures <<< "$out")
+    read -r rps p50 bad sockets <<< "${result[$name]}"
+    printf '%-34s %6d conn  %9s calls/s  p50 %7s us  non-200 %s  socket errors %s\n' \
+        "$name" "$connections" "$rps" "$p50" "$bad" "$sockets"
+}
+
+echo "== $seconds s per run; larkgate $(target/release/larkgate --version)"
+for connections in 1 32; do
+    sessions=$(open_sessions "$python_url" "$connections")
+    WRK_SESSIONS=$sessions run "python-sdk 2025-11-25 sessions" "$connections" \
+        -s scripts/wrk-sessions-call.lua "$python_url"
+    sessions=$(open_sessions "$larkgate_url" "$connections" "$token")
+    WRK_SESSIONS=$sessions WRK_TOKEN=$token run "larkgate 2025-11-25 sessions" "$connections" \
+        -s scripts/wrk-sessions-call.lua "$larkgate_url"
+    LARKGATE_TOKEN=$token run "larkgate 2026-07-28" "$connections" \
+        -s scripts/wrk-tools-call.lua "$larkgate_url"
+    result["py$connections"]=${result["python-sdk 2025-11-25 sessions"]}
+    result["lg$connections"]=${result["larkgate 2025-11-25 sessions"]}
+    result["new$connections"]=${result["larkgate 2026-07-28"]}
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
+read -r py1 _ <<< "${result[py1]}"; read -r lg1 lg1p50 _ <<< "${result[lg1]}"
+read -r py32 _ <<< "${result[py32]}"; read -r lg32 _ <<< "${result[lg32]}"
+read -r _ new1p50 _ <<< "${result[new1]}"
+echo "== targets"
+echo "2025-11-25 sessions, 1 connection:  larkgate / Python SDK calls/s = $(ratio "$lg1" "$py1")x (target >= 5)"
+echo "2025-11-25 sessions, 32 connections: larkgate / Python SDK calls/s = $(ratio "$lg32" "$py32")x (target >= 10)"
+echo "1 connection: larkgate p50, 2025-11-25 / 2026-07-28 = $(ratio "$lg1p50" "$new1p50")x (target <= 1.3)"
