@@ -7,10 +7,10 @@
 //!    (DNS-rebinding protection); forwarding headers count only from trusted proxies;
 //! 1. [`auth`]: the bearer token is verified against the store at every request (a revoked
 //!    token is refused from its next request; the principal's roles are read as they are now),
-//!    and a 2025-11-25 session is bound to the principal that opened it, within the caps of
-//!    [`sessions`];
-//! 2. [`json_rpc`]: the body is read within its byte cap and time ([`json_rpc::BodyLimits`])
-//!    and malformed JSON-RPC is answered in JSON-RPC;
+//!    and a 2025-11-25 session is used only by the principal that opened it;
+//! 2. [`json_rpc`]: the body is read within its byte cap and time ([`json_rpc::BodyLimits`]),
+//!    malformed JSON-RPC is answered in JSON-RPC, and a session the request opens is entered
+//!    in the registry of [`sessions`] within its caps;
 //! 3. rmcp's Streamable HTTP service, configured by [`mcp_config`];
 //! 4. the platform's pipeline, with the principal bound to the request.
 //!

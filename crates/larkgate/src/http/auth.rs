@@ -18,7 +18,7 @@ use larkgate_platform::{RunContext, RunKind, SessionIdentity, tokens};
 use larkgate_store::{Principal, Store, now_ms};
 
 use super::error::EdgeError;
-use super::sessions::{self, Registry};
+use super::sessions::Registry;
 
 /// The principal `token` authenticates, with its roles as they are now.
 pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, EdgeError> {
@@ -77,7 +77,6 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         tracing::warn!(session, principal = %principal.id, "a session was presented with another principal's token");
         return EdgeError::ForeignSession.into_response();
     }
-    let id = principal.id.clone();
     request.extensions_mut().insert(Arc::new(SessionIdentity {
         run: RunContext {
             principal,
@@ -88,12 +87,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         label: "http".into(),
     }));
     let deleting = request.method() == axum::http::Method::DELETE;
-    // A session opened by this request is entered in the registry under `id`, if the caps
-    // allow it (see `sessions`).
-    let (mut response, refused) = sessions::opening_as(id, next.run(request)).await;
-    if let Some(cap) = refused {
-        return EdgeError::TooManySessions(cap).into_response();
-    }
+    let mut response = next.run(request).await;
     // The session is gone when this answers: 200, which every SDK takes without a warning
     // (rmcp answers 202; the Python SDK warns unless 200 or 204).
     if deleting && response.status() == axum::http::StatusCode::ACCEPTED {

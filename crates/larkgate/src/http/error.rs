@@ -77,8 +77,13 @@ pub enum EdgeError {
         seconds: u64,
     },
     /// A 2025-11-25 session would pass a cap on open sessions.
-    #[error("{}", too_many_sessions(.0))]
-    TooManySessions(SessionCap),
+    #[error("{}", too_many_sessions(.cap))]
+    TooManySessions {
+        /// The cap reached.
+        cap: SessionCap,
+        /// The `initialize` request's id.
+        id: serde_json::Value,
+    },
     /// The body is not JSON.
     #[error("parse error: the body is not JSON ({0})")]
     NotJson(String),
@@ -111,7 +116,7 @@ impl EdgeError {
             }
             EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             EdgeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            EdgeError::TooManySessions(_) => StatusCode::TOO_MANY_REQUESTS,
+            EdgeError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
             EdgeError::NotJson(_) | EdgeError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
         }
     }
@@ -125,7 +130,7 @@ impl EdgeError {
             EdgeError::BodyTooLarge { .. }
             | EdgeError::BodyTimeout { .. }
             | EdgeError::InvalidRequest { .. } => codes::INVALID_REQUEST,
-            EdgeError::TooManySessions(_) => codes::LIMIT_EXCEEDED,
+            EdgeError::TooManySessions { .. } => codes::LIMIT_EXCEEDED,
         }
     }
 
@@ -134,11 +139,12 @@ impl EdgeError {
         let refusal = match self {
             EdgeError::Unauthenticated => Self::unauthenticated_refusal(),
             EdgeError::Unavailable(refusal) => refusal.clone(),
-            EdgeError::TooManySessions(_) => Refusal::new(Code::LimitExceeded, self.to_string())
-                .with_hint(
+            EdgeError::TooManySessions { .. } => {
+                Refusal::new(Code::LimitExceeded, self.to_string()).with_hint(
                     "close a session you no longer use (HTTP DELETE with its Mcp-Session-Id), \
                      or use the 2026-07-28 revision, which needs no session",
-                ),
+                )
+            }
             _ => return None,
         };
         serde_json::to_value(refusal.envelope()).ok()
@@ -152,7 +158,9 @@ impl IntoResponse for EdgeError {
             error["data"] = data;
         }
         let id = match &self {
-            EdgeError::InvalidRequest { id, .. } => id.clone(),
+            EdgeError::InvalidRequest { id, .. } | EdgeError::TooManySessions { id, .. } => {
+                id.clone()
+            }
             _ => serde_json::Value::Null,
         };
         let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
@@ -215,7 +223,10 @@ mod tests {
                 codes::INVALID_REQUEST,
             ),
             (
-                EdgeError::TooManySessions(SessionCap::PerPrincipal(2)),
+                EdgeError::TooManySessions {
+                    cap: SessionCap::PerPrincipal(2),
+                    id: serde_json::json!(1),
+                },
                 429,
                 codes::LIMIT_EXCEEDED,
             ),

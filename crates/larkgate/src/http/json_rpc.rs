@@ -102,6 +102,26 @@ pub async fn json_rpc_shape(
             .unwrap_or(serde_json::Value::Null);
         return EdgeError::InvalidRequest { problem, id }.into_response();
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    // A 2025-11-25 session this request opens is entered in the registry under the
+    // authenticated principal, if the caps allow it; a refusal answers the request's own id.
+    let principal = parts
+        .extensions
+        .get::<std::sync::Arc<larkgate_platform::SessionIdentity>>()
+        .map(|identity| identity.run.principal.id.clone());
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let Some(principal) = principal else {
+        return next.run(request).await;
+    };
+    let (response, refused) = super::sessions::opening_as(principal, next.run(request)).await;
+    match refused {
+        Some(cap) => EdgeError::TooManySessions {
+            cap,
+            id: message
+                .get("id")
+                .cloned()
+                .unwrap_or(serde_json::Value::Null),
+        }
+        .into_response(),
+        None => response,
+    }
 }

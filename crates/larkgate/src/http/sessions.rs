@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
@@ -60,11 +60,11 @@ pub enum SessionCap {
     Total(usize),
 }
 
-/// One open session.
+/// One open session. (Its last use is rmcp's to track: the session's worker closes it after
+/// the idle timeout, and the registry follows through `close_session`.)
 #[derive(Clone, Debug)]
 struct Entry {
     owner: String,
-    last_use: Instant,
 }
 
 /// The open sessions, each with the principal that opened it.
@@ -97,13 +97,9 @@ impl Registry {
         self.len() == 0
     }
 
-    /// The principal that opened `session`, noting the use; `None` for a session that is not
-    /// open.
+    /// The principal that opened `session`; `None` for a session that is not open.
     pub fn owner(&self, session: &str) -> Option<String> {
-        let mut sessions = self.lock();
-        let entry = sessions.get_mut(session)?;
-        entry.last_use = Instant::now();
-        Some(entry.owner.clone())
+        self.lock().get(session).map(|entry| entry.owner.clone())
     }
 
     /// Enters `id` for `owner` if both caps allow one more.
@@ -120,7 +116,6 @@ impl Registry {
             id.clone(),
             Entry {
                 owner: owner.to_owned(),
-                last_use: Instant::now(),
             },
         );
         Ok(())
@@ -259,5 +254,48 @@ impl SessionManager for RegisteredSessions {
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         Ok(self.local.resume(id, last_event_id).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_sessions_never_pass_a_cap() {
+        let registry = Registry::new(SessionLimits {
+            total: 15,
+            per_principal: 10,
+            idle_timeout: Duration::from_secs(60),
+        });
+        let admitted: usize = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..64)
+                .map(|i| {
+                    let registry = &registry;
+                    scope.spawn(move || {
+                        let id: SessionId = format!("s{i}").into();
+                        let owner = if i % 2 == 0 { "ada" } else { "bob" };
+                        usize::from(registry.admit(&id, owner).is_ok())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 15, "the total cap");
+        let sessions = registry.lock();
+        for owner in ["ada", "bob"] {
+            let own = sessions.values().filter(|e| e.owner == owner).count();
+            assert!(own <= 10, "{owner} has {own}");
+        }
+        let some = sessions.keys().next().unwrap().clone();
+        drop(sessions);
+        assert_eq!(
+            registry.admit(&"late".into(), "ada"),
+            Err(SessionCap::Total(15))
+        );
+        registry.remove(&some);
+        assert_eq!(registry.owner(&some), None);
+        assert!(registry.admit(&"late".into(), "carol").is_ok());
+        assert_eq!(registry.owner("late").as_deref(), Some("carol"));
     }
 }

@@ -246,6 +246,7 @@ fn sessions_are_capped_per_principal_and_in_total_and_pruned_when_closed_or_idle
         assert!(response.headers().get("mcp-session-id").is_none());
         let body: serde_json::Value = response.json().unwrap();
         assert_eq!(body["error"]["code"], -32005, "{body}");
+        assert_eq!(body["id"], 1, "the initialize request's own id: {body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{body}");
         assert_eq!(body["error"]["data"]["code"], "limit_exceeded", "{body}");
