@@ -1,7 +1,7 @@
 //! Approvals in SQLite: one pending request per {principal, tool, arguments hash}, resolved
 //! once, consumed once.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use crate::{Approval, ApprovalStatus, Result, StoreError};
 
@@ -42,7 +42,7 @@ pub(super) fn pending_approval(
     args_hash: &str,
     now_ms: i64,
 ) -> Result<Approval> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     // The partial unique index keeps one pending record per call, even across
     // processes sharing the file.
     tx.execute(
@@ -100,7 +100,7 @@ pub(super) fn resolve_approval(
     now_ms: i64,
     expires_at_ms: i64,
 ) -> Result<Approval> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let status = if approve { "approved" } else { "denied" };
     let changed = tx.execute(
         "UPDATE approvals SET status = ?2, resolved_by = ?3, resolved_at_ms = ?4, \

@@ -1,7 +1,7 @@
 //! The audit chain in SQLite: batches of records with the chain head moved in the same
 //! transaction, and the inbox of entries forwarded by processes that do not own the chain.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::signed;
 use crate::{AuditHead, AuditKind, AuditQuery, AuditRecord, ForwardedAudit, Result};
@@ -36,7 +36,7 @@ pub(super) fn append_audit_adopting(
     records: Vec<AuditRecord>,
     adopted: Vec<i64>,
 ) -> Result<()> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut delete = tx.prepare_cached("DELETE FROM audit_inbox WHERE id = ?1")?;
         for id in &adopted {

@@ -1,6 +1,6 @@
 //! The built-in key-value data in SQLite.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::Result;
 
@@ -34,7 +34,7 @@ pub(super) fn kv_list(
 }
 
 pub(super) fn kv_set(c: &mut Connection, key: &str, value: &str) -> Result<bool> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let existed: bool = tx
         .query_row("SELECT 1 FROM kv WHERE key = ?1", params![key], |_| Ok(()))
         .optional()?

@@ -145,7 +145,14 @@ pub(super) fn run(connection: &mut Connection) -> Result<()> {
         )));
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(current) {
-        let tx = connection.transaction()?;
+        // Immediate: a second process migrating at the same moment waits here, then finds the
+        // step done and skips it.
+        let tx = connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if now > index as i64 {
+            tx.commit()?;
+            continue;
+        }
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", (index + 1) as i64)?;
         tx.commit()?;

@@ -1,6 +1,6 @@
 //! Script drafts, published versions and runs in SQLite.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{join_roles, signed, split_roles};
 use crate::{Draft, Result, Run, RunStats, RunStatus, ScriptVersion, StoreError};
@@ -38,7 +38,7 @@ pub(super) fn save_draft(
     author: &str,
     now_ms: i64,
 ) -> Result<Draft> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let owner: Option<String> = tx
         .query_row(
             "SELECT author FROM script_drafts WHERE name = ?1",
@@ -74,7 +74,7 @@ pub(super) fn publish(
     publisher: &str,
     now_ms: i64,
 ) -> Result<ScriptVersion> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let draft = tx
         .query_row(
             "SELECT name, source, author, updated_at_ms FROM script_drafts WHERE name = ?1",

@@ -1,6 +1,6 @@
 //! Stored upstreams and the pins of their tools in SQLite.
 
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, Row, TransactionBehavior, params};
 
 use crate::{PinStatus, Result, ToolPin, UpstreamRecord};
 
@@ -33,7 +33,7 @@ pub(super) fn pin_from_row(row: &Row<'_>) -> rusqlite::Result<ToolPin> {
 }
 
 pub(super) fn save_pins(c: &mut Connection, pins: &[ToolPin]) -> Result<()> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     {
         let mut statement = tx.prepare(&format!(
             "INSERT OR REPLACE INTO upstream_pins ({PIN_COLUMNS}) \
@@ -83,7 +83,7 @@ pub(super) fn upstreams(c: &mut Connection) -> Result<Vec<UpstreamRecord>> {
 }
 
 pub(super) fn remove_upstream(c: &mut Connection, alias: &str) -> Result<bool> {
-    let tx = c.transaction()?;
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let removed = tx.execute("DELETE FROM upstreams WHERE alias = ?1", params![alias])?;
     tx.execute("DELETE FROM upstream_pins WHERE alias = ?1", params![alias])?;
     tx.commit()?;

@@ -4,6 +4,7 @@ mod approvals;
 mod audit;
 mod crash;
 mod kv;
+mod locks;
 mod principals;
 mod scripts;
 mod upstreams;

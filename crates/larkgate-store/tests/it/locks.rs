@@ -1,0 +1,58 @@
+//! Writes while another process holds SQLite's write lock: a write waits out a brief lock
+//! (within the busy timeout) instead of failing at once. A deferred transaction that reads
+//! first and then writes cannot wait (SQLite refuses its upgrade at once to avoid a
+//! deadlock), so every transaction that writes begins immediate.
+
+use std::time::{Duration, Instant};
+
+use larkgate_store::{DATABASE_FILE, Store};
+
+use crate::fresh;
+
+/// Holds the write lock of the database in `dir` from another connection (as another
+/// process would) for `held`; answers once the lock is taken.
+fn hold_write_lock(dir: &std::path::Path, held: Duration) -> std::thread::JoinHandle<()> {
+    let path = dir.join(DATABASE_FILE);
+    let (locked, taken) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let connection = rusqlite::Connection::open(path).unwrap();
+        connection.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked.send(()).unwrap();
+        std::thread::sleep(held);
+        connection.execute_batch("COMMIT").unwrap();
+    });
+    taken.recv().unwrap();
+    holder
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_wait_out_a_write_lock_held_for_a_second() {
+    let (dir, store) = fresh();
+    store.kv_set("k", "0").await.unwrap();
+    store
+        .save_draft("d", "def main():\n    pass\n", "ada", 1)
+        .await
+        .unwrap();
+
+    let holder = hold_write_lock(dir.path(), Duration::from_secs(1));
+    let started = Instant::now();
+    store
+        .kv_set("k", "1")
+        .await
+        .expect("kv_set waits for the lock");
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        started.elapsed()
+    );
+    holder.join().unwrap();
+    assert_eq!(store.kv_get("k").await.unwrap().as_deref(), Some("1"));
+
+    let holder = hold_write_lock(dir.path(), Duration::from_secs(1));
+    store
+        .save_draft("d", "def main():\n    return 1\n", "ada", 2)
+        .await
+        .expect("save_draft waits for the lock");
+    holder.join().unwrap();
+    assert_eq!(store.draft("d").await.unwrap().unwrap().updated_at_ms, 2);
+}
