@@ -24,6 +24,8 @@ fn too_many_sessions(cap: &SessionCap) -> String {
 pub mod codes {
     /// The body is not JSON.
     pub const PARSE_ERROR: i64 = -32700;
+    /// The params do not fit the method.
+    pub const INVALID_PARAMS: i64 = -32602;
     /// The body is JSON but not a JSON-RPC request larkgate serves.
     pub const INVALID_REQUEST: i64 = -32600;
     /// larkgate itself failed.
@@ -76,6 +78,14 @@ pub enum EdgeError {
         /// The time the edge waits, in seconds.
         seconds: u64,
     },
+    /// A request whose params do not have the shape its method needs.
+    #[error("invalid params: {problem}")]
+    InvalidParams {
+        /// What is wrong with them.
+        problem: &'static str,
+        /// The request's id.
+        id: serde_json::Value,
+    },
     /// A 2025-11-25 session would pass a cap on open sessions.
     #[error("{}", too_many_sessions(.cap))]
     TooManySessions {
@@ -117,7 +127,9 @@ impl EdgeError {
             EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             EdgeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             EdgeError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
-            EdgeError::NotJson(_) | EdgeError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            EdgeError::NotJson(_)
+            | EdgeError::InvalidRequest { .. }
+            | EdgeError::InvalidParams { .. } => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -130,6 +142,7 @@ impl EdgeError {
             EdgeError::BodyTooLarge { .. }
             | EdgeError::BodyTimeout { .. }
             | EdgeError::InvalidRequest { .. } => codes::INVALID_REQUEST,
+            EdgeError::InvalidParams { .. } => codes::INVALID_PARAMS,
             EdgeError::TooManySessions { .. } => codes::LIMIT_EXCEEDED,
         }
     }
@@ -158,9 +171,9 @@ impl IntoResponse for EdgeError {
             error["data"] = data;
         }
         let id = match &self {
-            EdgeError::InvalidRequest { id, .. } | EdgeError::TooManySessions { id, .. } => {
-                id.clone()
-            }
+            EdgeError::InvalidRequest { id, .. }
+            | EdgeError::InvalidParams { id, .. }
+            | EdgeError::TooManySessions { id, .. } => id.clone(),
             _ => serde_json::Value::Null,
         };
         let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});

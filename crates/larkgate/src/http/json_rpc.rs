@@ -89,18 +89,28 @@ pub async fn json_rpc_shape(
                 && !object.contains_key("error")
             {
                 Some("a JSON-RPC message needs a \"method\" (or a \"result\" or \"error\")")
+            } else if object
+                .get("id")
+                .is_some_and(|id| !(id.is_string() || id.is_number() || id.is_null()))
+            {
+                Some("\"id\" must be a string or a number")
             } else {
                 None
             }
         }
         _ => Some("a JSON-RPC message must be an object"),
     };
+    // The id answered with: the request's own, when it is one JSON-RPC allows.
+    let id = message
+        .get("id")
+        .filter(|id| id.is_string() || id.is_number())
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
     if let Some(problem) = problem {
-        let id = message
-            .get("id")
-            .cloned()
-            .unwrap_or(serde_json::Value::Null);
         return EdgeError::InvalidRequest { problem, id }.into_response();
+    }
+    if let Some(problem) = params_problem(&message) {
+        return EdgeError::InvalidParams { problem, id }.into_response();
     }
     // A 2025-11-25 session this request opens is entered in the registry under the
     // authenticated principal, if the caps allow it; a refusal answers the request's own id.
@@ -114,14 +124,29 @@ pub async fn json_rpc_shape(
     };
     let (response, refused) = super::sessions::opening_as(principal, next.run(request)).await;
     match refused {
-        Some(cap) => EdgeError::TooManySessions {
-            cap,
-            id: message
-                .get("id")
-                .cloned()
-                .unwrap_or(serde_json::Value::Null),
-        }
-        .into_response(),
+        Some(cap) => EdgeError::TooManySessions { cap, id }.into_response(),
         None => response,
     }
+}
+
+/// What is wrong with a request's `params`, in the shapes every method shares (an object) and
+/// in `tools/call`'s (a string `name`, an object of `arguments`): rmcp reads a request whose
+/// params do not fit as an unknown method (-32601), which tells the caller the wrong thing.
+fn params_problem(message: &serde_json::Value) -> Option<&'static str> {
+    let params = message.get("params").filter(|p| !p.is_null())?;
+    if !params.is_object() {
+        return Some("\"params\" must be an object");
+    }
+    if message.get("method").and_then(|m| m.as_str()) == Some("tools/call") {
+        if !params.get("name").is_some_and(|n| n.is_string()) {
+            return Some("tools/call needs \"name\", the tool's name as a string");
+        }
+        if params
+            .get("arguments")
+            .is_some_and(|a| !(a.is_object() || a.is_null()))
+        {
+            return Some("tools/call \"arguments\" must be an object of the tool's arguments");
+        }
+    }
+    None
 }

@@ -334,7 +334,24 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
         let hijack = on_session(&bob).json(&list).send().await.unwrap();
         assert_eq!(hijack.status(), 403);
         // Malformed JSON-RPC gets JSON-RPC errors, and the server keeps serving.
-        let cases: [(&str, i64); 6] = [
+        let cases: [(&str, i64); 11] = [
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":{\"a\":1},\"method\":\"ping\"}",
+                -32600,
+            ),
+            ("{\"jsonrpc\":\"2.0\",\"id\":true,\"method\":\"ping\"}", -32600),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"clock_now\",\"arguments\":[1]}}",
+                -32602,
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"arguments\":{}}}",
+                -32602,
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":\"all\"}",
+                -32602,
+            ),
             ("{not json", -32700),
             (
                 "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]",
@@ -350,6 +367,9 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
             assert_eq!(response.status(), 400, "{body}");
             let answer: serde_json::Value = response.json().await.unwrap();
             assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+            if code == -32602 {
+                assert_eq!(answer["id"], 4, "the request's own id: {answer}");
+            }
         }
         let unknown = on_session(&ada)
             .json(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "no/such"}))
