@@ -21,6 +21,8 @@ use std::time::Duration;
 
 pub use larkgate_caller::{Category, Code, ENVELOPE_META_KEY, Envelope};
 
+use crate::bounded::{MAX_MESSAGE_BYTES, MAX_TOOL_NAME_BYTES, cut};
+
 /// A refused call: what the caller is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -60,6 +62,17 @@ impl Refusal {
     /// The refusal for a tool that does not exist or that the caller may not see: one text
     /// for both, so a refusal reveals nothing.
     pub fn not_found(tool: &str) -> Self {
+        if tool.len() > MAX_TOOL_NAME_BYTES {
+            return Refusal::new(
+                Code::NotFound,
+                format!(
+                    "no tool has a name that long ({} bytes): tool names are at most \
+                     {MAX_TOOL_NAME_BYTES}",
+                    tool.len()
+                ),
+            )
+            .with_hint("list the tools to see the ones you may call");
+        }
         Refusal::new(
             Code::NotFound,
             format!("no tool named {tool:?} is available"),
@@ -92,13 +105,16 @@ impl Refusal {
         })
     }
 
-    /// The envelope.
+    /// The envelope. Its message and hint are each cut to
+    /// [`MAX_MESSAGE_BYTES`](crate::bounded::MAX_MESSAGE_BYTES), marked and hashed when cut: a
+    /// refusal never sends back more than that of what a caller sent.
     pub fn envelope(&self) -> Envelope {
+        let bounded = |text: &str| cut(text, MAX_MESSAGE_BYTES).into_owned();
         Envelope {
             code: self.code,
             category: self.code.category(),
-            message: self.message.clone(),
-            hint: self.hint.clone(),
+            message: bounded(&self.message),
+            hint: self.hint.as_deref().map(bounded),
             retry_after_seconds: self.retry_after_seconds(),
             approval_id: self.approval_id.clone(),
             correlation_id: self.correlation_id.clone(),

@@ -30,6 +30,7 @@
 pub mod access;
 pub mod approvals;
 pub mod audit;
+pub mod bounded;
 pub mod capabilities;
 pub mod envelope;
 pub mod identity;

@@ -13,7 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use tower::{Layer, Service};
 
 use crate::audit::{AuditCode, AuditEntry};
-use crate::envelope::Code;
+use crate::bounded::{MAX_MESSAGE_BYTES, MAX_TOOL_NAME_BYTES, cut};
+use crate::envelope::{Code, Refusal};
 use crate::services::Services;
 
 use super::{BoxFuture, CallRequest, CallResponse};
@@ -66,11 +67,21 @@ where
         let mut inner = self.inner.clone();
         let principal = request.principal_id().to_owned();
         let identity = request.identity.clone();
-        let tool = request.tool.clone();
+        // What is recorded of the name: cut, marked and hashed past MCP's 128 bytes.
+        let tool = cut(&request.tool, MAX_TOOL_NAME_BYTES).into_owned();
+        let too_long = request.tool.len() > MAX_TOOL_NAME_BYTES;
         Box::pin(async move {
             let started = Instant::now();
             let in_flight = InFlight::enter(&services.metrics.active_calls);
-            let response = inner.call(request).await?;
+            // A name no tool can have is refused before any lookup.
+            let response = if too_long {
+                CallResponse {
+                    result: Err(Refusal::not_found(&request.tool)),
+                    admitted: false,
+                }
+            } else {
+                inner.call(request).await?
+            };
             drop(in_flight);
             let code = match &response.result {
                 Ok(_) => "ok",
@@ -94,7 +105,7 @@ where
                     session: identity.as_ref().map(|i| i.label.clone()),
                     tool: Some(tool),
                     code: Some(AuditCode::Refusal(refusal.code)),
-                    detail: Some(refusal.message.clone()),
+                    detail: Some(cut(&refusal.message, MAX_MESSAGE_BYTES).into_owned()),
                     ..Default::default()
                 };
                 if let Err(error) = services.audit.append(entry) {

@@ -416,3 +416,47 @@ async fn a_failing_store_is_internal_with_a_correlation_id_and_its_detail_only_i
         .unwrap();
     assert_eq!(ok.get("found"), Some(&Value::Bool(false)));
 }
+
+/// A principal with no roles at all sends a 3 MB tool name: refused before any lookup, with a
+/// short answer, and recorded cut with the whole name's hash; a few such calls do not grow
+/// the data directory by megabytes.
+#[tokio::test]
+async fn a_tool_name_over_128_bytes_is_refused_and_recorded_cut_with_its_hash() {
+    use sha2::Digest as _;
+    let h = Harness::new().await;
+    let (caller, _t) = h.session("nobody").await;
+    let name = "a".repeat(3_000_000);
+    for _ in 0..5 {
+        let refused = refusal(&caller, &name, Map::new()).await;
+        assert_eq!(refused.code, "not_found");
+        assert!(
+            refused.text.len() < 1024,
+            "{} bytes told",
+            refused.text.len()
+        );
+        assert!(refused.text.contains("at most 128"), "{}", refused.text);
+    }
+    h.audit.flush().await.unwrap();
+    let records = h
+        .store
+        .audit_records(larkgate_store::AuditQuery::default())
+        .await
+        .unwrap();
+    let hash = hex::encode(sha2::Sha256::digest(name.as_bytes()));
+    let refusals: Vec<_> = records
+        .iter()
+        .filter(|r| r.tool.as_deref().is_some_and(|t| t.contains(&hash)))
+        .collect();
+    assert_eq!(refusals.len(), 5, "each refusal recorded");
+    for record in refusals {
+        let tool = record.tool.as_deref().unwrap();
+        assert!(tool.len() < 300, "{} bytes recorded", tool.len());
+        assert!(tool.contains("cut: 3000000 bytes"), "{tool}");
+        assert!(record.detail.as_deref().unwrap().len() < 1024);
+    }
+    let size: u64 = std::fs::read_dir(h.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(size < 4 * 1024 * 1024, "the data directory is {size} bytes");
+}
