@@ -97,6 +97,19 @@ impl Refusal {
         }
     }
 
+    /// A refusal whose cause is for the operator only: the caller is told `message` (what
+    /// failed, in larkgate's words) and a correlation id; `detail` (a library's error, an
+    /// address) goes to the log under that id. For failures of something other than larkgate
+    /// itself (an upstream down), where [`Refusal::internal`] would blame the wrong party.
+    pub fn logged(code: Code, message: impl fmt::Display, detail: impl fmt::Display) -> Self {
+        let id = correlation_id();
+        tracing::warn!(correlation_id = %id, %detail, "refused: {message}");
+        Refusal {
+            correlation_id: Some(id.clone()),
+            ..Refusal::new(code, format!("{message} (correlation id {id})"))
+        }
+    }
+
     /// `retry_after_seconds` as the envelope carries it: whole seconds, rounded up, at least 1.
     pub fn retry_after_seconds(&self) -> Option<u64> {
         self.retry_after.map(|d| {

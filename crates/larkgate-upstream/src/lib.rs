@@ -17,6 +17,7 @@ pub mod federation;
 pub mod guard;
 pub mod http;
 pub mod pinning;
+pub mod redact;
 pub mod tools;
 
 pub use guard::{Allowed, GuardError, Resolve, SystemResolver, UrlGuard};

@@ -112,7 +112,8 @@ impl Link {
     /// Marks the upstream down, for `why`.
     pub fn down(&self, why: String) {
         *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
-        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) =
+            Some(crate::redact::urls(&why));
     }
 
     /// The client, when connected.
@@ -178,11 +179,12 @@ impl ToolHandler for UpstreamTool {
                 .link
                 .down_because()
                 .unwrap_or_else(|| "not connected yet".to_owned());
-            return Err(Refusal::new(
+            return Err(Refusal::logged(
                 Code::UpstreamUnavailable,
-                format!("the upstream {:?} is unavailable: {why}", self.alias),
+                format_args!("{name}: the upstream {:?} is unavailable", self.alias),
+                why,
             )
-            .with_hint("larkgate reconnects by itself; `larkgate upstream list` shows its state"));
+            .with_hint(UNAVAILABLE_HINT));
         };
         let arguments = larkgate_binding::map_to_json(&arguments);
         let result = match client.call_tool(&self.original, arguments).await {
@@ -211,16 +213,26 @@ fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
                 "{name}: the upstream's response exceeded the response-bytes limit ({limit} bytes)"
             ),
         ),
-        UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::new(
+        UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::logged(
             Code::UpstreamUnavailable,
-            format!("{name}: the upstream {alias:?} is unavailable: {why}"),
-        ),
+            format_args!("{name}: the upstream {alias:?} is unavailable"),
+            crate::redact::urls(&why),
+        )
+        .with_hint(UNAVAILABLE_HINT),
+        // The upstream's own words, as for an `isError` result (URLs without their secrets).
         UpstreamError::Protocol(why) => Refusal::new(
             Code::UpstreamError,
-            format!("{name}: the upstream {alias:?} answered with an error: {why}"),
+            format!(
+                "{name}: the upstream {alias:?} answered with an error: {}",
+                crate::redact::urls(&why)
+            ),
         ),
     }
 }
+
+/// What a caller of a down upstream is told to expect.
+const UNAVAILABLE_HINT: &str = "larkgate reconnects by itself; the operator finds the cause in \
+     the log under the correlation id, and the upstream's state with `larkgate upstream list`";
 
 /// A successful result as a map: the structured content when there is an object of it, else
 /// the text content under `text`. An `isError` result becomes larkgate's `upstream_error`.

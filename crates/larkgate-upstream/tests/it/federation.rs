@@ -40,7 +40,8 @@ async fn platform_in(
 
 struct Setup {
     _dir: tempfile::TempDir,
-    _peer: Peer,
+    /// The upstream's process (`None` once the test has killed it).
+    peer: Option<Peer>,
     platform: Platform,
     link: Arc<Link>,
 }
@@ -54,11 +55,16 @@ fn principal(id: &str, roles: &[&str]) -> Principal {
 }
 
 async fn setup(approval: Approval, limits: UpstreamLimits) -> Setup {
+    setup_at(approval, limits, "").await
+}
+
+/// [`setup`], with `query` after the upstream's URL (where operators put API keys).
+async fn setup_at(approval: Approval, limits: UpstreamLimits, query: &str) -> Setup {
     let peer = weather(&[]);
     let dir = tempfile::tempdir().unwrap();
     let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
     let endpoint = Endpoint {
-        url: peer.url.clone(),
+        url: format!("{}{query}", peer.url),
         revisions: Revisions::Latest,
         headers: BTreeMap::new(),
         limits,
@@ -81,7 +87,7 @@ async fn setup(approval: Approval, limits: UpstreamLimits) -> Setup {
         .unwrap();
     Setup {
         _dir: dir,
-        _peer: peer,
+        peer: Some(peer),
         platform,
         link,
     }
@@ -249,7 +255,67 @@ async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
         .await,
     );
     assert_eq!(down.code, "upstream_unavailable");
-    assert!(down.text.contains("connection refused"), "{}", down.text);
+    // The cause is the operator's: in the log under the correlation id, not in the answer.
+    assert!(!down.text.contains("connection refused"), "{}", down.text);
+    assert!(down.text.contains("correlation id"), "{}", down.text);
+}
+
+/// An upstream whose URL carries an API key goes away mid-session: the caller is told it is
+/// unavailable, with a correlation id, and nothing of the URL's secret, the HTTP library's
+/// error or a Rust type path; what `upstream list` shows keeps the host and loses the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_upstream_tells_callers_no_secret_and_no_library_error() {
+    let mut setup = setup_at(
+        Approval::Never,
+        UpstreamLimits::default(),
+        "?api_key=SECRET-KEY-123",
+    )
+    .await;
+    let agent = principal("agent-1", &["agent"]);
+    let forecast = [("city", Value::from("Oslo"))];
+    call_as(
+        &setup,
+        &agent,
+        RunKind::Direct,
+        "weather__forecast",
+        &forecast,
+    )
+    .await
+    .expect("the upstream answers first");
+    drop(setup.peer.take());
+    let mut told = Vec::new();
+    for _ in 0..2 {
+        let refused = refusal(
+            call_as(
+                &setup,
+                &agent,
+                RunKind::Direct,
+                "weather__forecast",
+                &forecast,
+            )
+            .await,
+        );
+        assert_eq!(refused.code, "upstream_unavailable", "{}", refused.text);
+        told.push(refused.text);
+    }
+    for text in &told {
+        assert!(text.contains("correlation id"), "{text}");
+        for leak in [
+            "SECRET",
+            "api_key",
+            "127.0.0.1",
+            "rmcp",
+            "reqwest",
+            "hyper",
+            "::",
+            "Transport",
+        ] {
+            assert!(!text.contains(leak), "{leak:?} reached the caller: {text}");
+        }
+    }
+    if let Some(cause) = setup.link.down_because() {
+        assert!(!cause.contains("SECRET"), "{cause}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
