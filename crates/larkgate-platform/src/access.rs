@@ -12,6 +12,7 @@
 //! A tool a principal may not see is answered exactly like a tool that does not exist, by the
 //! caller of [`may_see`].
 
+use larkgate_caller::RunKind;
 use larkgate_store::Principal;
 
 use crate::envelope::{Code, Refusal};
@@ -66,6 +67,15 @@ pub fn may_call(policy: &Policy, principal: &Principal, tool: &ToolSpec) -> bool
     }
 }
 
+/// Whether `tool` may be reached from a session of `kind` at all: a people-only tool (the
+/// approval tools) only from a person's own session, never from a script run of any kind, so
+/// that no script — whoever wrote or published it, whatever roles it carries — approves,
+/// denies or lists approvals. Unreachable is unseen: such a call is `not_found`, as for a tool
+/// that does not exist.
+pub fn reachable(kind: RunKind, tool: &ToolSpec) -> bool {
+    !tool.people_only || kind == RunKind::Direct
+}
+
 /// Whether `reader` may read a run record: whoever started it, the principal it ran as, and
 /// administrators.
 pub fn may_read_run(reader: &Principal, ran_as: &str, started_by: Option<&str>) -> bool {
@@ -109,6 +119,7 @@ mod tests {
             signature: None,
             roles,
             requires_approval: false,
+            people_only: false,
         }
     }
 

@@ -140,7 +140,10 @@ impl Platform {
         self.registry
             .snapshot()
             .iter()
-            .filter(|t| access::may_see(&self.services.policy, &identity.run.principal, &t.spec))
+            .filter(|t| {
+                access::reachable(identity.run.kind, &t.spec)
+                    && access::may_see(&self.services.policy, &identity.run.principal, &t.spec)
+            })
             .map(|t| t.to_mcp())
             .collect()
     }

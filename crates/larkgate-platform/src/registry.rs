@@ -82,6 +82,10 @@ pub struct ToolSpec {
     /// Gated whatever the policy's approval patterns say (tools of an upstream configured
     /// `approval = "always"`). Nothing a tool declares about itself can clear this.
     pub requires_approval: bool,
+    /// Reachable only from a person's own session (a direct call over HTTP, stdio or the
+    /// CLI), never from a script run of any kind: the approval tools, because an approval is a
+    /// person's act (see [`crate::access::reachable`]).
+    pub people_only: bool,
 }
 
 /// How a tool runs: arguments in (already bound to its shape, when it has one), a structured

@@ -121,6 +121,8 @@ pub struct TypedCapability<I, O> {
     handler: HandlerFn<I, O>,
     /// For platform tools: the roles that may see and call it, whatever the policy says.
     platform_roles: Option<&'static [&'static str]>,
+    /// Reachable only from a person's own session.
+    people_only: bool,
 }
 
 impl<I, O> std::fmt::Debug for TypedCapability<I, O> {
@@ -142,6 +144,7 @@ where
             declared,
             handler,
             platform_roles: None,
+            people_only: false,
         }
     }
 
@@ -149,6 +152,12 @@ where
     /// `roles`.
     pub fn platform(mut self, roles: &'static [&'static str]) -> Self {
         self.platform_roles = Some(roles);
+        self
+    }
+
+    /// Makes it reachable only from a person's own session, never from a script run.
+    pub fn people_only(mut self) -> Self {
+        self.people_only = true;
         self
     }
 
@@ -192,6 +201,7 @@ where
             signature: Some(listing.signature),
             roles: self.platform_roles,
             requires_approval: false,
+            people_only: self.people_only,
         };
         (spec, Arc::new(self))
     }

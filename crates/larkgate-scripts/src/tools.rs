@@ -411,6 +411,7 @@ fn run_draft_spec() -> ToolSpec {
         ),
         roles: Some(AUTHORS),
         requires_approval: false,
+        people_only: false,
     }
 }
 
@@ -566,6 +567,7 @@ pub(crate) fn script_tool(
         )),
         roles: None,
         requires_approval: false,
+        people_only: false,
     };
     let handler = ScriptTool {
         scripts,

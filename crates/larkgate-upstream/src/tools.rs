@@ -85,6 +85,7 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
             signature: None,
             roles: None,
             requires_approval: approval == Approval::Always,
+            people_only: false,
         });
     }
     adoption

@@ -141,6 +141,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         }),
     )
     .platform(APPROVERS)
+    .people_only()
     .register(registry)?;
     TypedCapability::new(
         Declared::new(info(
@@ -155,6 +156,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         resolver(true),
     )
     .platform(APPROVERS)
+    .people_only()
     .register(registry)?;
     TypedCapability::new(
         Declared::new(info(
@@ -167,6 +169,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         resolver(false),
     )
     .platform(APPROVERS)
+    .people_only()
     .register(registry)?;
     Ok(())
 }

@@ -35,7 +35,10 @@ impl Step for Authorize {
         let policy = &self.services.policy;
         let registry = self.registry.snapshot();
         let tool = registry.get(&request.tool);
-        let Some(tool) = tool.filter(|t| access::may_see(policy, principal, &t.spec)) else {
+        let Some(tool) = tool.filter(|t| {
+            access::reachable(identity.run.kind, &t.spec)
+                && access::may_see(policy, principal, &t.spec)
+        }) else {
             return Err(Refusal::not_found(&request.tool));
         };
         if !access::may_call(policy, principal, &tool.spec) {

@@ -212,3 +212,56 @@ async fn a_call_refused_by_the_rate_limit_after_approval_keeps_the_approval() {
     let stored = h.store.approval(&id).await.unwrap().unwrap();
     assert_eq!(stored.status, larkgate_store::ApprovalStatus::Used);
 }
+
+/// The self-approval found through a script: a principal whose call needs an approval cannot
+/// have a script approve it, however the script runs and whatever roles it carries. From a
+/// script run (draft or published) the approval tools are not listed and answer `not_found`,
+/// as if they did not exist; the approval stays pending, and a person's own session still
+/// resolves it.
+#[tokio::test]
+async fn no_script_run_reaches_the_approval_tools() {
+    use larkgate_platform::RunKind;
+    let h = Harness::new().await;
+    h.store
+        .add_principal(crate::harness::principal("script:appr", &["admin"]))
+        .await
+        .unwrap();
+    let (wes, _t) = h.session("wes").await;
+    let id = ask(&wes, "mine").await;
+    for (who, kind) in [
+        ("script:appr", RunKind::Published),
+        ("root", RunKind::Draft),
+        ("alice", RunKind::Published),
+    ] {
+        let (run, _t) = h.session_kind(who, kind).await;
+        let listed: Vec<String> = run
+            .tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        for tool in ["approvals_list", "approvals_approve", "approvals_deny"] {
+            assert!(
+                !listed.contains(&tool.to_owned()),
+                "{who} ({kind:?}) lists {tool}"
+            );
+            let arguments = if tool == "approvals_list" {
+                Map::new()
+            } else {
+                args(&[("id", Value::from(id.as_str()))])
+            };
+            let refused = refusal(&run, tool, arguments).await;
+            assert_eq!(
+                refused.code, "not_found",
+                "{who} ({kind:?}) {tool}: {}",
+                refused.text
+            );
+        }
+    }
+    let pending = h.store.approval(&id).await.unwrap().unwrap();
+    assert_eq!(pending.status, larkgate_store::ApprovalStatus::Pending);
+    approve(&h, "alice", &id)
+        .await
+        .expect("a person still approves it");
+}

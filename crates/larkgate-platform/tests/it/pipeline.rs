@@ -288,6 +288,7 @@ fn touch_spec() -> ToolSpec {
         signature: None,
         roles: None,
         requires_approval: false,
+        people_only: false,
     }
 }
 
