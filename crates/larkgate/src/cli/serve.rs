@@ -192,6 +192,11 @@ pub(crate) async fn run(
         config,
     );
     let auth = http::Auth::new(context.store.clone(), Arc::clone(&registry));
+    context.platform.services().metrics.register(
+        "failed_authentications",
+        "Requests to /mcp refused for a missing, unknown, revoked or expired token",
+        auth.failures(),
+    );
     let metrics = Arc::new(Scrape::new(context, registry));
     let ops = ops_routes(metrics);
     let mcp = axum::Router::new()

@@ -37,12 +37,23 @@ pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, E
 pub struct Auth {
     store: Arc<dyn Store>,
     sessions: Arc<Registry>,
+    /// Requests refused for a missing, unknown, revoked or expired token.
+    failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl Auth {
     /// Authentication against `store`, with 2025-11-25 sessions entered in `sessions`.
     pub fn new(store: Arc<dyn Store>, sessions: Arc<Registry>) -> Self {
-        Auth { store, sessions }
+        Auth {
+            store,
+            sessions,
+            failures: Default::default(),
+        }
+    }
+
+    /// The count of requests refused for their credential, for `/metrics`.
+    pub fn failures(&self) -> prometheus_client::metrics::counter::Counter {
+        self.failures.clone()
     }
 }
 
@@ -61,7 +72,12 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
     };
     let principal = match principal {
         Ok(principal) => principal,
-        Err(error) => return error.into_response(),
+        Err(error) => {
+            if matches!(error, EdgeError::Unauthenticated) {
+                auth.failures.inc();
+            }
+            return error.into_response();
+        }
     };
     let session = request
         .headers()

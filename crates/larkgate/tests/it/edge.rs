@@ -493,6 +493,18 @@ fn the_client_finds_the_server_takes_flags_anywhere_and_says_what_failed_in_its_
         "{said}"
     );
     clean(&said);
+    // Each refused credential is counted.
+    let base = url.trim_end_matches("/mcp");
+    let metrics = reqwest::blocking::get(format!("{base}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    let failed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("larkgate_failed_authentications_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(failed >= 1, "{metrics}");
     // `--as` is not silently ignored.
     let as_eve = client(Some(&admin), &["--as", "eve", "client", "list"]);
     assert!(!as_eve.status.success());
