@@ -84,7 +84,7 @@ pub struct ToolSpec {
     pub requires_approval: bool,
     /// Reachable only from a person's own session (a direct call over HTTP, stdio or the
     /// CLI), never from a script run of any kind: the approval tools, because an approval is a
-    /// person's act (see [`crate::access::reachable`]).
+    /// person's act (see `access::reachable`).
     pub people_only: bool,
 }
 
