@@ -219,7 +219,7 @@ fn check_key(tool: &str, key: &str) -> std::result::Result<(), Refusal> {
 }
 
 fn store_failed(e: larkgate_store::StoreError) -> Refusal {
-    Refusal::internal("the key-value store failed", e)
+    Refusal::store("the key-value store failed", e)
 }
 
 /// A time the store keeps (Unix milliseconds) as RFC 3339 UTC with milliseconds, for people to

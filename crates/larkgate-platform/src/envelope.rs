@@ -97,6 +97,22 @@ impl Refusal {
         }
     }
 
+    /// A store operation failed: if another process held the store's lock past the busy
+    /// timeout, a `timeout` that says so (nothing ran; the same call may succeed later), else
+    /// [`Refusal::internal`] with `summary`. The store's own error goes to the log either way.
+    pub fn store(summary: &'static str, error: larkgate_store::StoreError) -> Self {
+        if error.is_busy() {
+            return Refusal::logged(
+                Code::Timeout,
+                "the store is busy: another process held its write lock for longer than \
+                 larkgate waits (5 s), so the call did not run",
+                error,
+            )
+            .with_hint("try again; if it keeps happening, find the process holding the lock");
+        }
+        Refusal::internal(summary, error)
+    }
+
     /// A refusal whose cause is for the operator only: the caller is told `message` (what
     /// failed, in larkgate's words) and a correlation id; `detail` (a library's error, an
     /// address) goes to the log under that id. For failures of something other than larkgate

@@ -51,6 +51,21 @@ pub enum StoreError {
     Task(String),
 }
 
+impl StoreError {
+    /// Whether another process held the database's lock for longer than the store waits (the
+    /// busy timeout): nothing is wrong with the data, and the same call may succeed later.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(rusqlite::Error::SqliteFailure(error, _))
+                if matches!(
+                    error.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                )
+        )
+    }
+}
+
 /// The store's result type.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

@@ -461,3 +461,59 @@ async fn a_tool_name_over_128_bytes_is_refused_and_recorded_cut_with_its_hash() 
         .sum();
     assert!(size < 4 * 1024 * 1024, "the data directory is {size} bytes");
 }
+
+/// Holds the write lock of the harness's database from another connection (as another
+/// process would) for `held`; answers once it is taken.
+fn hold_write_lock(h: &Harness, held: Duration) -> std::thread::JoinHandle<()> {
+    let path = h.dir.path().join(larkgate_store::DATABASE_FILE);
+    let (locked, taken) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let connection = rusqlite::Connection::open(path).unwrap();
+        connection.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked.send(()).unwrap();
+        std::thread::sleep(held);
+        connection.execute_batch("COMMIT").unwrap();
+    });
+    taken.recv().unwrap();
+    holder
+}
+
+/// Another process holds the store's write lock: for a second, a write waits and succeeds;
+/// past the busy timeout (5 s), it is refused as `timeout`, saying the store is busy and
+/// nothing of SQLite's own text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_out_a_brief_lock_and_a_long_one_is_a_clear_timeout() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    let set = |value: &'static str| args(&[("key", "k".into()), ("value", value.into())]);
+    wes.call_tool("kv_set", set("0")).await.unwrap();
+    let holder = hold_write_lock(&h, Duration::from_secs(1));
+    wes.call_tool("kv_set", set("1"))
+        .await
+        .expect("the write waits for a lock held for a second");
+    holder.join().unwrap();
+    let holder = hold_write_lock(&h, Duration::from_secs(7));
+    let refused = refusal(&wes, "kv_set", set("2")).await;
+    holder.join().unwrap();
+    assert_eq!(refused.code, "timeout", "{}", refused.text);
+    assert!(
+        refused.text.contains("the store is busy"),
+        "{}",
+        refused.text
+    );
+    assert!(refused.text.contains("correlation id"), "{}", refused.text);
+    assert!(
+        !refused.text.contains("database is locked"),
+        "{}",
+        refused.text
+    );
+    let got = wes
+        .call_tool("kv_get", args(&[("key", "k".into())]))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.get("value"),
+        Some(&Value::from("1")),
+        "the refused write did not run"
+    );
+}
