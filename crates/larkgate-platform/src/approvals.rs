@@ -33,7 +33,7 @@ pub async fn admit(
     let resolved = store
         .resolved_approval(principal, tool, args_hash)
         .await
-        .map_err(|e| Refusal::internal("approvals could not be read", e))?;
+        .map_err(|e| Refusal::store("approvals could not be read", e))?;
     match resolved {
         Some(a)
             if a.status == ApprovalStatus::Approved
@@ -55,7 +55,7 @@ pub async fn admit(
             let pending = store
                 .pending_approval(principal, tool, args_hash, now_ms())
                 .await
-                .map_err(|e| Refusal::internal("the approval request could not be recorded", e))?;
+                .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
             Err(Refusal {
                 approval_id: Some(pending.id.clone()),
                 ..Refusal::new(
@@ -84,7 +84,7 @@ pub async fn consume(store: &dyn Store, id: &str) -> Result<(), Refusal> {
             format!("approval {id} was used or expired before this call ran"),
         )
         .with_hint("ask an approver for a new approval")),
-        Err(e) => Err(Refusal::internal(
+        Err(e) => Err(Refusal::store(
             "the approval could not be consumed, so the call did not run",
             e,
         )),
@@ -112,7 +112,7 @@ pub async fn resolve(
     let approval = store
         .approval(id)
         .await
-        .map_err(|e| Refusal::internal("the approval could not be read", e))?
+        .map_err(|e| Refusal::store("the approval could not be read", e))?
         .ok_or_else(|| {
             Refusal::new(
                 Code::NotFound,
@@ -136,7 +136,7 @@ pub async fn resolve(
         .await
         .map_err(|e| match e {
             StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
-            other => Refusal::internal("the approval could not be resolved", other),
+            other => Refusal::store("the approval could not be resolved", other),
         })?;
     let (verdict, kind) = if approve {
         ("approved", EventKind::Approved)
@@ -194,5 +194,5 @@ pub async fn list(store: &dyn Store, status: &str) -> Result<Vec<Approval>, Refu
     store
         .approvals(filter)
         .await
-        .map_err(|e| Refusal::internal("approvals could not be read", e))
+        .map_err(|e| Refusal::store("approvals could not be read", e))
 }

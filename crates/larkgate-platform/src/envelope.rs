@@ -248,6 +248,40 @@ mod tests {
     }
 
     #[test]
+    fn a_busy_store_is_a_timeout_and_any_other_store_failure_internal() {
+        let busy = larkgate_store::StoreError::Database(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(5),
+            Some("database is locked".into()),
+        ));
+        assert!(busy.is_busy());
+        let refusal = Refusal::store("the approval could not be read", busy);
+        assert_eq!(refusal.code, Code::Timeout);
+        assert!(
+            refusal.message.contains("the store is busy"),
+            "{}",
+            refusal.message
+        );
+        assert!(
+            !refusal.message.contains("database is locked"),
+            "{}",
+            refusal.message
+        );
+        assert!(refusal.correlation_id.is_some());
+        let broken = larkgate_store::StoreError::Database(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(11),
+            Some("database disk image is malformed".into()),
+        ));
+        assert!(!broken.is_busy());
+        let refusal = Refusal::store("the approval could not be read", broken);
+        assert_eq!(refusal.code, Code::Internal);
+        assert!(
+            !refusal.message.contains("malformed"),
+            "{}",
+            refusal.message
+        );
+    }
+
+    #[test]
     fn an_internal_refusal_tells_the_caller_nothing_but_a_correlation_id() {
         let detail = "database error: no such table: approvals at /srv/larkgate-data/db.sqlite";
         let refusal = Refusal::internal("approvals could not be read", detail);

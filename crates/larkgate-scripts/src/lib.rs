@@ -119,7 +119,7 @@ pub async fn readable_run(store: &dyn Store, reader: &Principal, id: &str) -> Re
 }
 
 fn store_failed(error: StoreError) -> Refusal {
-    Refusal::internal("the script store failed", error)
+    Refusal::store("the script store failed", error)
 }
 
 /// A saved draft, as reported back.
