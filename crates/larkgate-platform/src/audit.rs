@@ -54,7 +54,7 @@ use larkgate_store::{AuditKind, StoreError};
 use larkgate_caller::RunKind;
 use serde::{Deserialize, Serialize};
 
-pub use chain::{GENESIS_HASH, VerifyReport, record_hash, verify};
+pub use chain::{GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against};
 pub use code::{AuditCode, EventKind};
 pub use forwarding::ForwardingAudit;
 pub use journal::{AuditLog, AuditOptions};

@@ -61,6 +61,9 @@ pub struct VerifyReport {
     pub first_broken: Option<(u64, String)>,
     /// A head ahead of the last record: records were deleted from the end.
     pub head_mismatch: Option<String>,
+    /// A head recorded elsewhere (`--head SEQ:HASH`) that the chain does not reach or does not
+    /// match: records were removed and the stored head rolled back, or the chain rewritten.
+    pub known_head_mismatch: Option<String>,
     /// Intents with no outcome (a call still running, or one whose outcome was lost).
     pub intents_without_outcome: Vec<u64>,
 }
@@ -68,12 +71,56 @@ pub struct VerifyReport {
 impl VerifyReport {
     /// Whether the chain is intact (open intents are reported but do not break it).
     pub fn intact(&self) -> bool {
-        self.first_broken.is_none() && self.head_mismatch.is_none()
+        self.first_broken.is_none()
+            && self.head_mismatch.is_none()
+            && self.known_head_mismatch.is_none()
     }
 }
 
 /// Recomputes the whole chain in the store.
 pub async fn verify(store: &dyn Store) -> Result<VerifyReport, StoreError> {
+    verify_against(store, None).await
+}
+
+/// A head as recorded outside the store: a sequence number and that record's hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownHead {
+    /// The record's sequence number.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+}
+
+impl std::str::FromStr for KnownHead {
+    type Err = String;
+
+    /// `SEQ:HASH`, or `SEQ HASH` as `larkgate audit head` prints it.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (seq, hash) = text
+            .trim()
+            .split_once([':', ' '])
+            .ok_or_else(|| format!("{text:?} is not SEQ:HASH (as `larkgate audit head` prints)"))?;
+        let seq = seq
+            .parse()
+            .map_err(|_| format!("{seq:?} is not a sequence number"))?;
+        let hash = hash.trim();
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("{hash:?} is not a SHA-256 in hex"));
+        }
+        Ok(KnownHead {
+            seq,
+            hash: hash.to_ascii_lowercase(),
+        })
+    }
+}
+
+/// [`verify`], and also that the chain reaches `known` (a head recorded elsewhere) and still
+/// holds it: a store whose tail was deleted and whose head was rolled back to match is
+/// otherwise a valid, shorter chain.
+pub async fn verify_against(
+    store: &dyn Store,
+    known: Option<&KnownHead>,
+) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
     let mut prev_hash = GENESIS_HASH.to_owned();
     let mut expected_seq = 1;
@@ -108,6 +155,16 @@ pub async fn verify(store: &dyn Store) -> Result<VerifyReport, StoreError> {
                     report.first_broken = Some((record.seq, problem));
                 }
             }
+            if let Some(known) = known
+                && known.seq == record.seq
+                && known.hash != record.hash
+            {
+                report.known_head_mismatch = Some(format!(
+                    "record {} does not have the hash recorded for it: the chain was rewritten \
+                     at or before it",
+                    record.seq
+                ));
+            }
             match record.kind {
                 AuditKind::Intent => {
                     open_intents.insert(record.seq);
@@ -124,6 +181,15 @@ pub async fn verify(store: &dyn Store) -> Result<VerifyReport, StoreError> {
         }
     }
     let last_seq = expected_seq - 1;
+    if let Some(known) = known
+        && known.seq > last_seq
+    {
+        report.known_head_mismatch = Some(format!(
+            "the chain ends at record {last_seq}, before the head recorded at {}: records were \
+             removed",
+            known.seq
+        ));
+    }
     match store.audit_head().await? {
         Some(head) if head.seq > last_seq => {
             report.head_mismatch = Some(format!(

@@ -378,3 +378,68 @@ async fn events_forwarded_while_nobody_owns_the_chain_are_chained_when_it_opens(
     assert_eq!(principals_in_chain(&store).await, ["ada"]);
     assert!(store.forwarded_audit(10).await.unwrap().is_empty());
 }
+
+/// The finding: delete the chain's tail and roll the stored head back to the record now last,
+/// and the chain verifies as a valid, shorter one. Checked against a head kept elsewhere
+/// (`larkgate audit verify --head SEQ:HASH`), it does not.
+#[tokio::test]
+async fn a_head_kept_elsewhere_catches_a_deleted_tail_with_the_head_rolled_back() {
+    use larkgate_platform::audit::{KnownHead, verify_against};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log) = open(dir.path()).await;
+    fill(&log, 5).await;
+    let head = store.audit_head().await.unwrap().unwrap();
+    let printed = format!("{} {}", head.seq, head.hash);
+    let known: KnownHead = printed.parse().unwrap();
+    assert_eq!(
+        known,
+        format!("{}:{}", head.seq, head.hash).parse().unwrap()
+    );
+    let report = verify_against(store.as_ref(), Some(&known)).await.unwrap();
+    assert!(report.intact(), "{report:?}");
+
+    let keep = head.seq - 3;
+    let raw = raw(dir.path());
+    let kept_hash: String = raw
+        .query_row(
+            "SELECT hash FROM audit WHERE seq = ?1",
+            [keep as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    raw.execute("DELETE FROM audit WHERE seq > ?1", [keep as i64])
+        .unwrap();
+    raw.execute(
+        "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
+        rusqlite::params![keep as i64, kept_hash],
+    )
+    .unwrap();
+    assert!(
+        verify(store.as_ref()).await.unwrap().intact(),
+        "without a head kept elsewhere, the shortened chain passes"
+    );
+    let report = verify_against(store.as_ref(), Some(&known)).await.unwrap();
+    assert!(!report.intact());
+    let why = report.known_head_mismatch.unwrap();
+    assert!(
+        why.contains(&format!(
+            "ends at record {keep}, before the head recorded at {}",
+            head.seq
+        )),
+        "{why}"
+    );
+    // A kept head whose record is still there but different: the chain was rewritten.
+    let rewritten = KnownHead {
+        seq: keep,
+        hash: "0".repeat(64),
+    };
+    let why = verify_against(store.as_ref(), Some(&rewritten))
+        .await
+        .unwrap()
+        .known_head_mismatch
+        .unwrap();
+    assert!(why.contains("does not have the hash recorded"), "{why}");
+    for bad in ["12", "x:abc", "12:nothex", "12:abcd"] {
+        assert!(bad.parse::<KnownHead>().is_err(), "{bad}");
+    }
+}

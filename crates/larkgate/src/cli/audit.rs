@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::bail;
-use larkgate_platform::audit::verify;
+use larkgate_platform::audit::verify_against;
 use larkgate_platform::capabilities::rfc3339_from_ms;
 use larkgate_store::{AuditQuery, AuditRecord, Store};
 
@@ -13,7 +13,13 @@ use super::context::StoreContext;
 pub(crate) enum Command {
     /// Recompute the chain: names the first broken record, deleted last records, and intents
     /// without an outcome. Exits non-zero when the chain is broken.
-    Verify,
+    Verify {
+        /// A head recorded elsewhere, as `larkgate audit head` printed it (`SEQ:HASH` or
+        /// `"SEQ HASH"`): the chain must still reach it and hold it, which a store whose tail
+        /// was deleted and whose head was rolled back does not.
+        #[arg(long, value_name = "SEQ:HASH")]
+        head: Option<larkgate_platform::audit::KnownHead>,
+    },
     /// Show the last records.
     Tail {
         /// How many.
@@ -80,8 +86,8 @@ pub(crate) async fn run(
     // Records appended by a running larkgate are moved into the store by its own flusher
     // (see [`open_log`]).
     match command {
-        Command::Verify => {
-            let report = verify(store).await?;
+        Command::Verify { head } => {
+            let report = verify_against(store, head.as_ref()).await?;
             writeln!(out, "checked {} records", report.records)?;
             if !report.intents_without_outcome.is_empty() {
                 writeln!(
@@ -95,6 +101,9 @@ pub(crate) async fn run(
             }
             if let Some(why) = &report.head_mismatch {
                 writeln!(out, "BROKEN head: {why}")?;
+            }
+            if let Some(why) = &report.known_head_mismatch {
+                writeln!(out, "BROKEN against the recorded head: {why}")?;
             }
             if !report.intact() {
                 bail!("the audit chain is broken");

@@ -55,6 +55,15 @@ fn verify_passes_an_intact_chain() {
     let report = ok(dir.path(), &["audit", "verify"]);
     assert!(report.contains("checked 8 records"), "{report}");
     assert!(report.contains("the chain is intact"), "{report}");
+    // Against the head `audit head` printed (kept elsewhere), as printed.
+    let head = ok(dir.path(), &["audit", "head"]);
+    let report = ok(dir.path(), &["audit", "verify", "--head", head.trim()]);
+    assert!(report.contains("the chain is intact"), "{report}");
+    let ahead = format!("9:{}", head.trim().split_once(' ').unwrap().1);
+    let broken = crate::fails(dir.path(), &["audit", "verify", "--head", &ahead]);
+    assert!(broken.contains("the audit chain is broken"), "{broken}");
+    let error = crate::fails(dir.path(), &["audit", "verify", "--head", "8"]);
+    assert!(error.contains("is not SEQ:HASH"), "{error}");
 }
 
 #[test]
