@@ -225,6 +225,9 @@ pub(crate) struct ServerConfig {
     pub(crate) session_idle_timeout_ms: u64,
     /// After a shutdown signal, how long in-flight calls may finish (ms).
     pub(crate) shutdown_grace_ms: u64,
+    /// Failed authentications one address may make in a minute before its requests are
+    /// refused (429) until the minute is over.
+    pub(crate) max_failed_authentications_per_minute: u32,
 }
 
 impl Default for ServerConfig {
@@ -247,6 +250,7 @@ impl Default for ServerConfig {
             max_sessions_per_principal: sessions.per_principal,
             session_idle_timeout_ms: millis(sessions.idle_timeout),
             shutdown_grace_ms: default_grace_ms(),
+            max_failed_authentications_per_minute: 30,
         }
     }
 }
@@ -389,6 +393,10 @@ impl ServerConfig {
             (
                 "session_idle_timeout_ms",
                 u128::from(self.session_idle_timeout_ms),
+            ),
+            (
+                "max_failed_authentications_per_minute",
+                u128::from(self.max_failed_authentications_per_minute),
             ),
         ];
         for (key, value) in positive {

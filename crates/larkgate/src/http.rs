@@ -39,6 +39,7 @@ pub mod auth;
 pub mod error;
 pub mod json_rpc;
 pub mod sessions;
+pub mod throttle;
 
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 

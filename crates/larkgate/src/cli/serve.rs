@@ -191,7 +191,11 @@ pub(crate) async fn run(
         ))),
         config,
     );
-    let auth = http::Auth::new(context.store.clone(), Arc::clone(&registry));
+    let auth = http::Auth::new(
+        context.store.clone(),
+        Arc::clone(&registry),
+        http::throttle::FailureThrottle::new(server.max_failed_authentications_per_minute),
+    );
     context.platform.services().metrics.register(
         "failed_authentications",
         "Requests to /mcp refused for a missing, unknown, revoked or expired token",

@@ -17,8 +17,10 @@ use larkgate_platform::envelope::Refusal;
 use larkgate_platform::{RunContext, RunKind, SessionIdentity, tokens};
 use larkgate_store::{Principal, Store, now_ms};
 
+use super::address::ClientAddress;
 use super::error::EdgeError;
 use super::sessions::Registry;
+use super::throttle::FailureThrottle;
 
 /// The principal `token` authenticates, with its roles as they are now.
 pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, EdgeError> {
@@ -39,15 +41,18 @@ pub struct Auth {
     sessions: Arc<Registry>,
     /// Requests refused for a missing, unknown, revoked or expired token.
     failures: prometheus_client::metrics::counter::Counter,
+    /// Failed authentications per source address.
+    throttle: Arc<FailureThrottle>,
 }
 
 impl Auth {
     /// Authentication against `store`, with 2025-11-25 sessions entered in `sessions`.
-    pub fn new(store: Arc<dyn Store>, sessions: Arc<Registry>) -> Self {
+    pub fn new(store: Arc<dyn Store>, sessions: Arc<Registry>, throttle: FailureThrottle) -> Self {
         Auth {
             store,
             sessions,
             failures: Default::default(),
+            throttle: Arc::new(throttle),
         }
     }
 
@@ -66,6 +71,26 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_owned);
+    // The source, as the address check resolved it (behind trusted proxies: the client).
+    let source = request
+        .extensions()
+        .get::<ClientAddress>()
+        .map(|address| address.0)
+        .or_else(|| {
+            request
+                .extensions()
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|info| info.0.ip())
+        });
+    if let Some(source) = source
+        && let Err(wait) = auth.throttle.check(source)
+    {
+        return EdgeError::TooManyFailures {
+            limit: auth.throttle.limit(),
+            retry_after: wait,
+        }
+        .into_response();
+    }
     let principal = match token {
         Some(token) => verify_token(auth.store.as_ref(), &token).await,
         None => Err(EdgeError::Unauthenticated),
@@ -75,6 +100,9 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         Err(error) => {
             if matches!(error, EdgeError::Unauthenticated) {
                 auth.failures.inc();
+                if let Some(source) = source {
+                    auth.throttle.failed(source);
+                }
             }
             return error.into_response();
         }

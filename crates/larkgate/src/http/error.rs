@@ -47,6 +47,18 @@ pub enum EdgeError {
          larkgate token"
     )]
     Unauthenticated,
+    /// Too many failed authentications from this address in the last minute.
+    #[error(
+        "too many failed authentications from this address (at most {limit} a minute): \
+         retry in {} s",
+        .retry_after.as_secs().max(1)
+    )]
+    TooManyFailures {
+        /// The failures allowed per minute.
+        limit: u32,
+        /// How long until the address may try again.
+        retry_after: std::time::Duration,
+    },
     /// The credential could not be checked (the store failed). The detail is logged under
     /// the refusal's correlation id.
     #[error("{}", .0.message)]
@@ -126,7 +138,9 @@ impl EdgeError {
             }
             EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             EdgeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            EdgeError::TooManySessions { .. } => StatusCode::TOO_MANY_REQUESTS,
+            EdgeError::TooManySessions { .. } | EdgeError::TooManyFailures { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             EdgeError::NotJson(_)
             | EdgeError::InvalidRequest { .. }
             | EdgeError::InvalidParams { .. } => StatusCode::BAD_REQUEST,
@@ -143,7 +157,9 @@ impl EdgeError {
             | EdgeError::BodyTimeout { .. }
             | EdgeError::InvalidRequest { .. } => codes::INVALID_REQUEST,
             EdgeError::InvalidParams { .. } => codes::INVALID_PARAMS,
-            EdgeError::TooManySessions { .. } => codes::LIMIT_EXCEEDED,
+            EdgeError::TooManySessions { .. } | EdgeError::TooManyFailures { .. } => {
+                codes::LIMIT_EXCEEDED
+            }
         }
     }
 
@@ -152,6 +168,11 @@ impl EdgeError {
         let refusal = match self {
             EdgeError::Unauthenticated => Self::unauthenticated_refusal(),
             EdgeError::Unavailable(refusal) => refusal.clone(),
+            EdgeError::TooManyFailures { retry_after, .. } => Refusal {
+                retry_after: Some(*retry_after),
+                ..Refusal::new(Code::RateLimited, self.to_string())
+                    .with_hint("check the token: this address sent too many that were not valid")
+            },
             EdgeError::TooManySessions { .. } => {
                 Refusal::new(Code::LimitExceeded, self.to_string()).with_hint(
                     "close a session you no longer use (HTTP DELETE with its Mcp-Session-Id), \
@@ -182,6 +203,11 @@ impl IntoResponse for EdgeError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let EdgeError::TooManyFailures { retry_after, .. } = &self
+            && let Ok(value) = HeaderValue::from_str(&retry_after.as_secs().max(1).to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
         if matches!(self, EdgeError::Unauthenticated) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

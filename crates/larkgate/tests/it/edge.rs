@@ -527,3 +527,51 @@ fn the_client_finds_the_server_takes_flags_anywhere_and_says_what_failed_in_its_
     assert!(said.contains("nothing answers at"), "{said}");
     clean(&said);
 }
+
+/// An address that keeps sending tokens that are not valid is refused (429, with when to
+/// retry) without a store lookup, valid tokens from it included, until its minute is over;
+/// behind a trusted proxy the budget is the forwarded client's, not the proxy's.
+#[test]
+fn failed_authentications_are_throttled_per_source_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, admin) = start(
+        dir.path(),
+        "[server]\nmax_failed_authentications_per_minute = 3\ntrusted_proxies = [\"127.0.0.1\"]\n",
+    );
+    let http = reqwest::blocking::Client::new();
+    let send = |token: &str, client: &str| {
+        http.post(&server.url)
+            .bearer_auth(token)
+            .header("x-forwarded-for", client)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(INITIALIZE)
+            .send()
+            .unwrap()
+    };
+    let wrong = "lgt_AAAAAAAAAAAA_AAAA";
+    for _ in 0..3 {
+        assert_eq!(send(wrong, "203.0.113.5").status(), 401);
+    }
+    let throttled = send(wrong, "203.0.113.5");
+    assert_eq!(throttled.status(), 429);
+    let wait: u64 = throttled.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let body: serde_json::Value = throttled.json().unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("too many failed authentications from this address"),
+        "{body}"
+    );
+    assert_eq!(body["error"]["data"]["code"], "rate_limited", "{body}");
+    // Spent for that address, valid token or not; another client behind the proxy is served.
+    assert_eq!(send(&admin, "203.0.113.5").status(), 429);
+    assert_eq!(send(&admin, "203.0.113.6").status(), 200);
+    assert!(server.stop().success());
+}
