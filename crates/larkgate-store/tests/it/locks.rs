@@ -56,3 +56,20 @@ async fn writes_wait_out_a_write_lock_held_for_a_second() {
     holder.join().unwrap();
     assert_eq!(store.draft("d").await.unwrap().unwrap().updated_at_ms, 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_held_past_the_busy_timeout_is_reported_busy() {
+    let (dir, store) = fresh();
+    store.kv_set("k", "0").await.unwrap();
+    let holder = hold_write_lock(dir.path(), Duration::from_secs(7));
+    let error = store.kv_set("k", "1").await.unwrap_err();
+    assert!(error.is_busy(), "{error}");
+    holder.join().unwrap();
+    assert_eq!(store.kv_get("k").await.unwrap().as_deref(), Some("0"));
+    // Another failure is not "busy".
+    let missing = store
+        .resolve_approval("nope", "x", true, 0, 0)
+        .await
+        .unwrap_err();
+    assert!(!missing.is_busy(), "{missing}");
+}
