@@ -19,5 +19,5 @@ curl -sS -o /dev/null "$url" \
     -H "Authorization: Bearer $LARKGATE_TOKEN" -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
     -H "Mcp-Session-Id: $session" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
-LARKGATE_SESSION=$session exec wrk -t1 -c1 -d10s --latency "$@" \
-    -s "$(dirname "$0")/wrk-session-call.lua" "$url"
+WRK_SESSIONS=$session WRK_TOKEN=$LARKGATE_TOKEN exec wrk -t1 -c1 -d10s --latency "$@" \
+    -s "$(dirname "$0")/wrk-sessions-call.lua" "$url"

@@ -94,7 +94,7 @@ impl AddressPolicy {
     fn trusts(&self, peer: IpAddr) -> bool {
         self.proxies
             .iter()
-            .any(|net| net.contains(&canonical(peer)))
+            .any(|net| net.contains(&larkgate_upstream::guard::canonical(peer)))
     }
 
     /// The client's address and the `Host` to check, from the peer and the headers.
@@ -127,14 +127,6 @@ impl AddressPolicy {
             }
         }
         (client, forwarded_host.or(host))
-    }
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
-fn canonical(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
-        v4 => v4,
     }
 }
 

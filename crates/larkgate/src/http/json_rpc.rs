@@ -25,15 +25,6 @@ pub struct BodyLimits {
     pub timeout: Duration,
 }
 
-impl Default for BodyLimits {
-    fn default() -> Self {
-        BodyLimits {
-            max_bytes: MAX_BODY,
-            timeout: Duration::from_secs(60),
-        }
-    }
-}
-
 /// Answers malformed JSON-RPC in JSON-RPC, before rmcp (which answers some of it with plain
 /// text): unparsable JSON is a parse error (-32700); a batch, a message that is not an object,
 /// or one without `"jsonrpc": "2.0"` is an invalid request (-32600). Unknown methods are left
