@@ -4,14 +4,21 @@
 //! ## Durability without a commit per record
 //!
 //! A record is *acknowledged* when [`AuditLog::append`] returns. By then it has been written,
-//! with one `write(2)`, to an append-only journal file next to the database: from that moment
-//! it is in the kernel's page cache and survives the larkgate process being killed. A
+//! with one `write(2)`, to an append-only journal segment next to the database: from that
+//! moment it is in the kernel's page cache and survives the larkgate process being killed. A
 //! background task moves journaled records into the store in batches (one transaction per
-//! batch) and then rotates the journal away. At start, any journal left behind by a crash is
-//! replayed into the store — replay is idempotent, keyed by sequence — before new records are
-//! appended. So the caller's path pays for one small write, not for two SQLite commits.
-//! Surviving power loss as well needs an fsync per record: [`AuditOptions::fsync`].
+//! batch), moving writing to a new segment first, and removes a segment only once the store
+//! holds its last record. At start, the segments left behind by a crash are replayed into the
+//! store — replay is idempotent, keyed by sequence — before new records are appended. So the
+//! caller's path pays for one small write, not for two SQLite commits. Surviving power loss as
+//! well needs an fsync per record: [`AuditOptions::fsync`].
 //!
+//! A store that is locked or down, a full disk, running out of descriptors and a crash at any
+//! step lose no acknowledged record (`audit/segments.rs` says how). When the journal cannot be
+//! written, a new call is refused before it runs (its intent cannot be recorded); the outcome
+//! of a call that has already run is kept in memory until the journal or the store takes it.
+//! Records wait in memory as well as in the journal while the store is unavailable.
+
 //! ## The chain
 //!
 //! Each record's `hash` is SHA-256 over its fields and the previous record's hash, and the
@@ -39,7 +46,8 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | `audit/journal.rs` | [`AuditLog`]: the journal, the batched moves into the store, replay |
+//! | `audit/journal.rs` | [`AuditLog`]: chaining, the batched moves into the store, replay |
+//! | `audit/segments.rs` | the journal's segment files, and what holds when the disk fails |
 //! | `audit/chain.rs` | the hash every record carries, and [`verify`] |
 //! | `audit/forwarding.rs` | [`ForwardingAudit`]: events from processes that do not own the chain |
 //! | `audit/code.rs` | [`AuditCode`]: what a record's code says, typed |
@@ -48,6 +56,7 @@ mod chain;
 mod code;
 mod forwarding;
 mod journal;
+mod segments;
 
 use larkgate_store::{AuditKind, StoreError};
 
@@ -57,7 +66,7 @@ use serde::{Deserialize, Serialize};
 pub use chain::{GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against};
 pub use code::{AuditCode, EventKind};
 pub use forwarding::ForwardingAudit;
-pub use journal::{AuditLog, AuditOptions};
+pub use journal::{AuditLog, AuditOptions, FlushStep};
 
 /// What a caller records; the log adds sequence, time and hashes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,24 +1,23 @@
 //! [`AuditLog`]: the owner's side of the chain. A record is journaled with one `write(2)`
 //! before [`AuditSink::append`] returns; a background task moves journaled records into the
-//! store in batches and rotates the journal away; at start, a journal a crash left behind is
-//! replayed (idempotently, by sequence) before anything new is appended.
+//! store in batches and rotates the journal to a new segment; at start, the segments a crash
+//! left behind are replayed (idempotently, by sequence) before anything new is appended. How
+//! the segments hold up under faults: [`super::segments`].
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larkgate_store::{AuditHead, AuditKind, AuditRecord, Store, now_ms};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::Notify;
 
 use super::chain::{GENESIS_HASH, record_hash};
 use super::forwarding::{as_event, unreadable};
+use super::segments::{self, Segments, Written};
 use super::{AuditEntry, AuditError, AuditSink};
 
-/// The live journal. Rotated journals are named `audit.journal.<last sequence>`.
-const JOURNAL: &str = "audit.journal";
 /// Held (an exclusive file lock) by the one process that owns the chain.
 const LOCK: &str = "audit.lock";
 
@@ -33,6 +32,9 @@ pub struct AuditOptions {
     pub fsync: bool,
     /// How often the background task moves records into the store.
     pub flush_interval: Duration,
+    /// Called at each [`FlushStep`]: fault-injection tests stop the process there. `None`
+    /// outside them.
+    pub at_step: Option<fn(FlushStep)>,
 }
 
 impl Default for AuditOptions {
@@ -40,33 +42,40 @@ impl Default for AuditOptions {
         AuditOptions {
             fsync: false,
             flush_interval: Duration::from_millis(50),
+            at_step: None,
         }
     }
+}
+
+/// The steps of recovery and of a flush, where a crash must lose nothing
+/// ([`AuditOptions::at_step`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushStep {
+    /// Recovery has put the records of the segments left behind into the store; the files are
+    /// still there.
+    Replayed,
+    /// Forwarded entries are chained and journaled; nothing is rotated yet.
+    Adopted,
+    /// Writing has moved to a new segment; the batch is about to go to the store.
+    Rotated,
+    /// The batch is in the store; the segments it covers are still there.
+    Stored,
+    /// The segments the store covers are removed.
+    Released,
 }
 
 #[derive(Debug)]
 struct Chain {
     seq: u64,
     prev_hash: String,
-    journal: File,
-    /// Records journaled but not yet in the store.
+    journal: Segments,
+    /// Records chained but not yet in the store, in sequence order.
     pending: Vec<AuditRecord>,
-    /// Rotated journals whose records are not yet known to be in the store.
-    rotated: Vec<PathBuf>,
     /// Inbox ids of the forwarded entries among `pending`.
     pending_adopted: Vec<i64>,
     /// Inbox ids chained but not yet deleted from the inbox (pending, or in a flush under way):
     /// never chained twice.
     adopted: std::collections::BTreeSet<i64>,
-}
-
-/// A journal line: a record, and the inbox entry it adopted, if it did.
-#[derive(Deserialize)]
-struct JournalLine {
-    #[serde(flatten)]
-    record: AuditRecord,
-    #[serde(default)]
-    adopted: Option<i64>,
 }
 
 /// A journal line, written.
@@ -81,7 +90,6 @@ struct JournalLineRef<'a> {
 #[derive(Debug)]
 pub struct AuditLog {
     chain: Mutex<Chain>,
-    dir: PathBuf,
     store: Arc<dyn Store>,
     options: AuditOptions,
     /// The exclusive lock on `audit.lock`, held for the log's lifetime: two processes
@@ -110,40 +118,26 @@ impl AuditLog {
         if lock.try_lock().is_err() {
             return Err(AuditError::Busy(dir.display().to_string()));
         }
-        let mut left_behind = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            let is_journal = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(JOURNAL));
-            if is_journal {
-                left_behind.push(path);
-            }
-        }
-        for path in &left_behind {
-            let (records, adopted) = read_journal(path)?;
-            store.append_audit_adopting(records, adopted).await?;
-        }
-        for path in &left_behind {
-            std::fs::remove_file(path)?;
-        }
+        let left_behind = segments::recover(dir)?;
+        store
+            .append_audit_adopting(left_behind.records, left_behind.adopted)
+            .await?;
+        step(&options, FlushStep::Replayed);
+        segments::remove_recovered(&left_behind.files)?;
         let head = store.audit_head().await?;
         let (seq, prev_hash) = head
             .map(|h| (h.seq, h.hash))
             .unwrap_or((0, GENESIS_HASH.to_owned()));
-        let journal = open_journal(&dir.join(JOURNAL))?;
+        let journal = Segments::start(dir, options.fsync)?;
         let log = Arc::new(AuditLog {
             chain: Mutex::new(Chain {
                 seq,
                 prev_hash,
                 journal,
                 pending: Vec::new(),
-                rotated: Vec::new(),
                 pending_adopted: Vec::new(),
                 adopted: std::collections::BTreeSet::new(),
             }),
-            dir: dir.to_owned(),
             store,
             options,
             _lock: lock,
@@ -175,12 +169,13 @@ impl AuditLog {
         self.chain.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Chains the entries other processes forwarded, then moves every journaled record into
-    /// the store now.
+    /// Chains the entries other processes forwarded, then moves every chained record into the
+    /// store now. On failure the records stay (in the journal, and pending here) for the next
+    /// flush, which the background task makes on its own.
     pub async fn flush(&self) -> Result<(), AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
         let forwarded = self.store.forwarded_audit(ADOPT_BATCH).await?;
-        let (batch, adopted, rotated) = {
+        let (batch, adopted) = {
             let mut chain = self.lock();
             for forwarded in forwarded {
                 if !chain.adopted.contains(&forwarded.id) {
@@ -189,41 +184,42 @@ impl AuditLog {
                     self.chain_record(&mut chain, entry, forwarded.at_ms, Some(forwarded.id))?;
                 }
             }
+            step(&self.options, FlushStep::Adopted);
             if chain.pending.is_empty() {
                 return Ok(());
             }
-            // Rotate: the live journal now holds nothing that is not in `pending`.
-            let rotated = self.dir.join(format!("{JOURNAL}.{:020}", chain.seq));
-            std::fs::rename(self.dir.join(JOURNAL), &rotated)?;
-            chain.journal = open_journal(&self.dir.join(JOURNAL))?;
-            chain.rotated.push(rotated);
+            // Later records go to a new segment, so the closed ones hold only records of this
+            // batch or earlier ones. Without a descriptor or space for a new segment the live
+            // one stays live: it is released at a later rotation.
+            if let Err(error) = chain.journal.rotate() {
+                tracing::warn!(%error, "the audit journal could not move to a new segment yet");
+            }
+            step(&self.options, FlushStep::Rotated);
             (
                 std::mem::take(&mut chain.pending),
                 std::mem::take(&mut chain.pending_adopted),
-                chain.rotated.clone(),
             )
         };
+        let stored_through = batch.last().map_or(0, |r| r.seq);
         let stored = self
             .store
             .append_audit_adopting(batch.clone(), adopted.clone())
             .await;
+        let mut chain = self.lock();
         if let Err(error) = stored {
-            // Keep the records (and their rotated files) for the next attempt.
-            let mut chain = self.lock();
+            // Put the batch back in front of what was chained meanwhile.
             let newer = std::mem::replace(&mut chain.pending, batch);
             chain.pending.extend(newer);
             let newer = std::mem::replace(&mut chain.pending_adopted, adopted);
             chain.pending_adopted.extend(newer);
             return Err(error.into());
         }
-        for path in &rotated {
-            std::fs::remove_file(path)?;
-        }
-        let mut chain = self.lock();
-        chain.rotated.retain(|p| !rotated.contains(p));
+        step(&self.options, FlushStep::Stored);
+        chain.journal.release(stored_through);
         for id in &adopted {
             chain.adopted.remove(id);
         }
+        step(&self.options, FlushStep::Released);
         Ok(())
     }
 
@@ -263,10 +259,15 @@ impl AuditLog {
         };
         let mut line = line.map_err(std::io::Error::other)?;
         line.push(b'\n');
-        // One write: after it returns the record survives a process crash.
-        chain.journal.write_all(&line)?;
-        if self.options.fsync {
-            chain.journal.sync_data()?;
+        // One write: after it returns the record survives a process crash. The outcome of a
+        // call that has run is never dropped: if the journal cannot take it, it is held until
+        // the journal or the store can (and a record after it cannot be journaled first).
+        let hold = record.kind == AuditKind::Outcome;
+        if chain.journal.write(record.seq, line, hold)? == Written::Held {
+            tracing::error!(
+                seq = record.seq,
+                "the outcome of a call could not be journaled; it is kept in memory until the store takes it"
+            );
         }
         chain.seq = record.seq;
         chain.prev_hash = record.hash.clone();
@@ -317,26 +318,9 @@ impl AuditSink for AuditLog {
     }
 }
 
-fn open_journal(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
-}
-
-/// Reads a journal: its records, and the inbox ids of the forwarded entries among them. A final
-/// line cut short by a crash mid-write was never acknowledged and is skipped.
-fn read_journal(path: &Path) -> std::io::Result<(Vec<AuditRecord>, Vec<i64>)> {
-    let mut records = Vec::new();
-    let mut adopted = Vec::new();
-    for line in BufReader::new(File::open(path)?).lines() {
-        let line = line?;
-        match serde_json::from_str::<JournalLine>(&line) {
-            Ok(line) => {
-                records.push(line.record);
-                adopted.extend(line.adopted);
-            }
-            Err(error) => {
-                tracing::warn!(%error, path = %path.display(), "skipping an unreadable audit journal line");
-            }
-        }
+/// Tells a fault-injection test where a flush is.
+fn step(options: &AuditOptions, at: FlushStep) {
+    if let Some(at_step) = options.at_step {
+        at_step(at);
     }
-    Ok((records, adopted))
 }

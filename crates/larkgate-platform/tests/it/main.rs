@@ -4,6 +4,7 @@
 
 mod approvals;
 mod audit;
+mod audit_faults;
 mod audit_of_calls;
 mod capabilities;
 mod envelopes;
