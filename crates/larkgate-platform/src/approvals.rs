@@ -1,7 +1,9 @@
 //! Approvals, in one module: requested and checked by the pipeline's gate, consumed at
 //! dispatch, resolved and listed by the approval tools ([`tools`]) and `larkgate approvals`.
 //!
-//! An approval is for exactly one {principal, tool, canonical-arguments hash}. The gate
+//! An approval is for exactly one {principal, tool, canonical-arguments hash, call chain}. The
+//! chain is empty for a call made directly; for a call made inside script runs it names who
+//! started each run and who wrote each script ([`larkgate_store::CallChain`]). The gate
 //! ([`admit`]) lets a call through with an approved, unexpired, unused approval and otherwise
 //! records a pending request (one per triple) and refuses; dispatch ([`consume`]) marks it used
 //! in one store statement, after the intent is written, so a refusal after the gate never burns
@@ -9,13 +11,19 @@
 //!
 //! Threat model: approval is a person's act. [`resolve`] refuses a principal without the
 //! approver or admin role, and refuses everyone their own call's approval, so a caller cannot
-//! approve itself through any edge. A resolution is an audit event; if it cannot be recorded,
+//! approve itself through any edge. A call made inside a script run is the act of everyone in
+//! its chain: nobody in it (whoever started a run on the way, a script that called the next)
+//! nor any script's author may resolve its approval, so nobody approves their own request by
+//! wrapping it in a script, and a script cannot be written to ask for what its author then
+//! approves. An approval is consumed only by a call through the same chain: another caller of
+//! the same script, with the same arguments, needs its own. The approval tools are not reachable
+//! from script runs at all ([`crate::access::reachable`]). A resolution is an audit event; if it cannot be recorded,
 //! the caller is told the resolution failed. Expiry is the policy's `ttl_seconds`, counted from
 //! the resolution.
 
 pub mod tools;
 
-use larkgate_store::{Approval, ApprovalStatus, Principal, Store, StoreError, now_ms};
+use larkgate_store::{Approval, ApprovalStatus, CallChain, Principal, Store, StoreError, now_ms};
 
 use crate::access::{APPROVERS, has_any_role};
 use crate::audit::{AuditEntry, AuditSink, EventKind};
@@ -29,9 +37,10 @@ pub async fn admit(
     principal: &str,
     tool: &str,
     args_hash: &str,
+    chain: &CallChain,
 ) -> Result<String, Refusal> {
     let resolved = store
-        .resolved_approval(principal, tool, args_hash)
+        .resolved_approval(principal, tool, args_hash, chain)
         .await
         .map_err(|e| Refusal::store("approvals could not be read", e))?;
     match resolved {
@@ -53,7 +62,7 @@ pub async fn admit(
         }),
         _ => {
             let pending = store
-                .pending_approval(principal, tool, args_hash, now_ms())
+                .pending_approval(principal, tool, args_hash, chain, now_ms())
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
             Err(Refusal {
@@ -128,6 +137,19 @@ pub async fn resolve(
             ),
         )
         .with_hint("another approver must decide"));
+    }
+    if approval.chain.involves(&approver.id) {
+        return Err(Refusal::new(
+            Code::Forbidden,
+            format!(
+                "{who} may not resolve this approval: the call was made inside a script run that \
+                 {who} started, or whose script {who} wrote",
+                who = approver.id
+            ),
+        )
+        .with_hint(
+            "an approver who is neither in the run's chain nor a script's author must decide",
+        ));
     }
     let now = now_ms();
     let ttl_ms = i64::try_from(ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);

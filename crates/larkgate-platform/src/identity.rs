@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use larkgate_store::Principal;
+use larkgate_store::{CallChain, Principal};
 
 use crate::services::Services;
 
@@ -23,6 +23,9 @@ pub struct RunContext {
     pub kind: RunKind,
     /// Script nesting depth: 0 for a direct session, 1 for a script it runs, and so on.
     pub depth: u32,
+    /// The runs this session's calls are made inside: who started each and who wrote its
+    /// script (empty for a direct session). An approval binds to it.
+    pub chain: CallChain,
 }
 
 /// A session's bound identity: its run context and the label that tells run kinds apart in

@@ -140,6 +140,7 @@ impl PlatformServer {
                             run_id: None,
                             kind: RunKind::Direct,
                             depth: 0,
+                            chain: Default::default(),
                         },
                         label: label.clone(),
                     }))),

@@ -149,6 +149,7 @@ fn main() {
         run_id: None,
         kind: RunKind::Published,
         depth: 1,
+        chain: Default::default(),
     };
     let limits = ScriptLimits {
         max_tool_calls: 100_000,

@@ -38,8 +38,8 @@ use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerPool};
 use larkgate_store::now_ms;
 use larkgate_store::{
-    AuditKind, Draft, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, Store,
-    StoreError,
+    AuditKind, CallChain, Draft, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
+    Store, StoreError,
 };
 use sha2::{Digest, Sha256};
 
@@ -154,6 +154,9 @@ pub struct RunRequest {
     pub depth: u32,
     /// Who started it.
     pub started_by: String,
+    /// The runs it is part of, this one included: who started each and who wrote its script.
+    /// The run's calls carry it, so an approval they need binds to it.
+    pub chain: CallChain,
 }
 
 impl RunRequest {
@@ -176,6 +179,7 @@ impl RunRequest {
             arguments,
             depth,
             started_by: actor.id.clone(),
+            chain: CallChain::default().then(&actor.id, &actor.id),
         }
     }
 }
@@ -425,13 +429,13 @@ impl Scripts {
             })
     }
 
-    /// The request for a run of the latest published version of `name`.
+    /// The request for a run of the latest published version of `name`, started by `caller`
+    /// (a session's run context: a direct one, or another run's).
     pub async fn published_run(
         &self,
         name: &str,
         arguments: Map,
-        depth: u32,
-        started_by: &str,
+        caller: &RunContext,
     ) -> Result<RunRequest, Refusal> {
         let latest = self
             .store
@@ -454,8 +458,9 @@ impl Scripts {
             },
             kind: RunKind::Published,
             arguments,
-            depth,
-            started_by: started_by.to_owned(),
+            depth: caller.depth + 1,
+            started_by: caller.principal.id.clone(),
+            chain: caller.chain.then(&caller.principal.id, &latest.author),
         })
     }
 
@@ -550,6 +555,7 @@ impl Scripts {
             run_id: Some(id.to_owned()),
             kind: request.kind,
             depth: request.depth,
+            chain: request.chain.clone(),
         };
         let label = format!("script-{}", request.kind);
         let (caller, teardown) =

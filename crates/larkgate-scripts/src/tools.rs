@@ -475,16 +475,16 @@ impl ToolHandler for RunDraft {
                 ));
             }
         };
-        let finished = scripts
-            .run(RunRequest::draft(
-                &actor,
-                name,
-                saved,
-                source,
-                args,
-                context.identity.run.depth + 1,
-            ))
-            .await?;
+        let mut request = RunRequest::draft(
+            &actor,
+            name,
+            saved,
+            source,
+            args,
+            context.identity.run.depth + 1,
+        );
+        request.chain = context.identity.run.chain.then(&actor.id, &actor.id);
+        let finished = scripts.run(request).await?;
         finished_output(finished)
     }
 }
@@ -515,14 +515,8 @@ struct ScriptTool {
 impl ToolHandler for ScriptTool {
     async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
         let scripts = upgrade(&self.scripts)?;
-        let caller = &context.identity.run;
         let request = scripts
-            .published_run(
-                &self.name,
-                arguments,
-                caller.depth + 1,
-                &caller.principal.id,
-            )
+            .published_run(&self.name, arguments, &context.identity.run)
             .await?;
         finished_output(scripts.run(request).await?)
     }

@@ -102,6 +102,7 @@ fn identity() -> Arc<SessionIdentity> {
             run_id: None,
             kind: RunKind::Direct,
             depth: 0,
+            chain: Default::default(),
         },
         label: "bench".into(),
     })

@@ -17,9 +17,9 @@ mod model;
 mod sqlite;
 
 pub use model::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, Draft, ForwardedAudit,
-    PinStatus, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion, TokenRecord,
-    ToolPin, UpstreamRecord,
+    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, CallChain, Draft,
+    ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
+    TokenRecord, ToolPin, UpstreamRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -112,22 +112,25 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     // ---- approvals ----
 
-    /// The pending approval for {principal, tool, arguments hash}, created if there is none, so
-    /// repeated refused calls share one record.
+    /// The pending approval for {principal, tool, arguments hash, chain}, created (with the
+    /// chain's authors) if there is none, so repeated refused calls share one record.
     async fn pending_approval(
         &self,
         principal: &str,
         tool: &str,
         args_hash: &str,
+        chain: &CallChain,
         now_ms: i64,
     ) -> Result<Approval>;
-    /// The newest approval for {principal, tool, arguments hash} that is not pending, if any:
-    /// the gate reads its status (approved and unexpired admits; denied refuses).
+    /// The newest approval for {principal, tool, arguments hash, the chain's principals} that
+    /// is not pending, if any: the gate reads its status (approved and unexpired admits; denied
+    /// refuses).
     async fn resolved_approval(
         &self,
         principal: &str,
         tool: &str,
         args_hash: &str,
+        chain: &CallChain,
     ) -> Result<Option<Approval>>;
     /// Marks an approved, unexpired approval used. Returns `false` — and changes nothing — if
     /// it is no longer approved or has expired, so two calls can never both consume it.

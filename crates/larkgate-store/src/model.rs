@@ -106,6 +106,38 @@ pub struct Approval {
     pub expires_at_ms: Option<i64>,
     /// When it was used.
     pub used_at_ms: Option<i64>,
+    /// The chain the call came through (empty for a call made directly).
+    pub chain: CallChain,
+}
+
+/// The chain a call made inside a script run came through. A published script's run calls as
+/// `script:<name>`; its approval binds to the runs it is part of: it is consumed only by a call
+/// through the same chain, and resolved by nobody in it nor any of the scripts' authors.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallChain {
+    /// The principals that started each run on the way, outermost first: the person or agent
+    /// that called the first script, then each script that called the next.
+    pub through: Vec<String>,
+    /// The authors of the scripts on the way.
+    pub authors: Vec<String>,
+}
+
+impl CallChain {
+    /// Whether `principal` is in the chain or wrote one of its scripts.
+    pub fn involves(&self, principal: &str) -> bool {
+        self.through
+            .iter()
+            .chain(&self.authors)
+            .any(|p| p == principal)
+    }
+
+    /// The chain one run further in: `caller` starts a run of a script by `author`.
+    pub fn then(&self, caller: &str, author: &str) -> CallChain {
+        let mut next = self.clone();
+        next.through.push(caller.to_owned());
+        next.authors.push(author.to_owned());
+        next
+    }
 }
 
 /// What an audit record records.

@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, params};
 
 use crate::{
-    Approval, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, Draft, ForwardedAudit, Principal,
-    Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord,
+    Approval, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit,
+    Principal, Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -195,12 +195,19 @@ impl Store for SqliteStore {
         principal: &str,
         tool: &str,
         args_hash: &str,
+        chain: &CallChain,
         now_ms: i64,
     ) -> Result<Approval> {
-        let (principal, tool, args_hash) =
-            (principal.to_owned(), tool.to_owned(), args_hash.to_owned());
-        self.with(move |c| approvals::pending_approval(c, &principal, &tool, &args_hash, now_ms))
-            .await
+        let (principal, tool, args_hash, chain) = (
+            principal.to_owned(),
+            tool.to_owned(),
+            args_hash.to_owned(),
+            chain.clone(),
+        );
+        self.with(move |c| {
+            approvals::pending_approval(c, &principal, &tool, &args_hash, &chain, now_ms)
+        })
+        .await
     }
 
     async fn resolved_approval(
@@ -208,10 +215,15 @@ impl Store for SqliteStore {
         principal: &str,
         tool: &str,
         args_hash: &str,
+        chain: &CallChain,
     ) -> Result<Option<Approval>> {
-        let (principal, tool, args_hash) =
-            (principal.to_owned(), tool.to_owned(), args_hash.to_owned());
-        self.with(move |c| approvals::resolved_approval(c, &principal, &tool, &args_hash))
+        let (principal, tool, args_hash, chain) = (
+            principal.to_owned(),
+            tool.to_owned(),
+            args_hash.to_owned(),
+            chain.clone(),
+        );
+        self.with(move |c| approvals::resolved_approval(c, &principal, &tool, &args_hash, &chain))
             .await
     }
 

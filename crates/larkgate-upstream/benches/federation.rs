@@ -141,6 +141,7 @@ async fn async_main() {
         run_id: None,
         kind: RunKind::Direct,
         depth: 0,
+        chain: Default::default(),
     };
     let (through, _teardown) =
         larkgate_session::connect(&platform, run(), "bench", Limits::default())

@@ -1,10 +1,12 @@
 //! `approval gate`: a tool the operator gates (by policy, or an upstream configured
 //! `approval = "always"`) runs only under an approved, unexpired, unused approval for exactly
-//! this {principal, tool, arguments hash}. It is checked here ([`crate::approvals::admit`])
+//! this {principal, tool, arguments hash, call chain}. It is checked here ([`crate::approvals::admit`])
 //! and consumed at dispatch ([`super::journal`]). Nothing a tool declares about itself clears
 //! the gate.
 
 use std::sync::Arc;
+
+use larkgate_store::CallChain;
 
 use crate::approvals;
 use crate::envelope::Refusal;
@@ -32,11 +34,14 @@ impl Step for Gate {
         }
         let principal = request.principal_id().to_owned();
         let hash = request.args_hash.clone().unwrap_or_default();
+        let direct = CallChain::default();
+        let chain = request.identity.as_ref().map_or(&direct, |i| &i.run.chain);
         let id = approvals::admit(
             self.services.store.as_ref(),
             &principal,
             &request.tool,
             &hash,
+            chain,
         )
         .await?;
         request.approval_id = Some(id);

@@ -127,6 +127,7 @@ impl Harness {
             run_id: (kind != RunKind::Direct).then(|| format!("run-{id}")),
             kind,
             depth: u32::from(kind != RunKind::Direct),
+            chain: Default::default(),
         };
         connect(&self.platform, run, kind.as_str(), Limits::default())
             .await

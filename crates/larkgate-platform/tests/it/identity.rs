@@ -108,6 +108,7 @@ async fn raw_client(
             run_id: None,
             kind: larkgate_platform::RunKind::Direct,
             depth: 0,
+            chain: Default::default(),
         },
         label: "raw".into(),
     });

@@ -61,6 +61,7 @@ async fn run(setup: &Setup, kind: RunKind) -> Result<larkgate_script::RunOutput,
         run_id: Some(format!("run-{kind}")),
         kind,
         depth: 1,
+        chain: Default::default(),
     };
     let label = format!("script-{kind}");
     let (caller, teardown) =
@@ -143,6 +144,7 @@ async fn a_draft_calling_a_hidden_tool_gets_the_same_refusal_as_for_a_missing_on
         run_id: None,
         kind: RunKind::Draft,
         depth: 1,
+        chain: Default::default(),
     };
     let (caller, teardown) =
         larkgate_session::connect(&setup.platform, run, "script-draft", Limits::default())

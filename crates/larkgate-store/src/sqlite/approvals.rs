@@ -3,10 +3,25 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use crate::{Approval, ApprovalStatus, Result, StoreError};
+use crate::{Approval, ApprovalStatus, CallChain, Result, StoreError};
 
 pub(super) const APPROVAL_COLUMNS: &str = "id, principal, tool, args_hash, status, created_at_ms, \
-     resolved_by, resolved_at_ms, expires_at_ms, used_at_ms";
+     resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors";
+
+/// A chain's column: a JSON array (the same text for the same chain, so it is matched by
+/// equality).
+fn chain_column(names: &[String]) -> String {
+    serde_json::to_string(names).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// A chain column read back. One that does not parse makes the approval unreadable, so it is
+/// neither resolved nor used: fail closed.
+fn chain_names(row: &Row<'_>, column: usize) -> rusqlite::Result<Vec<String>> {
+    let text: String = row.get(column)?;
+    serde_json::from_str(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(column, rusqlite::types::Type::Text, e.into())
+    })
+}
 
 pub(super) fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Approval> {
     let status: String = row.get(4)?;
@@ -22,6 +37,10 @@ pub(super) fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Approval> {
         resolved_at_ms: row.get(7)?,
         expires_at_ms: row.get(8)?,
         used_at_ms: row.get(9)?,
+        chain: CallChain {
+            through: chain_names(row, 10)?,
+            authors: chain_names(row, 11)?,
+        },
     })
 }
 
@@ -40,24 +59,34 @@ pub(super) fn pending_approval(
     principal: &str,
     tool: &str,
     args_hash: &str,
+    chain: &CallChain,
     now_ms: i64,
 ) -> Result<Approval> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let through = chain_column(&chain.through);
     // The partial unique index keeps one pending record per call, even across
     // processes sharing the file.
     tx.execute(
-        "INSERT INTO approvals (id, principal, tool, args_hash, status, created_at_ms) \
-             VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4) \
+        "INSERT INTO approvals \
+             (id, principal, tool, args_hash, status, created_at_ms, chain_through, chain_authors) \
+             VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5, ?6) \
              ON CONFLICT DO NOTHING",
-        params![principal, tool, args_hash, now_ms],
+        params![
+            principal,
+            tool,
+            args_hash,
+            now_ms,
+            through,
+            chain_column(&chain.authors)
+        ],
     )?;
     let approval = tx.query_row(
         &format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 \
+                 WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 AND chain_through = ?4 \
                    AND status = 'pending'"
         ),
-        params![principal, tool, args_hash],
+        params![principal, tool, args_hash, through],
         approval_from_row,
     )?;
     tx.commit()?;
@@ -69,15 +98,16 @@ pub(super) fn resolved_approval(
     principal: &str,
     tool: &str,
     args_hash: &str,
+    chain: &CallChain,
 ) -> Result<Option<Approval>> {
     Ok(c.query_row(
         &format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 \
+                 WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 AND chain_through = ?4 \
                    AND status IN ('approved', 'denied') \
                  ORDER BY resolved_at_ms DESC, rowid DESC LIMIT 1"
         ),
-        params![principal, tool, args_hash],
+        params![principal, tool, args_hash, chain_column(&chain.through)],
         approval_from_row,
     )
     .optional()?)

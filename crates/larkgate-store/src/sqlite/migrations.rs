@@ -131,6 +131,15 @@ const MIGRATIONS: &[&str] = &[
         at_ms INTEGER NOT NULL,
         entry TEXT NOT NULL
     ) STRICT;",
+    // 7: the chain a call came through, for calls made inside script runs: its approval is
+    // resolved by nobody in it (nor the scripts' authors) and consumed only by the same chain.
+    "ALTER TABLE approvals ADD COLUMN chain_through TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE approvals ADD COLUMN chain_authors TEXT NOT NULL DEFAULT '[]';
+    DROP INDEX approvals_by_call;
+    DROP INDEX approvals_one_pending;
+    CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
+    CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
+        WHERE status = 'pending';",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

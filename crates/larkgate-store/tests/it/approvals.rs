@@ -1,26 +1,136 @@
-use larkgate_store::{ApprovalStatus, Store, StoreError};
+use larkgate_store::{ApprovalStatus, CallChain, Store, StoreError};
 
 use crate::fresh;
+
+/// A call made directly, not inside a script run.
+fn direct() -> CallChain {
+    CallChain::default()
+}
+
+/// A call `script:w` makes in a run `starter` started, of the script `author` wrote.
+fn through(starter: &str, author: &str) -> CallChain {
+    CallChain::default().then(starter, author)
+}
+
+#[tokio::test]
+async fn the_same_call_through_another_chain_is_another_approval() {
+    let (_dir, store) = fresh();
+    let for_p1 = store
+        .pending_approval("script:w", "kv_set", "h", &through("p1", "ada"), 0)
+        .await
+        .unwrap();
+    assert_eq!(for_p1.chain, through("p1", "ada"));
+    assert!(for_p1.chain.involves("p1") && for_p1.chain.involves("ada"));
+    assert!(!for_p1.chain.involves("p2"));
+    let for_p2 = store
+        .pending_approval("script:w", "kv_set", "h", &through("p2", "ada"), 0)
+        .await
+        .unwrap();
+    let direct_call = store
+        .pending_approval("script:w", "kv_set", "h", &direct(), 0)
+        .await
+        .unwrap();
+    assert_ne!(for_p1.id, for_p2.id);
+    assert_ne!(for_p1.id, direct_call.id);
+    store
+        .resolve_approval(&for_p1.id, "carol", true, 1, 99)
+        .await
+        .unwrap();
+    let found = store
+        .resolved_approval("script:w", "kv_set", "h", &through("p1", "ada"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.id, for_p1.id);
+    for other in [
+        through("p2", "ada"),
+        direct(),
+        through("p1", "ada").then("script:w", "bo"),
+    ] {
+        assert!(
+            store
+                .resolved_approval("script:w", "kv_set", "h", &other)
+                .await
+                .unwrap()
+                .is_none(),
+            "{other:?} found p1's approval"
+        );
+    }
+}
+
+#[tokio::test]
+async fn approvals_from_before_chains_read_as_direct_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+        store
+            .pending_approval("alice", "kv_set", "h", &direct(), 0)
+            .await
+            .unwrap();
+    }
+    // Roll the database back to the schema before the chain columns, as an older larkgate
+    // left it, and open it again: the migration adds them.
+    let raw = rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    raw.execute_batch(
+        "DROP INDEX approvals_by_call; DROP INDEX approvals_one_pending;
+         ALTER TABLE approvals DROP COLUMN chain_through;
+         ALTER TABLE approvals DROP COLUMN chain_authors;
+         CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, status);
+         CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash)
+             WHERE status = 'pending';
+         PRAGMA user_version = 6;",
+    )
+    .unwrap();
+    drop(raw);
+    let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+    let pending = store
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].chain, direct());
+    let again = store
+        .pending_approval("alice", "kv_set", "h", &direct(), 1)
+        .await
+        .unwrap();
+    assert_eq!(again.id, pending[0].id);
+}
+
+#[tokio::test]
+async fn an_unreadable_chain_makes_the_approval_unreadable() {
+    let (dir, store) = fresh();
+    let pending = store
+        .pending_approval("script:w", "kv_set", "h", &through("p1", "ada"), 0)
+        .await
+        .unwrap();
+    let raw = rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    raw.execute(
+        "UPDATE approvals SET chain_through = 'not json' WHERE id = ?1",
+        [&pending.id],
+    )
+    .unwrap();
+    assert!(store.approval(&pending.id).await.is_err());
+}
 
 #[tokio::test]
 async fn repeated_refused_calls_share_one_pending_record() {
     let (_dir, store) = fresh();
     let a = store
-        .pending_approval("alice", "kv_set", "h1", 1_000)
+        .pending_approval("alice", "kv_set", "h1", &direct(), 1_000)
         .await
         .unwrap();
     let b = store
-        .pending_approval("alice", "kv_set", "h1", 2_000)
+        .pending_approval("alice", "kv_set", "h1", &direct(), 2_000)
         .await
         .unwrap();
     assert_eq!(a.id, b.id);
     assert_eq!(a.status, ApprovalStatus::Pending);
     let other_args = store
-        .pending_approval("alice", "kv_set", "h2", 2_000)
+        .pending_approval("alice", "kv_set", "h2", &direct(), 2_000)
         .await
         .unwrap();
     let other_principal = store
-        .pending_approval("bob", "kv_set", "h1", 2_000)
+        .pending_approval("bob", "kv_set", "h1", &direct(), 2_000)
         .await
         .unwrap();
     assert_ne!(a.id, other_args.id);
@@ -39,7 +149,7 @@ async fn repeated_refused_calls_share_one_pending_record() {
 async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
     let (_dir, store) = fresh();
     let pending = store
-        .pending_approval("alice", "kv_set", "h", 0)
+        .pending_approval("alice", "kv_set", "h", &direct(), 0)
         .await
         .unwrap();
     assert!(
@@ -53,7 +163,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
     assert_eq!(approved.status, ApprovalStatus::Approved);
     assert_eq!(approved.resolved_by.as_deref(), Some("carol"));
     let found = store
-        .resolved_approval("alice", "kv_set", "h")
+        .resolved_approval("alice", "kv_set", "h", &direct())
         .await
         .unwrap()
         .unwrap();
@@ -70,7 +180,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
 
     // A new refused call after use opens a new pending record.
     let again = store
-        .pending_approval("alice", "kv_set", "h", 600)
+        .pending_approval("alice", "kv_set", "h", &direct(), 600)
         .await
         .unwrap();
     assert_ne!(again.id, pending.id);
@@ -88,7 +198,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
 async fn concurrent_consumers_get_one_success() {
     let (_dir, store) = fresh();
     let pending = store
-        .pending_approval("alice", "kv_set", "h", 0)
+        .pending_approval("alice", "kv_set", "h", &direct(), 0)
         .await
         .unwrap();
     store
@@ -113,7 +223,10 @@ async fn concurrent_consumers_get_one_success() {
 #[tokio::test]
 async fn only_a_pending_approval_can_be_resolved() {
     let (_dir, store) = fresh();
-    let pending = store.pending_approval("alice", "t", "h", 0).await.unwrap();
+    let pending = store
+        .pending_approval("alice", "t", "h", &direct(), 0)
+        .await
+        .unwrap();
     let denied = store
         .resolve_approval(&pending.id, "carol", false, 1, 99)
         .await
@@ -133,7 +246,7 @@ async fn only_a_pending_approval_can_be_resolved() {
         Err(StoreError::Missing(_))
     ));
     let found = store
-        .resolved_approval("alice", "t", "h")
+        .resolved_approval("alice", "t", "h", &direct())
         .await
         .unwrap()
         .unwrap();

@@ -105,6 +105,7 @@ async fn call_as(
         run_id: None,
         kind,
         depth: 0,
+        chain: Default::default(),
     };
     let (caller, teardown) =
         larkgate_session::connect(&setup.platform, run, "test", Limits::default())
@@ -174,6 +175,7 @@ async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
                 run_id: None,
                 kind: direct,
                 depth: 0,
+                chain: Default::default(),
             },
             label: "test".into(),
         }));
@@ -450,6 +452,7 @@ async fn call_as_on(
         run_id: None,
         kind,
         depth: 0,
+        chain: Default::default(),
     };
     let (caller, teardown) = larkgate_session::connect(platform, run, "test", Limits::default())
         .await
@@ -532,6 +535,7 @@ async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
         run_id: None,
         kind: RunKind::Direct,
         depth: 0,
+        chain: Default::default(),
     };
     let (caller, teardown) = larkgate_session::connect(&platform, run, "test", Limits::default())
         .await

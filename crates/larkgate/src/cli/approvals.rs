@@ -46,9 +46,15 @@ pub(crate) async fn run(
                 writeln!(out, "no {status} approvals")?;
             } else {
                 for a in approvals {
+                    // A call made inside script runs says whose runs they were.
+                    let via = if a.chain.through.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  via {}", a.chain.through.join(" > "))
+                    };
                     writeln!(
                         out,
-                        "{}  {:<8}  {:<16} {:<24} args {}",
+                        "{}  {:<8}  {:<16} {:<24} args {}{via}",
                         a.id,
                         a.status.as_str(),
                         a.principal,
@@ -83,9 +89,17 @@ async fn resolve(
     .await
     .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
     if approve {
+        let via = if approval.chain.through.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " in a run started by {}",
+                approval.chain.through.join(" > ")
+            )
+        };
         writeln!(
             out,
-            "approved {}: {} may call {} once with those arguments",
+            "approved {}: {} may call {} once with those arguments{via}",
             approval.id, approval.principal, approval.tool
         )?;
     } else {

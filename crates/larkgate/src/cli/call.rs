@@ -67,6 +67,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         run_id: None,
         kind: RunKind::Direct,
         depth: 0,
+        chain: Default::default(),
     };
     let (caller, teardown) =
         larkgate_session::connect(&context.platform, run, "cli", Limits::default()).await?;

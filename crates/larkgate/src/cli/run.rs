@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use larkgate_binding::Map;
+use larkgate_platform::{RunContext, RunKind};
 
 use super::call::arguments_from;
 use super::context::Context;
@@ -59,9 +60,15 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             RunRequest::draft(actor, name.clone(), true, draft.source, Map::new(), 1)
         }
         (None, None, Some(name)) => {
-            scripts
-                .published_run(name, Map::new(), 1, &actor.id)
-                .await?
+            // The operator starts it directly, as `larkgate call` would call its tool.
+            let direct = RunContext {
+                principal: actor.clone(),
+                run_id: None,
+                kind: RunKind::Direct,
+                depth: 0,
+                chain: Default::default(),
+            };
+            scripts.published_run(name, Map::new(), &direct).await?
         }
         (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
     };

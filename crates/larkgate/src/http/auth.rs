@@ -127,6 +127,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
             run_id: None,
             kind: RunKind::Direct,
             depth: 0,
+            chain: Default::default(),
         },
         label: "http".into(),
     }));

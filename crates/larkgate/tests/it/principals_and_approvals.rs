@@ -171,3 +171,97 @@ fn call_arguments_are_checked_and_explained() {
     let not_object = fails(dir.path(), &["call", "kv_get", "--args-json", "[1]"]);
     assert!(not_object.contains("must be a JSON object"), "{not_object}");
 }
+
+/// The id in an `approval_required` refusal's text ("... approval (id X)").
+fn approval_id_in(text: &str) -> String {
+    let (_, rest) = text
+        .split_once("needs an approval (id ")
+        .unwrap_or_else(|| panic!("no approval id in {text}"));
+    rest.split(')').next().unwrap().to_owned()
+}
+
+/// Findings 2 and 3 of the hardening issue: an approval a script's run asks for binds to the
+/// chain of runs it was made in. Nobody in that chain (who started the run) nor the script's
+/// author resolves it, and only a call through the same chain uses it: before, `p3`'s
+/// approval of `p1`'s call through `script__w` let `p2`'s identical call through
+/// `script__w` succeed, and `p1` could approve its own script's gated write.
+#[test]
+fn an_approval_asked_for_inside_a_run_binds_to_the_chain_that_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        crate::config_path(dir.path()),
+        r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.writer]
+call = ["kv_*", "script__*"]
+[policy.approvals]
+require = ["kv_set"]
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("w.star"),
+        "def main(*, v: int):\n    return kv_set(key = \"w\", value = str(v))\n",
+    )
+    .unwrap();
+    for (who, roles) in [
+        ("ada", "author,writer,approver"),
+        ("pat", "publisher"),
+        ("p1", "writer,approver"),
+        ("p2", "writer,approver"),
+        ("p3", "approver"),
+    ] {
+        ok(dir.path(), &["principal", "add", who, "--roles", roles]);
+    }
+    ok(
+        dir.path(),
+        &["--as", "ada", "script", "save", "w", "w.star"],
+    );
+    ok(dir.path(), &["--as", "pat", "script", "publish", "w"]);
+    let call = |who: &str| {
+        crate::larkgate_in(
+            dir.path(),
+            &["--as", who, "call", "script__w", "--arg", "v=2"],
+        )
+    };
+
+    let refused = call("p1");
+    assert!(!refused.status.success());
+    let refused = crate::stderr(&refused);
+    assert!(refused.contains("approval_required"), "{refused}");
+    let id = approval_id_in(&refused);
+    let listed = ok(dir.path(), &["approvals", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed[0]["principal"], "script:w", "{listed}");
+    assert_eq!(listed[0]["chain"]["through"], serde_json::json!(["p1"]));
+    assert_eq!(listed[0]["chain"]["authors"], serde_json::json!(["ada"]));
+
+    // The run's starter and the script's author may not resolve it.
+    for barred in ["p1", "ada"] {
+        let own = fails(dir.path(), &["--as", barred, "approvals", "approve", &id]);
+        assert!(own.contains("inside a script run"), "{barred}: {own}");
+    }
+    assert!(ok(dir.path(), &["approvals", "list"]).contains(&format!("{id}  pending")),);
+    let approved = ok(dir.path(), &["--as", "p3", "approvals", "approve", &id]);
+    assert!(
+        approved
+            .contains("script:w may call kv_set once with those arguments in a run started by p1"),
+        "{approved}"
+    );
+
+    // Another caller of the same script with the same arguments needs its own approval.
+    let other = call("p2");
+    assert!(!other.status.success());
+    let other = crate::stderr(&other);
+    assert!(other.contains("approval_required"), "{other}");
+    assert_ne!(approval_id_in(&other), id);
+
+    // The chain that asked uses it, once.
+    let ran = call("p1");
+    assert!(ran.status.success(), "{}", crate::stderr(&ran));
+    assert!(ok(dir.path(), &["approvals", "list", "--status", "used"]).contains(&id));
+    let again = call("p1");
+    assert!(!again.status.success());
+    assert!(crate::stderr(&again).contains("approval_required"));
+}
