@@ -145,7 +145,7 @@ impl PlatformServer {
                         label: label.clone(),
                     }))),
                     Err(tokens::TokenError::Invalid) => Ok(None),
-                    Err(tokens::TokenError::Store(error)) => Err(Refusal::internal(
+                    Err(tokens::TokenError::Store(error)) => Err(Refusal::store(
                         "the session's token could not be checked",
                         error,
                     )),

@@ -35,9 +35,9 @@ pub enum TokenError {
     /// Not a token that authenticates anyone now. Deliberately says nothing more.
     #[error("the token is not valid")]
     Invalid,
-    /// The store failed.
+    /// The store failed (busy, or broken): the caller is told which, never the error's text.
     #[error("tokens could not be read: {0}")]
-    Store(String),
+    Store(#[from] larkgate_store::StoreError),
 }
 
 /// A token just created: the only time its text exists.
@@ -94,7 +94,7 @@ pub async fn create(
     store
         .add_token(record.clone())
         .await
-        .map_err(|e| TokenError::Store(e.to_string()))?;
+        .map_err(TokenError::Store)?;
     Ok(NewToken {
         token: format!("{TOKEN_PREFIX}{id}_{secret}"),
         record,
@@ -116,10 +116,7 @@ fn parse(token: &str) -> Option<(&str, &str)> {
 /// The principal `token` authenticates at `now_ms`, with its roles as they are now.
 pub async fn verify(store: &dyn Store, token: &str, now_ms: i64) -> Result<Principal, TokenError> {
     let (id, secret) = parse(token.trim()).ok_or(TokenError::Invalid)?;
-    let record = store
-        .token(id)
-        .await
-        .map_err(|e| TokenError::Store(e.to_string()))?;
+    let record = store.token(id).await.map_err(TokenError::Store)?;
     // Hash even when the id is unknown, so both paths take the same time.
     let presented = hash(secret);
     let stored = record
@@ -133,7 +130,7 @@ pub async fn verify(store: &dyn Store, token: &str, now_ms: i64) -> Result<Princ
     store
         .principal(&record.principal)
         .await
-        .map_err(|e| TokenError::Store(e.to_string()))?
+        .map_err(TokenError::Store)?
         .ok_or(TokenError::Invalid)
 }
 

@@ -27,7 +27,7 @@ pub async fn verify_token(store: &dyn Store, token: &str) -> Result<Principal, E
     match tokens::verify(store, token, now_ms()).await {
         Ok(principal) => Ok(principal),
         Err(tokens::TokenError::Invalid) => Err(EdgeError::Unauthenticated),
-        Err(tokens::TokenError::Store(error)) => Err(EdgeError::Unavailable(Refusal::internal(
+        Err(tokens::TokenError::Store(error)) => Err(EdgeError::Unavailable(Refusal::store(
             "the token could not be checked",
             error,
         ))),
