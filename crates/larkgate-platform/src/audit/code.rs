@@ -49,11 +49,13 @@ pub enum EventKind {
     ToolApproved,
     /// A forwarded entry that could not be read, chained with its text.
     UnreadableForwardedEntry,
+    /// A request was refused for its credential (recorded as a bounded sample).
+    AuthenticationFailed,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -66,6 +68,7 @@ impl EventKind {
         EventKind::ToolQuarantined,
         EventKind::ToolApproved,
         EventKind::UnreadableForwardedEntry,
+        EventKind::AuthenticationFailed,
     ];
 
     /// The name recorded in the chain.
@@ -83,6 +86,7 @@ impl EventKind {
             EventKind::ToolQuarantined => "tool_quarantined",
             EventKind::ToolApproved => "tool_approved",
             EventKind::UnreadableForwardedEntry => "unreadable_forwarded_entry",
+            EventKind::AuthenticationFailed => "authentication_failed",
         }
     }
 }

@@ -195,6 +195,7 @@ pub(crate) async fn run(
         context.store.clone(),
         Arc::clone(&registry),
         http::throttle::FailureThrottle::new(server.max_failed_authentications_per_minute),
+        context.audit.clone(),
     );
     context.platform.services().metrics.register(
         "failed_authentications",

@@ -13,9 +13,10 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::envelope::Refusal;
 use larkgate_platform::{RunContext, RunKind, SessionIdentity, tokens};
-use larkgate_store::{Principal, Store, now_ms};
+use larkgate_store::{AuditKind, Principal, Store, now_ms};
 
 use super::address::ClientAddress;
 use super::error::EdgeError;
@@ -43,16 +44,57 @@ pub struct Auth {
     failures: prometheus_client::metrics::counter::Counter,
     /// Failed authentications per source address.
     throttle: Arc<FailureThrottle>,
+    /// Where the sampled failed authentications are recorded.
+    audit: Arc<dyn AuditSink>,
 }
 
 impl Auth {
-    /// Authentication against `store`, with 2025-11-25 sessions entered in `sessions`.
-    pub fn new(store: Arc<dyn Store>, sessions: Arc<Registry>, throttle: FailureThrottle) -> Self {
+    /// Authentication against `store`, with 2025-11-25 sessions entered in `sessions`, and a
+    /// sample of the failures recorded on `audit`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        sessions: Arc<Registry>,
+        throttle: FailureThrottle,
+        audit: Arc<dyn AuditSink>,
+    ) -> Self {
         Auth {
             store,
             sessions,
             failures: Default::default(),
             throttle: Arc::new(throttle),
+            audit,
+        }
+    }
+
+    /// Counts a failed authentication and records it if the sample takes it (see
+    /// [`super::throttle`]). The record names the source and whether a token was presented,
+    /// never the token.
+    fn failed(&self, source: Option<std::net::IpAddr>, presented: bool) {
+        self.failures.inc();
+        let audited = match source {
+            Some(source) => self.throttle.failed(source),
+            None => self.throttle.failed_unplaced(),
+        };
+        let Some(audited) = audited else { return };
+        let from = source.map_or_else(|| "an unknown address".to_owned(), |s| s.to_string());
+        let what = if presented {
+            "a token that is not valid"
+        } else {
+            "no token"
+        };
+        let entry = AuditEntry {
+            kind: Some(AuditKind::Event),
+            principal: ANONYMOUS.to_owned(),
+            code: Some(EventKind::AuthenticationFailed.into()),
+            detail: Some(format!(
+                "a request from {from} presented {what}; {} more failed authentications went \
+                 unrecorded since the last one recorded",
+                audited.unrecorded_before
+            )),
+            ..Default::default()
+        };
+        if let Err(error) = self.audit.record_event(entry) {
+            tracing::warn!(%error, "a failed authentication could not be audited");
         }
     }
 
@@ -61,6 +103,9 @@ impl Auth {
         self.failures.clone()
     }
 }
+
+/// Who a failed authentication's record names.
+pub const ANONYMOUS: &str = "anonymous";
 
 /// The middleware: verifies the bearer token, binds sessions to principals, and hands the
 /// handler the caller in the request's extensions.
@@ -91,6 +136,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         }
         .into_response();
     }
+    let presented = token.is_some();
     let principal = match token {
         Some(token) => verify_token(auth.store.as_ref(), &token).await,
         None => Err(EdgeError::Unauthenticated),
@@ -99,10 +145,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         Ok(principal) => principal,
         Err(error) => {
             if matches!(error, EdgeError::Unauthenticated) {
-                auth.failures.inc();
-                if let Some(source) = source {
-                    auth.throttle.failed(source);
-                }
+                auth.failed(source, presented);
             }
             return error.into_response();
         }

@@ -14,6 +14,14 @@
 //! The table of addresses is bounded: past [`MAX_TRACKED`] addresses, the ones whose minute is
 //! over are dropped, and if all are current the table is cleared (an attacker with that many
 //! addresses gains a fresh budget, never unbounded memory).
+//!
+//! ## Sampled into the audit
+//!
+//! Failed authentications are audited as a sample an attacker cannot grow without bound: the
+//! first failure of an address in its minute is recorded, at most [`AUDITED_PER_MINUTE`] in a
+//! minute across all addresses, and each recorded one says how many went unrecorded since the
+//! one before. So the chain shows that, when and from where tokens were tried, at a cost of at
+//! most [`AUDITED_PER_MINUTE`] records a minute; the metric counts every one.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,6 +31,9 @@ use std::time::{Duration, Instant};
 /// The most addresses tracked at once.
 pub const MAX_TRACKED: usize = 10_000;
 
+/// The most failed authentications audited in a minute, across all addresses.
+pub const AUDITED_PER_MINUTE: u32 = 10;
+
 /// The window failures are counted in.
 const WINDOW: Duration = Duration::from_secs(60);
 
@@ -31,6 +42,23 @@ const WINDOW: Duration = Duration::from_secs(60);
 pub struct FailureThrottle {
     limit: u32,
     windows: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    sample: Mutex<Sample>,
+}
+
+/// Which failures the audit records (see the module documentation).
+#[derive(Debug)]
+struct Sample {
+    started: Instant,
+    recorded: u32,
+    /// Failures not recorded since the last one that was.
+    unrecorded: u64,
+}
+
+/// A failed authentication the audit records.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Audited {
+    /// Failures that went unrecorded since the last recorded one.
+    pub unrecorded_before: u64,
 }
 
 impl FailureThrottle {
@@ -39,6 +67,11 @@ impl FailureThrottle {
         FailureThrottle {
             limit,
             windows: Mutex::new(HashMap::new()),
+            sample: Mutex::new(Sample {
+                started: Instant::now(),
+                recorded: 0,
+                unrecorded: 0,
+            }),
         }
     }
 
@@ -59,8 +92,36 @@ impl FailureThrottle {
         }
     }
 
-    /// Counts one failed authentication from `address`.
-    pub fn failed(&self, address: IpAddr) {
+    /// Counts one failed authentication from `address`; says whether the audit records it.
+    pub fn failed(&self, address: IpAddr) -> Option<Audited> {
+        let first_in_window = self.count(address) == 1;
+        self.sampled(first_in_window)
+    }
+
+    /// A failure without an address (none was known): counted for the sample only.
+    pub fn failed_unplaced(&self) -> Option<Audited> {
+        self.sampled(true)
+    }
+
+    fn sampled(&self, candidate: bool) -> Option<Audited> {
+        let mut sample = self.sample.lock().unwrap_or_else(|p| p.into_inner());
+        if sample.started.elapsed() >= WINDOW {
+            sample.started = Instant::now();
+            sample.recorded = 0;
+        }
+        if candidate && sample.recorded < AUDITED_PER_MINUTE {
+            sample.recorded += 1;
+            Some(Audited {
+                unrecorded_before: std::mem::take(&mut sample.unrecorded),
+            })
+        } else {
+            sample.unrecorded = sample.unrecorded.saturating_add(1);
+            None
+        }
+    }
+
+    /// Counts a failure of `address`; returns its failures in its current window.
+    fn count(&self, address: IpAddr) -> u32 {
         let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
         if windows.len() >= MAX_TRACKED && !windows.contains_key(&address) {
             windows.retain(|_, (started, _)| started.elapsed() < WINDOW);
@@ -74,6 +135,7 @@ impl FailureThrottle {
             *entry = (now, 0);
         }
         entry.1 = entry.1.saturating_add(1);
+        entry.1
     }
 
     #[cfg(test)]
@@ -102,6 +164,36 @@ mod tests {
             Ok(()),
             "another address has its own budget"
         );
+    }
+
+    #[test]
+    fn the_audit_sample_is_one_per_address_and_bounded_per_minute() {
+        let throttle = FailureThrottle::new(1_000);
+        let attacker: IpAddr = "198.51.100.7".parse().unwrap();
+        assert_eq!(
+            throttle.failed(attacker),
+            Some(Audited {
+                unrecorded_before: 0
+            })
+        );
+        for _ in 0..100 {
+            assert_eq!(
+                throttle.failed(attacker),
+                None,
+                "one record per address and minute"
+            );
+        }
+        // Many addresses: only AUDITED_PER_MINUTE records in all, the first of them counting
+        // what went unrecorded before it.
+        let mut recorded = vec![Audited {
+            unrecorded_before: 0,
+        }];
+        for i in 0..5_000u32 {
+            recorded.extend(throttle.failed(IpAddr::from((0x0a00_0000 + i).to_be_bytes())));
+        }
+        assert_eq!(recorded.len(), AUDITED_PER_MINUTE as usize);
+        assert_eq!(recorded[1].unrecorded_before, 100);
+        assert_eq!(throttle.failed_unplaced(), None);
     }
 
     #[test]

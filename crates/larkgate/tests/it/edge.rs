@@ -573,5 +573,35 @@ fn failed_authentications_are_throttled_per_source_address() {
     // Spent for that address, valid token or not; another client behind the proxy is served.
     assert_eq!(send(&admin, "203.0.113.5").status(), 429);
     assert_eq!(send(&admin, "203.0.113.6").status(), 200);
+    // A sample is audited: the first failure of each address in its minute, naming the
+    // address and never the token; the rest are counted in the next record.
+    for _ in 0..2 {
+        assert_eq!(send(wrong, "203.0.113.7").status(), 401);
+    }
     assert!(server.stop().success());
+    let tail = crate::ok(
+        dir.path(),
+        &["audit", "tail", "--principal", "anonymous", "--json"],
+    );
+    let records: Vec<serde_json::Value> = tail
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let details: Vec<&str> = records
+        .iter()
+        .filter(|r| r["code"] == "authentication_failed")
+        .map(|r| r["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(details.len(), 2, "{tail}");
+    assert!(
+        details[0].contains("from 203.0.113.5 presented a token that is not valid; 0 more"),
+        "{details:?}"
+    );
+    assert!(
+        details[1].contains("from 203.0.113.7") && details[1].contains("; 2 more"),
+        "{details:?}"
+    );
+    assert!(!tail.contains(wrong), "{tail}");
+    let verified = crate::ok(dir.path(), &["audit", "verify"]);
+    assert!(verified.contains("intact"), "{verified}");
 }
