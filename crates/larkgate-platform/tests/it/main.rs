@@ -10,6 +10,7 @@ mod capabilities;
 mod envelopes;
 mod harness;
 mod identity;
+mod leaks;
 mod modules;
 mod pipeline;
 mod tokens;
