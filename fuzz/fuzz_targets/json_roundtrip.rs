@@ -31,5 +31,8 @@ fuzz_target!(|data: &[u8]| {
     });
     assert_eq!(back, value);
     let text = serde_json::to_vec(&back).expect("every value serializes");
-    assert_eq!(from_json_slice(&text, limits).expect("our own output parses"), value);
+    assert_eq!(
+        from_json_slice(&text, limits).expect("our own output parses"),
+        value
+    );
 });

@@ -111,7 +111,8 @@ fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> Result<(), Fr
 }
 
 /// Why a frame could not be read or written.
-enum FrameError {
+#[derive(Debug)]
+pub enum FrameError {
     /// The worker's end is closed (it exited or died).
     Closed,
     /// The run's deadline passed while waiting on the worker.
@@ -132,8 +133,10 @@ impl FrameError {
     }
 }
 
-/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body.
-fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> Result<T, FrameError> {
+/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body. The worker runs
+/// the author's code, so its bytes are untrusted: whatever they are, this returns a frame or a
+/// [`FrameError`] (fuzzed by `fuzz/fuzz_targets/worker_frames.rs`).
+pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> Result<T, FrameError> {
     let mut length = [0u8; 4];
     input.read_exact(&mut length).map_err(FrameError::from_io)?;
     let length = u32::from_be_bytes(length) as usize;

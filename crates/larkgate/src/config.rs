@@ -507,6 +507,13 @@ fn default_listen() -> SocketAddr {
         .expect("the default listen address parses")
 }
 
+/// Parses and validates configuration text, as `serve` and `check` do; the error is the one
+/// they print. Any text gives a configuration or an error, never a panic (fuzzed by
+/// `fuzz/fuzz_targets/config.rs`).
+pub fn validate(text: &str) -> Result<(), String> {
+    Config::parse(text).map(drop).map_err(|e| format!("{e:#}"))
+}
+
 impl Config {
     /// Loads and validates the file at `path`.
     pub(crate) fn load(path: &Path) -> anyhow::Result<Self> {

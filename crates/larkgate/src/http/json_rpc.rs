@@ -60,12 +60,32 @@ pub async fn json_rpc_shape(
             .into_response();
         }
     };
-    let message: serde_json::Value = match serde_json::from_slice(&bytes) {
-        Ok(message) => message,
-        Err(e) => {
-            return EdgeError::NotJson(e.to_string()).into_response();
-        }
+    let (_, id) = match check_message(&bytes) {
+        Ok(checked) => checked,
+        Err(error) => return error.into_response(),
     };
+    // A 2025-11-25 session this request opens is entered in the registry under the
+    // authenticated principal, if the caps allow it; a refusal answers the request's own id.
+    let principal = parts
+        .extensions
+        .get::<std::sync::Arc<larkgate_platform::SessionIdentity>>()
+        .map(|identity| identity.run.principal.id.clone());
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let Some(principal) = principal else {
+        return next.run(request).await;
+    };
+    let (response, refused) = super::sessions::opening_as(principal, next.run(request)).await;
+    match refused {
+        Some(cap) => EdgeError::TooManySessions { cap, id }.into_response(),
+        None => response,
+    }
+}
+
+/// Checks one request body's JSON-RPC shape (see [`json_rpc_shape`]); returns the message and
+/// the id to answer with (the request's own, when it is one JSON-RPC allows; else null).
+pub fn check_message(bytes: &[u8]) -> Result<(serde_json::Value, serde_json::Value), EdgeError> {
+    let message: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| EdgeError::NotJson(e.to_string()))?;
     let problem = match &message {
         serde_json::Value::Array(_) => {
             Some("batches are not supported; send one message per request")
@@ -91,33 +111,18 @@ pub async fn json_rpc_shape(
         }
         _ => Some("a JSON-RPC message must be an object"),
     };
-    // The id answered with: the request's own, when it is one JSON-RPC allows.
     let id = message
         .get("id")
         .filter(|id| id.is_string() || id.is_number())
         .cloned()
         .unwrap_or(serde_json::Value::Null);
     if let Some(problem) = problem {
-        return EdgeError::InvalidRequest { problem, id }.into_response();
+        return Err(EdgeError::InvalidRequest { problem, id });
     }
     if let Some(problem) = params_problem(&message) {
-        return EdgeError::InvalidParams { problem, id }.into_response();
+        return Err(EdgeError::InvalidParams { problem, id });
     }
-    // A 2025-11-25 session this request opens is entered in the registry under the
-    // authenticated principal, if the caps allow it; a refusal answers the request's own id.
-    let principal = parts
-        .extensions
-        .get::<std::sync::Arc<larkgate_platform::SessionIdentity>>()
-        .map(|identity| identity.run.principal.id.clone());
-    let request = Request::from_parts(parts, Body::from(bytes));
-    let Some(principal) = principal else {
-        return next.run(request).await;
-    };
-    let (response, refused) = super::sessions::opening_as(principal, next.run(request)).await;
-    match refused {
-        Some(cap) => EdgeError::TooManySessions { cap, id }.into_response(),
-        None => response,
-    }
+    Ok((message, id))
 }
 
 /// What is wrong with a request's `params`, in the shapes every method shares (an object) and
