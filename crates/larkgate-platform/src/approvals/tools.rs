@@ -39,6 +39,11 @@ pub struct ApprovalView {
     pub resolved_by: Option<String>,
     /// Until when it may be used.
     pub expires_at_ms: Option<i64>,
+    /// For a call made inside script runs: who started each run on the way, outermost first
+    /// (empty for a call made directly). None of them may resolve it.
+    pub through: Vec<String>,
+    /// The authors of the scripts on the way, who may not resolve it either.
+    pub script_authors: Vec<String>,
 }
 
 impl From<larkgate_store::Approval> for ApprovalView {
@@ -52,6 +57,8 @@ impl From<larkgate_store::Approval> for ApprovalView {
             created_at_ms: a.created_at_ms,
             resolved_by: a.resolved_by,
             expires_at_ms: a.expires_at_ms,
+            through: a.chain.through,
+            script_authors: a.chain.authors,
         }
     }
 }

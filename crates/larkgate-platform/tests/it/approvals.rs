@@ -265,3 +265,56 @@ async fn no_script_run_reaches_the_approval_tools() {
         .await
         .expect("a person still approves it");
 }
+
+/// Over MCP, as an approver sees it: a call made inside a script run names its chain in
+/// `approvals_list`; an approver in the chain is refused; once another approves, only a call
+/// through the same chain runs under it.
+#[tokio::test]
+async fn an_approval_from_inside_a_run_lists_its_chain_and_binds_to_it() {
+    use larkgate_platform::{RunContext, RunKind};
+    let h = Harness::new().await;
+    h.store
+        .add_principal(crate::harness::principal("script:w", &["writer"]))
+        .await
+        .unwrap();
+    let run = RunContext {
+        principal: h.store.principal("script:w").await.unwrap().unwrap(),
+        run_id: Some("run-w".into()),
+        kind: RunKind::Published,
+        depth: 1,
+        chain: larkgate_store::CallChain::default().then("root", "alice"),
+    };
+    let (in_run, _t) =
+        larkgate_session::connect(&h.platform, run, "script-published", Default::default())
+            .await
+            .unwrap();
+    let id = ask(&in_run, "k").await;
+    let (alice, _a) = h.session("alice").await;
+    let listed = alice.call_tool("approvals_list", Map::new()).await.unwrap();
+    let listed = larkgate_binding::to_json(&listed["approvals"]);
+    let pending = &listed[0];
+    assert_eq!(pending["id"], id.as_str());
+    assert_eq!(pending["through"], serde_json::json!(["root"]));
+    assert_eq!(pending["script_authors"], serde_json::json!(["alice"]));
+    // root started the run, alice wrote the script: neither may resolve it.
+    for barred in ["root", "alice"] {
+        let refused = approve(&h, barred, &id).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("inside a script run"),
+            "{barred}: {refused}"
+        );
+    }
+    h.store
+        .add_principal(crate::harness::principal("ann", &["approver"]))
+        .await
+        .unwrap();
+    approve(&h, "ann", &id).await.unwrap();
+    // The same principal and arguments outside that chain: still needs its own approval.
+    let direct = {
+        let (direct, _d) = h.session("script:w").await;
+        refusal(&direct, "kv_delete", delete("k")).await
+    };
+    assert_eq!(direct.code, "approval_required");
+    assert_ne!(direct.approval_id.as_deref(), Some(id.as_str()));
+    in_run.call_tool("kv_delete", delete("k")).await.unwrap();
+}
