@@ -259,6 +259,17 @@ impl Segments {
     }
 }
 
+impl Drop for Segments {
+    /// A live segment that never took a line is removed, so a command that owned the log and
+    /// recorded nothing leaves no empty journal behind. One that holds lines stays for the next
+    /// start to replay (its records may not be in the store).
+    fn drop(&mut self) {
+        if self.live.last_seq.is_none() && !self.live.torn {
+            let _ = std::fs::remove_file(&self.live.path);
+        }
+    }
+}
+
 /// Creates the first free segment numbered `from` or above; returns it and the next number.
 fn open_next(dir: &Path, from: u64, fsync: bool) -> std::io::Result<(Live, u64)> {
     let mut number = from;

@@ -443,3 +443,34 @@ async fn a_head_kept_elsewhere_catches_a_deleted_tail_with_the_head_rolled_back(
         assert!(bad.parse::<KnownHead>().is_err(), "{bad}");
     }
 }
+
+#[tokio::test]
+async fn a_log_closed_with_everything_stored_leaves_no_journal_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let journals = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("audit.journal")
+            })
+            .count()
+    };
+    {
+        let (_store, log) = open_quiet(dir.path()).await;
+        fill(&log, 3).await;
+        // Unflushed records keep their segment when the log closes.
+        log.append(entry(AuditKind::Refusal, "bob", "kv_set"))
+            .unwrap();
+    }
+    assert_eq!(journals(dir.path()), 1);
+    {
+        let (store, log) = open_quiet(dir.path()).await; // replays the last record
+        assert_eq!(store.audit_head().await.unwrap().unwrap().seq, 8);
+        log.flush().await.unwrap();
+    }
+    assert_eq!(journals(dir.path()), 0);
+}
