@@ -5,9 +5,9 @@
 //! chain is empty for a call made directly; for a call made inside script runs it names who
 //! started each run and who wrote each script ([`larkgate_store::CallChain`]). The gate
 //! ([`admit`]) lets a call through with an approved, unexpired, unused approval and otherwise
-//! records a pending request (one per triple) and refuses; dispatch ([`consume`]) marks it used
-//! in one store statement, after the intent is written, so a refusal after the gate never burns
-//! it and two calls racing for it run once.
+//! records a pending request (one per call: principal, tool, hash and chain) and refuses;
+//! dispatch ([`consume`]) marks it used in one store statement, after the intent is written,
+//! so a refusal after the gate never burns it and two calls racing for it run once.
 //!
 //! Threat model: approval is a person's act. [`resolve`] refuses a principal without the
 //! approver or admin role, and refuses everyone their own call's approval, so a caller cannot
@@ -17,9 +17,9 @@
 //! wrapping it in a script, and a script cannot be written to ask for what its author then
 //! approves. An approval is consumed only by a call through the same chain: another caller of
 //! the same script, with the same arguments, needs its own. The approval tools are not reachable
-//! from script runs at all ([`crate::access::reachable`]). A resolution is an audit event; if it cannot be recorded,
-//! the caller is told the resolution failed. Expiry is the policy's `ttl_seconds`, counted from
-//! the resolution.
+//! from script runs at all ([`crate::access::reachable`]). A resolution is an audit event; if
+//! it cannot be recorded, the caller is told the resolution failed. Expiry is the policy's
+//! `ttl_seconds`, counted from the resolution.
 
 pub mod tools;
 

@@ -1,8 +1,8 @@
 //! `approval gate`: a tool the operator gates (by policy, or an upstream configured
 //! `approval = "always"`) runs only under an approved, unexpired, unused approval for exactly
-//! this {principal, tool, arguments hash, call chain}. It is checked here ([`crate::approvals::admit`])
-//! and consumed at dispatch ([`super::journal`]). Nothing a tool declares about itself clears
-//! the gate.
+//! this {principal, tool, arguments hash, call chain}. It is checked here
+//! ([`crate::approvals::admit`]) and consumed at dispatch ([`super::journal`]). Nothing a tool
+//! declares about itself clears the gate.
 
 use std::sync::Arc;
 
