@@ -48,6 +48,20 @@ fn raw(dir: &std::path::Path) -> rusqlite::Connection {
     rusqlite::Connection::open(dir.join(larkgate_store::DATABASE_FILE)).unwrap()
 }
 
+/// How many audit journal segments are in `dir`.
+pub(crate) fn journal_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("audit.journal")
+        })
+        .count()
+}
+
 #[tokio::test]
 async fn records_are_chained_and_verify_intact() {
     let dir = tempfile::tempdir().unwrap();
@@ -315,7 +329,7 @@ async fn events_forwarded_by_another_process_are_chained_once_with_their_time() 
 
 /// Holds SQLite's write lock, as a long write in another process would: the store's next
 /// commit fails once its busy timeout runs out.
-fn hold_write_lock(dir: &std::path::Path) -> rusqlite::Connection {
+pub(crate) fn hold_write_lock(dir: &std::path::Path) -> rusqlite::Connection {
     let connection = raw(dir);
     connection.execute_batch("BEGIN IMMEDIATE").unwrap();
     connection
@@ -447,18 +461,6 @@ async fn a_head_kept_elsewhere_catches_a_deleted_tail_with_the_head_rolled_back(
 #[tokio::test]
 async fn a_log_closed_with_everything_stored_leaves_no_journal_behind() {
     let dir = tempfile::tempdir().unwrap();
-    let journals = |dir: &std::path::Path| {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("audit.journal")
-            })
-            .count()
-    };
     {
         let (_store, log) = open_quiet(dir.path()).await;
         fill(&log, 3).await;
@@ -466,11 +468,11 @@ async fn a_log_closed_with_everything_stored_leaves_no_journal_behind() {
         log.append(entry(AuditKind::Refusal, "bob", "kv_set"))
             .unwrap();
     }
-    assert_eq!(journals(dir.path()), 1);
+    assert_eq!(journal_files(dir.path()), 1);
     {
         let (store, log) = open_quiet(dir.path()).await; // replays the last record
         assert_eq!(store.audit_head().await.unwrap().unwrap().seq, 8);
         log.flush().await.unwrap();
     }
-    assert_eq!(journals(dir.path()), 0);
+    assert_eq!(journal_files(dir.path()), 0);
 }

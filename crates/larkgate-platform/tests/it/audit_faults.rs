@@ -17,6 +17,8 @@ use larkgate_platform::audit::{
 };
 use larkgate_store::{AuditKind, AuditQuery, SqliteStore, Store};
 
+use crate::audit::{hold_write_lock, journal_files};
+
 const SCENARIO_ENV: &str = "LARKGATE_AUDIT_FAULT";
 const DIR_ENV: &str = "LARKGATE_AUDIT_FAULT_DIR";
 const STEPS: [(&str, FlushStep); 5] = [
@@ -77,25 +79,6 @@ fn call(log: &AuditLog) -> bool {
         }
         Err(error) => panic!("an outcome is never refused: {error}"),
     }
-}
-
-fn journal_files(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .starts_with("audit.journal")
-        })
-        .count()
-}
-
-fn hold_write_lock(dir: &Path) -> rusqlite::Connection {
-    let connection = rusqlite::Connection::open(dir.join(larkgate_store::DATABASE_FILE)).unwrap();
-    connection.execute_batch("BEGIN IMMEDIATE").unwrap();
-    connection
 }
 
 #[allow(unsafe_code)]

@@ -80,8 +80,7 @@ async fn every_refusal_code_reaches_the_caller_without_internals() {
 
     // A store another process holds locked past the busy timeout: a timeout, in larkgate's
     // words.
-    let raw = rusqlite::Connection::open(h.dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
-    raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let raw = crate::audit::hold_write_lock(h.dir.path());
     let locked = tokio::spawn({
         let root = root.clone();
         async move { refusal(&root, "kv_set", kv("k")).await }
