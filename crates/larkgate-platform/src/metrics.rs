@@ -39,6 +39,8 @@ pub struct Metrics {
     pub active_sessions: Gauge,
     /// Script runs in progress.
     pub active_runs: Gauge,
+    /// Bytes of the script memory budget the runs in progress reserve.
+    pub script_memory_reserved_bytes: Gauge,
     /// Tool calls in progress (a graceful shutdown waits for them).
     pub active_calls: Gauge,
 }
@@ -52,6 +54,7 @@ impl Default for Metrics {
         });
         let active_sessions = Gauge::default();
         let active_runs = Gauge::default();
+        let script_memory_reserved_bytes = Gauge::default();
         let active_calls = Gauge::default();
         let mut registry = Registry::with_prefix("larkgate");
         registry.register(
@@ -75,6 +78,11 @@ impl Default for Metrics {
             active_runs.clone(),
         );
         registry.register(
+            "script_memory_reserved_bytes",
+            "Bytes of the script memory budget reserved by runs in progress",
+            script_memory_reserved_bytes.clone(),
+        );
+        registry.register(
             "active_calls",
             "Tool calls in progress",
             active_calls.clone(),
@@ -85,6 +93,7 @@ impl Default for Metrics {
             latency,
             active_sessions,
             active_runs,
+            script_memory_reserved_bytes,
             active_calls,
         }
     }

@@ -47,7 +47,8 @@ impl WorkerCommand {
             .env("MALLOC_ARENA_MAX", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Where a dying worker names its cause (`crate::memory`); read once it has died.
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
         let registered = child.id().map(Registered::new);
@@ -410,6 +411,10 @@ async fn drive<C: Caller>(
     }
 }
 
+/// The most of a dead worker's stderr the parent reads: its report is the last line, and a
+/// worker can write no more than a pipe holds (its stderr does not block).
+const LAST_WORDS: usize = 64 * 1024;
+
 /// Re-binds a worker's call against the tool's shape and makes it.
 async fn answer<C: Caller>(
     caller: &C,
@@ -451,7 +456,7 @@ async fn answer<C: Caller>(
     }
 }
 
-/// A worker that stopped talking: why, from its exit status.
+/// A worker that stopped talking: why, from its exit status and what it wrote on stderr.
 async fn abnormal_exit(child: &mut Child) -> RunError {
     let status = match tokio::time::timeout(Duration::from_secs(5), child.wait()).await {
         Ok(Ok(status)) => status,
@@ -460,24 +465,90 @@ async fn abnormal_exit(child: &mut Child) -> RunError {
             return limit("worker", "the worker stopped answering and was killed");
         }
     };
+    let mut last_words = Vec::new();
+    if let Some(stderr) = child.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        // The worker is dead, so its end of the pipe is closed: this reads what the pipe
+        // holds, then the end. A descendant it left holding the pipe cannot stall it.
+        let mut stderr = stderr.take(LAST_WORDS as u64);
+        let read = stderr.read_to_end(&mut last_words);
+        let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
+    }
     use std::os::unix::process::ExitStatusExt;
-    match (status.signal(), status.code()) {
+    let error = death_cause(status.signal(), status.code(), &last_words);
+    if let RunError::Limit {
+        limit: "worker", ..
+    } = &error
+    {
+        let text = String::from_utf8_lossy(&last_words);
+        tracing::warn!(%status, stderr = %text.trim(), "a script worker died without naming a limit");
+    }
+    error
+}
+
+/// Why a worker died, from its signal or exit code and its last words (its stderr): the
+/// limit it named, or, when it named none, exactly how it ended. A report counts only with
+/// the death it announces: the worker's allocator aborts right after reporting a refusal, and
+/// Rust's runtime aborts right after reporting a native stack overflow, so both end in
+/// `SIGABRT`; a report followed by any other death does not explain it.
+pub fn death_cause(signal: Option<i32>, code: Option<i32>, last_words: &[u8]) -> RunError {
+    const SIGABRT: i32 = 6;
+    let text = String::from_utf8_lossy(last_words);
+    let report = text.lines().rev().find_map(|line| {
+        let rest = line.strip_prefix(crate::memory::REPORT)?;
+        let (name, message) = rest.split_once(": ")?;
+        Some((name, message))
+    });
+    if signal == Some(SIGABRT) {
+        // Rust's runtime reports a native stack overflow in these words, then aborts.
+        if text.contains("has overflowed its stack") {
+            return limit(
+                "stack",
+                "the run overflowed the worker's native stack: a value nested too deeply to \
+                 print, compare or convert",
+            );
+        }
+        match report {
+            Some(("memory", message)) => return limit("memory", message.to_owned()),
+            Some(("address space", message)) => {
+                return limit("address space", message.to_owned());
+            }
+            _ => {}
+        }
+    }
+    match (signal, code) {
         (Some(signal), _) => limit(
             "worker",
             format!(
-                "the worker was killed by signal {signal}{}",
+                "the worker was killed by signal {signal}{} and named no limit",
                 match signal {
-                    6 => " (SIGABRT: an allocation failed, most likely at the address-space limit)",
-                    9 => " (SIGKILL)",
-                    11 => " (SIGSEGV: most likely a stack overflow)",
+                    6 => " (SIGABRT)",
+                    9 => " (SIGKILL, not sent by larkgate for this run)",
+                    11 => " (SIGSEGV)",
                     _ => "",
                 }
             ),
         ),
-        (None, Some(code)) => limit(
+        // Rust's exit code for a panic that reached `main`.
+        (None, Some(101)) => limit(
             "worker",
-            format!("the worker exited with code {code} before finishing"),
+            "the worker's script engine failed unexpectedly (a panic); larkgate's log has its \
+             message",
         ),
+        (None, Some(code)) => {
+            // The worker's own reason for giving up before the run (its lines start with
+            // `larkgate worker: `), never whatever else it wrote.
+            let reason = text
+                .lines()
+                .rev()
+                .find_map(|line| line.strip_prefix("larkgate worker: "))
+                .map(|reason| format!(": {reason}"))
+                .unwrap_or_default();
+            limit(
+                "worker",
+                format!("the worker exited with code {code} before finishing{reason}"),
+            )
+        }
         (None, None) => limit("worker", "the worker ended without a status"),
     }
 }

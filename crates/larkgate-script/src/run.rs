@@ -2,10 +2,11 @@
 //!
 //! starlark-rust aborts the whole process on some allocations (`[0] * 2000000000`) and some
 //! operations ignore cancellation (`'a' * 2000000000`), so untrusted scripts must run in a
-//! worker process with an address-space limit and a deadline kill ([`crate::parent`] and
-//! [`crate::worker`]). This mode enforces only what the interpreter itself can: ticks, heap,
-//! call stack, wall time (checked between steps), tool calls, printed bytes and the result's
-//! size. `serve` and `stdio` never use it.
+//! worker process with a counted memory cap, an address-space limit and a deadline kill
+//! ([`crate::parent`], [`crate::worker`], [`crate::memory`]). This mode enforces only what the
+//! interpreter itself can: ticks, its own heap (which misses container storage), call stack,
+//! wall time (checked between steps), tool calls, printed bytes and the result's size. `serve`
+//! and `stdio` never use it.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -27,8 +28,10 @@ use crate::entry::{ScriptError, entry_point, parse};
 pub struct ScriptLimits {
     /// Interpreter ticks (roughly, statements and expressions executed).
     pub max_ticks: u64,
-    /// Bytes of Starlark heap.
-    pub max_heap_bytes: usize,
+    /// Bytes the worker process may allocate in all ([`crate::memory`]); also the
+    /// interpreter's own heap limit, which ends a run more gently where it applies (lists,
+    /// strings), and the only memory limit of [`run_in_process`].
+    pub max_memory_bytes: usize,
     /// Call-stack frames.
     pub max_call_stack: usize,
     /// Bytes printed by `print`.
@@ -45,7 +48,7 @@ impl Default for ScriptLimits {
     fn default() -> Self {
         ScriptLimits {
             max_ticks: 100_000_000,
-            max_heap_bytes: 256 * 1024 * 1024,
+            max_memory_bytes: 256 * 1024 * 1024,
             max_call_stack: 200,
             max_print_bytes: 1024 * 1024,
             max_tool_calls: 10_000,
@@ -131,7 +134,8 @@ pub enum RunError {
     /// A limit stopped the run; `limit` names it.
     #[error("the run exceeded its {limit} limit: {message}")]
     Limit {
-        /// Which limit (`ticks`, `heap`, `call stack`, `printed bytes`, `result`).
+        /// Which limit (`ticks`, `memory`, `stack`, `call stack`, `address space`, `wall time`,
+        /// `printed bytes`, `result`, ...).
         limit: &'static str,
         /// Details.
         message: String,
@@ -256,7 +260,7 @@ pub fn run_with_globals(
         }
         let configured = eval
             .set_max_tick_count(limits.max_ticks.max(1))
-            .and_then(|()| eval.set_max_heap_size(limits.max_heap_bytes.max(1)))
+            .and_then(|()| eval.set_max_heap_size(limits.max_memory_bytes.max(1)))
             .and_then(|()| eval.set_max_callstack_size(limits.max_call_stack.max(1)));
         if let Err(error) = configured {
             return (Err(RunError::Failed(error.to_string())), 0);
@@ -415,7 +419,7 @@ fn classify(
         return limit("ticks");
     }
     if message.contains("Heap memory limit") {
-        return limit("heap");
+        return limit("memory");
     }
     if message.contains("call stack overflow") {
         return limit("call stack");

@@ -5,6 +5,9 @@
 //! single-use worker process — the same program re-executed with [`WORKER_ARG`] — that:
 //! - takes the worker branch in `main` before any async runtime starts (single thread,
 //!   blocking pipe I/O);
+//! - refuses to run unless its global allocator is [`crate::memory::WorkerAllocator`], which
+//!   counts every allocation of the process; once the run's limits arrive it caps them at
+//!   `max_memory_bytes` ([`crate::memory`]);
 //! - limits its own address space (`RLIMIT_AS`) and disables core dumps, through `rustix`;
 //! - runs with `MALLOC_ARENA_MAX=1` (set by the parent), so the address-space limit is not
 //!   eaten by per-thread arenas;
@@ -12,8 +15,11 @@
 //!
 //! The parent owns the run's MCP session. It caps every frame, re-binds every call's
 //! arguments against the tool's input shape (the worker's binding is never authoritative),
-//! counts tool calls itself, and kills the worker at the deadline. Any abnormal exit — a
-//! signal, a stack overflow, the rlimit — becomes `limit_exceeded` with its reason.
+//! counts tool calls itself, and kills the worker at the deadline. A worker that dies names its
+//! cause on stderr first — the memory cap or the address space (the allocator's report), a
+//! native stack overflow (Rust's runtime) — and the parent reads it with the exit status
+//! ([`crate::parent`]): `limit_exceeded` names the limit that was hit, and a death nobody
+//! explained is reported as exactly that, by its signal.
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -121,7 +127,8 @@ pub enum WireError {
 /// The names of the limits a run can hit, so a wire name maps back to a static one.
 const LIMIT_NAMES: &[&str] = &[
     "ticks",
-    "heap",
+    "memory",
+    "stack",
     "call stack",
     "printed bytes",
     "result",
@@ -296,6 +303,19 @@ fn limit_self(address_space: u64) -> std::io::Result<()> {
 /// The worker's whole life: limit itself, read one [`Start`], run, answer [`FromWorker::Done`].
 /// Call it from `main` when the first argument is [`WORKER_ARG`], before anything else.
 pub fn worker_main() -> std::process::ExitCode {
+    if !crate::memory::installed() {
+        eprintln!(
+            "larkgate worker: this program's global allocator is not \
+             larkgate_script::memory::WorkerAllocator, so a run's memory could not be limited"
+        );
+        return std::process::ExitCode::from(5);
+    }
+    // The parent reads stderr only once the worker has died: a write that would block (a
+    // full pipe) is dropped instead, so the worker never waits on it.
+    if let Err(error) = rustix::io::ioctl_fionbio(rustix::stdio::stderr(), true) {
+        eprintln!("larkgate worker: cannot make stderr non-blocking: {error}");
+        return std::process::ExitCode::from(3);
+    }
     let address_space = std::env::var(ADDRESS_SPACE_ENV)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -321,6 +341,26 @@ pub fn worker_main() -> std::process::ExitCode {
             return std::process::ExitCode::from(4);
         }
     };
+    // Counted from the process's first allocation: what the worker itself took to start (its
+    // globals, this frame) is part of the run's memory.
+    if let Err(in_use) = crate::memory::limit_to(start.limits.max_memory_bytes) {
+        let outcome = Outcome {
+            result: Err(WireError::Limit {
+                limit: "memory".into(),
+                message: format!(
+                    "the worker holds {in_use} bytes before the script starts, over the \
+                     {}-byte memory limit; raise [scripts] max_memory_bytes",
+                    start.limits.max_memory_bytes
+                ),
+            }),
+            printed: String::new(),
+            usage: RunUsage::default(),
+        };
+        return match write_frame(&mut pipes.output, &FromWorker::Done(outcome)) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(_) => std::process::ExitCode::from(4),
+        };
+    }
     let arguments = match from_json(&start.arguments, start.limits.values) {
         Ok(larkgate_binding::Value::Map(map)) => map,
         _ => Map::new(),
@@ -382,13 +422,5 @@ fn outcome_of(report: RunReport) -> Outcome {
 /// This process's peak resident memory, from `VmHWM` in `/proc/self/status` (Linux), in bytes.
 fn peak_memory_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    kib.checked_mul(1024)
+    crate::memory::proc_figure(&status, "VmHWM")
 }

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod tools;
+pub mod turns;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
@@ -55,6 +56,10 @@ pub struct RunBounds {
     pub limits: ScriptLimits,
     /// How many runs may go at once; more wait their turn.
     pub max_concurrent_runs: usize,
+    /// The memory all runs going at once may reserve together (see [`turns`]).
+    pub memory_budget_bytes: u64,
+    /// How long a run waits for its turn (a slot and its memory) before it is refused.
+    pub start_wait: std::time::Duration,
     /// How deep published scripts may call each other.
     pub max_depth: u32,
 }
@@ -64,6 +69,8 @@ impl Default for RunBounds {
         RunBounds {
             limits: ScriptLimits::default(),
             max_concurrent_runs: 32,
+            memory_budget_bytes: turns::default_memory_budget(),
+            start_wait: std::time::Duration::from_secs(30),
             max_depth: DEFAULT_MAX_DEPTH,
         }
     }
@@ -219,8 +226,9 @@ pub struct Scripts {
     active: Mutex<HashSet<String>>,
     /// Set at shutdown: runs that end now were cancelled.
     stopping: std::sync::atomic::AtomicBool,
-    /// Bounds how many runs (worker processes) go at once; others wait their turn.
-    slots: tokio::sync::Semaphore,
+    /// Bounds how many runs (worker processes) go at once and the memory they reserve; others
+    /// wait their turn.
+    turns: turns::Turns,
 }
 
 impl Scripts {
@@ -242,7 +250,12 @@ impl Scripts {
             max_depth: bounds.max_depth,
             active: Mutex::new(HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
-            slots: tokio::sync::Semaphore::new(bounds.max_concurrent_runs.max(1)),
+            turns: turns::Turns::new(
+                bounds.max_concurrent_runs,
+                bounds.limits.max_memory_bytes,
+                bounds.memory_budget_bytes,
+                bounds.start_wait,
+            ),
         });
         scripts
             .platform
@@ -250,6 +263,11 @@ impl Scripts {
             .add(tools::platform_tools(Arc::downgrade(&scripts))?)?;
         scripts.refresh_tools().await?;
         Ok(scripts)
+    }
+
+    /// How runs share memory, in a sentence for an operator (`serve` prints it at start).
+    pub fn memory_budget(&self) -> String {
+        self.turns.describe()
     }
 
     /// The worker pool, when runs use one.
@@ -485,10 +503,12 @@ impl Scripts {
             .input
             .bind_map("main", &request.arguments)
             .map_err(|e| larkgate_platform::envelope::refuse_arguments(&e))?;
-        let _slot =
-            self.slots.acquire().await.map_err(|_| {
+        let _turn = self.turns.take().await.map_err(|no| match no {
+            turns::NoTurn::Waited(refusal) => refusal,
+            turns::NoTurn::Closed => {
                 Refusal::internal("larkgate is stopping", "the run slots are closed")
-            })?;
+            }
+        })?;
         let id = run_id();
         let started = Instant::now();
         let mut record = Run {
@@ -513,6 +533,8 @@ impl Scripts {
             .map_err(store_failed)?;
         let metrics = &self.platform.services().metrics;
         metrics.active_runs.inc();
+        let reserved = i64::try_from(self.turns.reservation()).unwrap_or(i64::MAX);
+        metrics.script_memory_reserved_bytes.inc_by(reserved);
         self.lock_active().insert(id.clone());
         let mut report = self.execute(&request, &id).await;
         if report.outcome.is_err() && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
@@ -520,6 +542,7 @@ impl Scripts {
         }
         self.lock_active().remove(&id);
         metrics.active_runs.dec();
+        metrics.script_memory_reserved_bytes.dec_by(reserved);
         record.finished_at_ms = Some(now_ms());
         record.stats = RunStats {
             tool_calls: report.usage.tool_calls,
@@ -609,7 +632,7 @@ impl Scripts {
     pub async fn cancel_active(&self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        self.slots.close();
+        self.turns.close();
         larkgate_script::kill_all();
         for _ in 0..20 {
             if self.lock_active().is_empty() {

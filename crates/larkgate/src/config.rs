@@ -21,12 +21,15 @@
 //! [scripts]                  # every key optional; the defaults are larkgate's limits table
 //! max_wall_time_ms = 30000   # per run
 //! max_ticks = 100000000
-//! max_heap_bytes = 268435456
+//! max_memory_bytes = 268435456   # everything a run's worker allocates
+//! max_address_space_bytes = 1073741824
 //! max_call_stack = 200
 //! max_tool_calls = 10000
 //! max_print_bytes = 1048576
 //! workers = 2                # workers kept started by `serve` and `stdio`
 //! max_concurrent_runs = 32   # more runs wait their turn
+//! memory_budget_bytes = 4294967296   # all runs at once; default: half of this machine's memory
+//! start_wait_ms = 30000      # how long a run waits for its turn before limit_exceeded
 //! max_depth = 4              # how deep published scripts may call each other
 //!
 //! [audit]
@@ -90,7 +93,12 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8940";
 pub(crate) struct ScriptsConfig {
     max_wall_time_ms: Option<u64>,
     max_ticks: Option<u64>,
-    max_heap_bytes: Option<usize>,
+    /// Every allocation of a run's worker process.
+    max_memory_bytes: Option<usize>,
+    /// The old name of a weaker limit, refused with what replaced it.
+    max_heap_bytes: Option<serde::de::IgnoredAny>,
+    /// The worker's address space (`RLIMIT_AS`).
+    max_address_space_bytes: Option<u64>,
     max_call_stack: Option<usize>,
     max_tool_calls: Option<u64>,
     max_print_bytes: Option<usize>,
@@ -98,9 +106,21 @@ pub(crate) struct ScriptsConfig {
     workers: Option<usize>,
     /// How many runs may go at once.
     max_concurrent_runs: Option<usize>,
+    /// The memory all runs going at once may reserve together.
+    memory_budget_bytes: Option<u64>,
+    /// How long a run waits for its turn.
+    start_wait_ms: Option<u64>,
     /// How deep published scripts may call each other.
     max_depth: Option<u32>,
 }
+
+/// The smallest memory limit: a worker allocates about 2 MiB before its script starts (its
+/// globals, the start frame), and a run needs room beyond that.
+const MIN_MEMORY_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How much address space a worker needs beyond its memory limit: its program's mappings and
+/// its stack, which the counting allocator does not see.
+const ADDRESS_SPACE_HEADROOM: u64 = 256 * 1024 * 1024;
 
 impl ScriptsConfig {
     /// The limits of every run.
@@ -111,7 +131,7 @@ impl ScriptsConfig {
                 .max_wall_time_ms
                 .map_or(d.max_wall_time, Duration::from_millis),
             max_ticks: self.max_ticks.unwrap_or(d.max_ticks),
-            max_heap_bytes: self.max_heap_bytes.unwrap_or(d.max_heap_bytes),
+            max_memory_bytes: self.max_memory_bytes.unwrap_or(d.max_memory_bytes),
             max_call_stack: self.max_call_stack.unwrap_or(d.max_call_stack),
             max_tool_calls: self.max_tool_calls.unwrap_or(d.max_tool_calls),
             max_print_bytes: self.max_print_bytes.unwrap_or(d.max_print_bytes),
@@ -119,26 +139,54 @@ impl ScriptsConfig {
         }
     }
 
+    /// Each worker's address-space limit: by default 1 GiB, or 768 MiB above a memory limit
+    /// set higher than 256 MiB.
+    pub(crate) fn address_space(&self) -> u64 {
+        self.max_address_space_bytes.unwrap_or_else(|| {
+            let above_memory =
+                (self.limits().max_memory_bytes as u64).saturating_add(768 * 1024 * 1024);
+            above_memory.max(larkgate_script::worker::DEFAULT_ADDRESS_SPACE)
+        })
+    }
+
     /// Workers kept started by long-running commands.
     pub(crate) fn workers(&self) -> usize {
         self.workers.unwrap_or(2)
     }
 
-    /// How runs are bounded: each run's limits, runs at once, nesting depth.
+    /// How runs are bounded: each run's limits, runs at once and their memory, nesting depth.
     pub(crate) fn bounds(&self) -> RunBounds {
-        let d = RunBounds::default();
+        let limits = self.limits();
         RunBounds {
-            limits: self.limits(),
-            max_concurrent_runs: self.max_concurrent_runs.unwrap_or(d.max_concurrent_runs),
-            max_depth: self.max_depth.unwrap_or(d.max_depth),
+            limits,
+            max_concurrent_runs: self.max_concurrent_runs.unwrap_or(32),
+            memory_budget_bytes: self.memory_budget_bytes.unwrap_or_else(|| {
+                // Half of this machine's memory, and never less than one run needs.
+                larkgate_scripts::turns::default_memory_budget().max(
+                    larkgate_scripts::turns::reservation(limits.max_memory_bytes),
+                )
+            }),
+            start_wait: self
+                .start_wait_ms
+                .map_or(Duration::from_secs(30), Duration::from_millis),
+            max_depth: self
+                .max_depth
+                .unwrap_or(larkgate_scripts::DEFAULT_MAX_DEPTH),
         }
     }
 
     fn validate(&self) -> Result<(), String> {
+        if self.max_heap_bytes.is_some() {
+            return Err(
+                "scripts.max_heap_bytes is now scripts.max_memory_bytes, which bounds \
+                        every allocation of a run's worker (the interpreter's heap limit missed \
+                        container storage): rename the key"
+                    .to_owned(),
+            );
+        }
         let positive = [
             ("max_wall_time_ms", self.max_wall_time_ms.map(|v| v as u128)),
             ("max_ticks", self.max_ticks.map(|v| v as u128)),
-            ("max_heap_bytes", self.max_heap_bytes.map(|v| v as u128)),
             ("max_call_stack", self.max_call_stack.map(|v| v as u128)),
             ("max_tool_calls", self.max_tool_calls.map(|v| v as u128)),
             ("max_print_bytes", self.max_print_bytes.map(|v| v as u128)),
@@ -146,6 +194,7 @@ impl ScriptsConfig {
                 "max_concurrent_runs",
                 self.max_concurrent_runs.map(|v| v as u128),
             ),
+            ("start_wait_ms", self.start_wait_ms.map(u128::from)),
             ("max_depth", self.max_depth.map(u128::from)),
         ];
         for (key, value) in positive {
@@ -155,6 +204,32 @@ impl ScriptsConfig {
         }
         if self.workers.is_some_and(|w| w > 64) {
             return Err("scripts.workers must be at most 64".to_owned());
+        }
+        let memory = self.limits().max_memory_bytes as u64;
+        if memory < MIN_MEMORY_BYTES {
+            return Err(format!(
+                "scripts.max_memory_bytes must be at least {MIN_MEMORY_BYTES} (16 MiB): a \
+                 worker allocates about 2 MiB before its script starts"
+            ));
+        }
+        let address_space = self.address_space();
+        if address_space < memory.saturating_add(ADDRESS_SPACE_HEADROOM) {
+            return Err(format!(
+                "scripts.max_address_space_bytes ({address_space}) must be at least \
+                 max_memory_bytes ({memory}) + 268435456 (256 MiB for the worker's program and \
+                 stack), or runs would hit the address-space limit before their memory limit"
+            ));
+        }
+        let reservation = larkgate_scripts::turns::reservation(memory as usize);
+        if let Some(budget) = self.memory_budget_bytes
+            && budget < reservation
+        {
+            return Err(format!(
+                "scripts.memory_budget_bytes ({budget}) is less than one run reserves \
+                 ({reservation}: max_memory_bytes and the worker's own {}), so no run could \
+                 start: raise it or lower max_memory_bytes",
+                larkgate_scripts::turns::WORKER_FOOTPRINT
+            ));
         }
         Ok(())
     }
@@ -584,6 +659,30 @@ mod tests {
             config.scripts.limits().max_ticks,
             ScriptLimits::default().max_ticks
         );
+    }
+
+    #[test]
+    fn script_memory_settings_default_sensibly_and_follow_each_other() {
+        const MIB: u64 = 1024 * 1024;
+        let defaults = Config::parse("").unwrap().scripts;
+        assert_eq!(defaults.limits().max_memory_bytes, 256 * 1024 * 1024);
+        assert_eq!(defaults.address_space(), 1024 * MIB);
+        let reservation = larkgate_scripts::turns::reservation(256 * 1024 * 1024);
+        assert_eq!(
+            defaults.bounds().memory_budget_bytes,
+            larkgate_scripts::turns::default_memory_budget().max(reservation)
+        );
+        assert_eq!(defaults.bounds().start_wait, Duration::from_secs(30));
+        // A memory limit above 256 MiB takes the address space up with it.
+        let big = Config::parse("[scripts]\nmax_memory_bytes = 2147483648").unwrap();
+        assert_eq!(big.scripts.address_space(), 2048 * MIB + 768 * MIB);
+        let set = Config::parse(
+            "[scripts]\nmemory_budget_bytes = 1073741824\nstart_wait_ms = 500\nmax_address_space_bytes = 2147483648",
+        )
+        .unwrap();
+        assert_eq!(set.scripts.bounds().memory_budget_bytes, 1024 * MIB);
+        assert_eq!(set.scripts.bounds().start_wait, Duration::from_millis(500));
+        assert_eq!(set.scripts.address_space(), 2048 * MIB);
     }
 
     #[test]

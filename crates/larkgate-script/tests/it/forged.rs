@@ -132,11 +132,26 @@ async fn a_worker_that_dies_without_an_answer_is_a_clean_limit() {
         dir.path(),
         "start = read()\nimport os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
     );
-    let caller = Scripted::default();
+    let (limit, message) = death_of(&command).await;
+    assert_eq!(limit, "worker");
+    assert!(message.contains("signal 11"), "{message}");
+}
+
+/// A worker that writes `report` on stderr and then dies by `death` (Python).
+fn dying_worker(dir: &std::path::Path, report: &str, death: &str) -> WorkerCommand {
+    forged_worker(
+        dir,
+        &format!(
+            "start = read()\nimport os, signal\nsys.stderr.write({report:?})\nsys.stderr.flush()\n{death}\n"
+        ),
+    )
+}
+
+async fn death_of(command: &WorkerCommand) -> (&'static str, String) {
     let result = run_in_worker(
-        &command,
-        &caller,
-        "f.star",
+        command,
+        &Scripted::default(),
+        "d.star",
         "def main():\n    pass\n",
         &Map::new(),
         &limits(),
@@ -145,12 +160,166 @@ async fn a_worker_that_dies_without_an_answer_is_a_clean_limit() {
     .await
     .into_result();
     match result {
-        Err(RunError::Limit {
-            limit: "worker",
-            message,
-        }) => {
-            assert!(message.contains("signal 11"), "{message}")
-        }
+        Err(RunError::Limit { limit, message }) => (limit, message),
         other => panic!("{other:?}"),
+    }
+}
+
+const MEMORY_REPORT: &str = "\nlarkgate worker limit memory: an allocation of 4096 bytes would take the worker past its 1048576-byte limit (1047000 bytes in use)\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_reports_a_refusal_and_aborts_died_of_that_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = dying_worker(dir.path(), MEMORY_REPORT, "os.abort()");
+    let (limit, message) = death_of(&command).await;
+    assert_eq!(limit, "memory");
+    assert!(
+        message.starts_with("an allocation of 4096 bytes"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_does_not_explain_a_death_it_did_not_announce() {
+    // A refusal the worker survived, then a crash: the crash is reported as what it was.
+    let dir = tempfile::tempdir().unwrap();
+    let command = dying_worker(
+        dir.path(),
+        MEMORY_REPORT,
+        "os.kill(os.getpid(), signal.SIGSEGV)",
+    );
+    let (limit, message) = death_of(&command).await;
+    assert_eq!(limit, "worker");
+    assert_eq!(
+        message,
+        "the worker was killed by signal 11 (SIGSEGV) and named no limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_fills_its_stderr_then_dies_is_still_read_to_its_end() {
+    // More than a pipe holds, written without blocking: the parent reads what is there.
+    let dir = tempfile::tempdir().unwrap();
+    let command = forged_worker(
+        dir.path(),
+        &format!(
+            "start = read()\nimport os\nos.set_blocking(2, False)\ntry:\n    os.write(2, {MEMORY_REPORT:?}.encode())\n    while True:\n        os.write(2, b'x' * 65536)\nexcept BlockingIOError:\n    pass\nos.abort()\n"
+        ),
+    );
+    let started = std::time::Instant::now();
+    let (limit, _) = death_of(&command).await;
+    assert_eq!(limit, "memory");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_death_is_named_only_by_the_report_it_announces() {
+    use larkgate_script::parent::death_cause;
+    const ABRT: Option<i32> = Some(6);
+    let memory = "larkgate worker limit memory: an allocation of 8 bytes would take the worker past its 100-byte limit (96 bytes in use)";
+    let space = "larkgate worker limit address space: the system refused an allocation of 8 bytes (96 bytes in use, under the 100-byte memory limit)";
+    let overflow =
+        "\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow, aborting\n";
+    /// Signal, exit code, last words, the limit named, a fragment of its message.
+    type Case = (Option<i32>, Option<i32>, String, &'static str, &'static str);
+    let table: &[Case] = &[
+        (
+            ABRT,
+            None,
+            format!("\n{memory}\n"),
+            "memory",
+            "an allocation of 8 bytes",
+        ),
+        (
+            ABRT,
+            None,
+            format!("\n{space}\n"),
+            "address space",
+            "the system refused",
+        ),
+        (ABRT, None, overflow.to_owned(), "stack", "native stack"),
+        // The last report wins.
+        (
+            ABRT,
+            None,
+            format!("{space}\n{memory}\n"),
+            "memory",
+            "an allocation",
+        ),
+        // Bytes that are not UTF-8 around the report do not hide it.
+        (
+            ABRT,
+            None,
+            format!("\u{fffd}\n{memory}\n\u{0}"),
+            "memory",
+            "an allocation",
+        ),
+        // Not at the start of a line: not a report.
+        (
+            ABRT,
+            None,
+            format!("noise {memory}\n"),
+            "worker",
+            "signal 6 (SIGABRT) and named no limit",
+        ),
+        // A limit the allocator never reports.
+        (
+            ABRT,
+            None,
+            "larkgate worker limit wall time: forged\n".to_owned(),
+            "worker",
+            "named no limit",
+        ),
+        // Reports that do not announce the death they come with.
+        (
+            Some(11),
+            None,
+            format!("{memory}\n"),
+            "worker",
+            "signal 11 (SIGSEGV)",
+        ),
+        (
+            Some(9),
+            None,
+            format!("{memory}\n"),
+            "worker",
+            "SIGKILL, not sent by larkgate",
+        ),
+        (
+            None,
+            Some(101),
+            format!("{memory}\n{overflow}"),
+            "worker",
+            "failed unexpectedly (a panic)",
+        ),
+        // The worker's own reason for giving up, and nothing else it wrote.
+        (
+            None,
+            Some(5),
+            "larkgate worker: cannot do it\n".to_owned(),
+            "worker",
+            "exited with code 5 before finishing: cannot do it",
+        ),
+        (
+            None,
+            Some(5),
+            "secret-looking text\n".to_owned(),
+            "worker",
+            "code 5 before finishing",
+        ),
+        (None, None, String::new(), "worker", "without a status"),
+    ];
+    for (signal, code, words, limit, fragment) in table {
+        match death_cause(*signal, *code, words.as_bytes()) {
+            RunError::Limit {
+                limit: got,
+                message,
+            } => {
+                assert_eq!(got, *limit, "{words:?}: {message}");
+                assert!(message.contains(fragment), "{words:?}: {message}");
+                assert!(!message.contains("secret"), "{message}");
+            }
+            other => panic!("{words:?}: {other:?}"),
+        }
     }
 }

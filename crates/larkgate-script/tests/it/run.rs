@@ -8,7 +8,7 @@ use larkgate_script::{RunError, ScriptLimits, run_in_process};
 fn small() -> ScriptLimits {
     ScriptLimits {
         max_ticks: 200_000,
-        max_heap_bytes: 8 * 1024 * 1024,
+        max_memory_bytes: 8 * 1024 * 1024,
         max_call_stack: 50,
         max_print_bytes: 1024,
         values: Limits::new(16, 1_000, 64 * 1024).unwrap(),
@@ -103,7 +103,9 @@ fn a_growing_heap_stops_on_the_heap_limit() {
         ..small()
     };
     match run_in_process("heap.star", source, &Map::new(), &limits, None).into_result() {
-        Err(RunError::Limit { limit: "heap", .. }) => {}
+        Err(RunError::Limit {
+            limit: "memory", ..
+        }) => {}
         other => panic!("expected the heap limit, got {other:?}"),
     }
 }

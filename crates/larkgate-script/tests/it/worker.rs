@@ -97,89 +97,161 @@ fn limit_of(result: Result<larkgate_script::RunOutput, RunError>) -> (&'static s
     }
 }
 
+/// A worker as `serve` starts it: the default address space.
+fn default_command() -> WorkerCommand {
+    WorkerCommand {
+        address_space: larkgate_script::worker::DEFAULT_ADDRESS_SPACE,
+        ..command()
+    }
+}
+
+/// Runs `source` in a worker started by `command` under `limits` and names the limit it hit.
+async fn limit_in(
+    command: &WorkerCommand,
+    limits: &ScriptLimits,
+    source: &str,
+) -> (&'static str, String) {
+    let result = run_in_worker(
+        command,
+        &Scripted::default(),
+        "hostile.star",
+        source,
+        &Map::new(),
+        limits,
+        false,
+    )
+    .await
+    .into_result();
+    limit_of(result)
+}
+
+/// [`limit_in`] a worker as `serve` starts it, under the default limits.
+async fn limit_under_defaults(source: &str) -> (&'static str, String) {
+    limit_in(&default_command(), &ScriptLimits::default(), source).await
+}
+
+/// A dict of 10^7 ints: about 480 MiB of container storage, which the interpreter's own heap
+/// limit does not count.
+pub(crate) const DICT_OF_10E7: &str =
+    "def main():\n    d = {}\n    for i in range(10000000):\n        d[i] = i\n    return len(d)\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_scripts_end_as_limits_and_the_parent_serves_the_next_run() {
+async fn hostile_scripts_under_the_default_limits_end_as_exactly_the_limit_they_hit() {
     let caller = Scripted::default();
+    let nested = |tail: &str| {
+        format!(
+            "def main():\n    x = []\n    for _ in range(200000):\n        x = [x]\n    return {tail}\n"
+        )
+    };
     let table = [
+        (DICT_OF_10E7.to_owned(), "memory"),
+        ("def main():\n    return len([0] * 2000000000)\n".to_owned(), "memory"),
+        ("def main():\n    return len('a' * 2000000000)\n".to_owned(), "memory"),
+        ("def main():\n    return len(('a' * 100000) * 100000)\n".to_owned(), "memory"),
+        // The interpreter's arena would panic on this refusal: the allocator ends the worker
+        // first.
         (
-            "def main():\n    return len([0] * 2000000000)\n",
-            &["worker", "heap"][..],
+            "def main():\n    s = 'ab'\n    for _ in range(40):\n        s = s + s\n    return len(s)\n"
+                .to_owned(),
+            "memory",
+        ),
+        // Native recursion over a deeply nested value.
+        (nested("len(str(x))"), "stack"),
+        (nested("len(json.encode(x))"), "stack"),
+        (
+            "def f(n):\n    return f(n + 1)\ndef main():\n    return f(0)\n".to_owned(),
+            "call stack",
         ),
         (
-            "def main():\n    return len('a' * 2000000000)\n",
-            &["worker", "heap"][..],
+            "def main():\n    for _ in range(1000000):\n        print('x' * 100)\n".to_owned(),
+            "printed bytes",
         ),
+        ("def main():\n    return ['x' * 1000] * 60000\n".to_owned(), "result"),
         (
-            "def main():\n    return len(('a' * 100000) * 100000)\n",
-            &["worker", "heap"][..],
-        ),
-        (
-            "def main():\n    s = 'ab'\n    for _ in range(40):\n        s = s + s\n    return len(s)\n",
-            &["worker", "heap"][..],
-        ),
-        (
-            "def main():\n    d = {}\n    for i in range(10000000):\n        d[i] = i\n    return len(d)\n",
-            &["ticks", "heap", "worker", "wall time"][..],
-        ),
-        // One multiplication of huge integers is one tick: the deadline kill stops it.
-        (
-            "def main():\n    x = 7\n    for _ in range(100):\n        x = x * x\n    return 1\n",
-            &["wall time", "heap", "worker"][..],
-        ),
-        (
-            "def main():\n    for _ in range(2000000000):\n        for _ in range(2000000000):\n            pass\n",
-            &["ticks"][..],
-        ),
-        (
-            "def f(n):\n    return f(n + 1)\ndef main():\n    return f(0)\n",
-            &["call stack"][..],
-        ),
-        (
-            "def main():\n    for _ in range(1000000):\n        print('x' * 100)\n",
-            &["printed bytes"][..],
-        ),
-        (
-            "def main():\n    return ['x' * 1000] * 60000\n",
-            &["result", "pipe frame"][..],
-        ),
-        (
-            "def main():\n    for _ in range(1000000):\n        kv_get(key = 'k')\n",
-            &["tool calls"][..],
+            "def main():\n    for _ in range(1000000):\n        kv_get(key = 'k')\n".to_owned(),
+            "tool calls",
         ),
     ];
-    let limits = ScriptLimits {
-        max_wall_time: Duration::from_secs(3),
-        ..limits()
-    };
     for (source, expected) in table {
-        let result = run_in_worker(
-            &command(),
-            &caller,
-            "hostile.star",
-            source,
-            &Map::new(),
-            &limits,
-            false,
-        )
-        .await
-        .into_result();
-        let (limit, message) = limit_of(result);
-        assert!(expected.contains(&limit), "{source:?}: {limit}: {message}");
+        let (limit, message) = limit_under_defaults(&source).await;
+        assert_eq!(limit, expected, "{source:?}: {message}");
+        // Still serving.
+        assert!(run(&caller, "def main():\n    return 1\n").await.is_ok());
     }
-    // Still serving.
-    assert!(run(&caller, "def main():\n    return 1\n").await.is_ok());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_list_nested_200000_deep_then_str_ends_cleanly() {
-    let caller = Scripted::default();
-    let source = "def main():\n    x = []\n    for _ in range(200000):\n        x = [x]\n    return len(str(x))\n";
-    match run(&caller, source).await {
-        Err(RunError::Limit { .. }) | Err(RunError::Failed(_)) => {}
-        Ok(out) => panic!("a 200,000-deep list printed as {:?}", out.result),
-        Err(other) => panic!("{other:?}"),
+async fn the_memory_limit_names_the_allocation_that_would_pass_it() {
+    let (limit, message) = limit_under_defaults(DICT_OF_10E7).await;
+    assert_eq!(limit, "memory");
+    assert!(
+        message.starts_with("an allocation of ")
+            && message.contains("would take the worker past its 268435456-byte limit"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_limits_end_runs_under_the_default_memory_limit() {
+    let limits = ScriptLimits {
+        max_wall_time: Duration::from_secs(3),
+        max_ticks: 5_000_000,
+        ..ScriptLimits::default()
+    };
+    let table = [
+        // One multiplication of huge integers is one tick: the deadline kill stops it, long
+        // before the integers reach the memory limit.
+        (
+            "def main():\n    x = 7\n    for _ in range(100):\n        x = x * x\n    return 1\n",
+            "wall time",
+        ),
+        (
+            "def main():\n    for _ in range(2000000000):\n        for _ in range(2000000000):\n            pass\n",
+            "ticks",
+        ),
+    ];
+    for (source, expected) in table {
+        let (limit, message) = limit_in(&default_command(), &limits, source).await;
+        assert_eq!(limit, expected, "{source:?}: {message}");
     }
-    assert!(run(&caller, "def main():\n    return 2\n").await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_the_address_space_cannot_hold_is_named_as_such() {
+    // A memory limit above the address space: the system refuses first, and it is said so.
+    let command = WorkerCommand {
+        address_space: 512 * 1024 * 1024,
+        ..command()
+    };
+    let limits = ScriptLimits {
+        max_memory_bytes: 2 * 1024 * 1024 * 1024,
+        ..ScriptLimits::default()
+    };
+    let (limit, message) = limit_in(
+        &command,
+        &limits,
+        "def main():\n    return len('a' * 700000000)\n",
+    )
+    .await;
+    assert_eq!(limit, "address space", "{message}");
+    assert!(
+        message.contains("the system refused an allocation of 700000000 bytes"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_limit_below_what_the_worker_holds_at_start_refuses_the_run() {
+    let limits = ScriptLimits {
+        max_memory_bytes: 64 * 1024,
+        ..ScriptLimits::default()
+    };
+    let (limit, message) = limit_in(&command(), &limits, "def main():\n    return 1\n").await;
+    assert_eq!(limit, "memory");
+    assert!(
+        message.contains("before the script starts, over the 65536-byte memory limit"),
+        "{message}"
+    );
 }
 
 /// A caller whose every call takes longer than any run may.
@@ -381,4 +453,50 @@ async fn a_worker_that_died_while_idle_is_passed_over() {
         .into_result()
         .unwrap();
     assert_eq!(out.result, larkgate_binding::Value::Int(7));
+}
+
+#[test]
+#[ignore = "a worker's body, started by a_worker_in_a_binary_without_the_counting_allocator_refuses_to_run"]
+fn uncounted_worker_child() {
+    // This test binary's global allocator is the system's.
+    let code = larkgate_script::worker::worker_main();
+    std::process::exit(if code == std::process::ExitCode::from(5) {
+        5
+    } else {
+        1
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_in_a_binary_without_the_counting_allocator_refuses_to_run() {
+    assert!(
+        !larkgate_script::memory::installed(),
+        "the test binary counts nothing"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("uncounted.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec '{}' --exact worker::uncounted_worker_child --ignored --nocapture >/dev/null\n",
+            std::env::current_exe().unwrap().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let uncounted = WorkerCommand {
+        program: wrapper,
+        ..command()
+    };
+    let (limit, message) = limit_in(&uncounted, &limits(), "def main():\n    return 1\n").await;
+    assert_eq!(limit, "worker");
+    assert!(
+        message.contains("exited with code 5")
+            && message.contains("global allocator is not larkgate_script::memory::WorkerAllocator"),
+        "{message}"
+    );
 }

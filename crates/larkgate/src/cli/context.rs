@@ -189,7 +189,10 @@ impl Context {
         let federation = Federation::start(&platform, upstreams, Arc::new(SystemResolver), listen)
             .await
             .map_err(anyhow::Error::msg)?;
-        let command = WorkerCommand::current_exe()?;
+        let command = WorkerCommand {
+            address_space: config.scripts.address_space(),
+            ..WorkerCommand::current_exe()?
+        };
         let workers = match config.scripts.workers() {
             size if options.pool && size > 0 => Workers::Pool(WorkerPool::new(command, size)),
             _ => Workers::Fresh(command),

@@ -239,6 +239,7 @@ pub(crate) async fn run(
     });
     let connections = register_connection_metrics(context, "");
     eprintln!("larkgate: serving MCP at http://{listen}/mcp");
+    eprintln!("larkgate: {}", context.scripts.memory_budget());
     if listen.ip().is_unspecified() && server.public_url.is_none() {
         eprintln!(
             "larkgate: listening on every interface; clients are told {public_url}: set \

@@ -72,6 +72,11 @@ impl Server {
         }
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The rest of the first line on stderr, after the URL's, that starts with `prefix`.
     pub(crate) fn stderr_line(&self, prefix: &str) -> String {
         loop {
