@@ -338,3 +338,47 @@ fn check_explains_memory_settings_that_cannot_work() {
     .unwrap();
     ok(d, &["check"]);
 }
+
+#[test]
+fn a_script_calling_a_script_when_the_budget_holds_one_run_fails_after_the_wait_not_forever() {
+    // The outer run holds the whole budget; the run it asks for can never get a turn until it
+    // ends, and it will not end before that run does: the bounded wait breaks the circle.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        format!(
+            "[scripts]\nmemory_budget_bytes = {}\nstart_wait_ms = 300\n",
+            288 * MIB
+        ),
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+    std::fs::write(d.join("inner.star"), "def main():\n    return 1\n").unwrap();
+    std::fs::write(
+        d.join("outer.star"),
+        "def main():\n    return call(\"script__inner\")\n",
+    )
+    .unwrap();
+    for name in ["inner", "outer"] {
+        ok(
+            d,
+            &[
+                "--as",
+                "ada",
+                "script",
+                "save",
+                name,
+                &format!("{name}.star"),
+            ],
+        );
+        ok(d, &["--as", "ada", "script", "publish", name]);
+    }
+    let started = Instant::now();
+    let output = crate::fails(d, &["--as", "ada", "run", "--script", "outer"]);
+    assert!(
+        output.contains("limit_exceeded") && output.contains("did not get its turn within 0.3 s"),
+        "{output}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
