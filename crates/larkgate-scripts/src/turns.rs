@@ -179,7 +179,7 @@ impl Turns {
 }
 
 /// Bytes as MiB for messages, e.g. `272 MiB`.
-pub fn mib(bytes: u64) -> String {
+fn mib(bytes: u64) -> String {
     let mib = bytes as f64 / (1024.0 * 1024.0);
     if mib.fract() == 0.0 {
         format!("{mib:.0} MiB")
