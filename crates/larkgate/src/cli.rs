@@ -37,19 +37,47 @@ pub(crate) struct Cli {
     /// Act as this registered principal instead of the local operator.
     #[arg(long = "as", global = true, value_name = "NAME")]
     as_principal: Option<String>,
+    /// How stderr is written: `text` (colours only on a terminal) or `json`, one object per
+    /// line (default: LARKGATE_LOG_FORMAT, else [server] log_format, else text).
+    #[arg(long, global = true, value_name = "FORMAT")]
+    log_format: Option<crate::logging::LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
 
 impl Cli {
-    /// What is logged to stderr unless `RUST_LOG` says otherwise: warnings, and the upstreams'
-    /// allow-lists at start. `larkgate client` says what failed in its own words, so the MCP
-    /// library's own log lines about the same failure are left out there.
+    /// What is logged to stderr unless `RUST_LOG` says otherwise: warnings, and what the
+    /// command says; `serve` and `stdio` also log the upstreams' allow-lists at start. `larkgate
+    /// client` says what failed in its own words, so the MCP library's own log lines about the
+    /// same failure are left out there.
     pub(crate) fn default_log_filter(&self) -> &'static str {
         match self.command {
-            Command::Client(_) => "warn,rmcp=off",
-            _ => "warn,larkgate_upstream=info",
+            Command::Client(_) => "warn,rmcp=off,larkgate_cli=info",
+            Command::Serve(_) | Command::Stdio(_) => {
+                "warn,larkgate_cli=info,larkgate_upstream=info"
+            }
+            _ => "warn,larkgate_cli=info",
         }
+    }
+
+    /// The log format: `--log-format`, else `LARKGATE_LOG_FORMAT`, else `[server] log_format`
+    /// of the configuration this command reads (when it reads one without error), else text.
+    pub(crate) fn log_format(&self) -> Result<crate::logging::LogFormat, String> {
+        if let Some(format) = self.log_format {
+            return Ok(format);
+        }
+        if let Some(value) = std::env::var(crate::logging::LOG_FORMAT_ENV)
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            return crate::logging::parse_format(&value);
+        }
+        let located = crate::config::Located::find(
+            self.config.as_deref(),
+            self.data_dir.as_deref(),
+            |name| std::env::var(name).ok(),
+        );
+        Ok(located.map_or_else(|_| Default::default(), |l| l.config.server.log_format))
     }
 }
 

@@ -17,6 +17,7 @@
 //! header_read_timeout_ms = 10000
 //! idle_timeout_ms = 60000
 //! shutdown_grace_ms = 10000  # after SIGTERM/SIGINT, how long in-flight calls may finish
+//! log_format = "json"        # or "text" (the default); --log-format overrides
 //!
 //! [scripts]                  # every key optional; the defaults are larkgate's limits table
 //! max_wall_time_ms = 30000   # per run
@@ -303,6 +304,8 @@ pub(crate) struct ServerConfig {
     /// Failed authentications one address may make in a minute before its requests are
     /// refused (429) until the minute is over.
     pub(crate) max_failed_authentications_per_minute: u32,
+    /// How stderr is written (`--log-format` and `LARKGATE_LOG_FORMAT` override).
+    pub(crate) log_format: crate::logging::LogFormat,
 }
 
 impl Default for ServerConfig {
@@ -326,6 +329,7 @@ impl Default for ServerConfig {
             session_idle_timeout_ms: millis(sessions.idle_timeout),
             shutdown_grace_ms: default_grace_ms(),
             max_failed_authentications_per_minute: 30,
+            log_format: crate::logging::LogFormat::Text,
         }
     }
 }
@@ -541,9 +545,9 @@ impl Located {
     /// One line saying which file was read, for a long-running command to print at start.
     pub(crate) fn describe(&self) -> String {
         match &self.path {
-            Some(path) => format!("larkgate: configuration read from {}", path.display()),
+            Some(path) => format!("configuration read from {}", path.display()),
             None => format!(
-                "larkgate: no configuration file ({} does not exist; --config or {CONFIG_ENV} \
+                "no configuration file ({} does not exist; --config or {CONFIG_ENV} \
                  names another): using the defaults",
                 self.data_dir.join(CONFIG_FILE).display()
             ),

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod logging;
 
 use std::process::ExitCode;
 
@@ -24,15 +25,14 @@ pub fn main() -> ExitCode {
         return larkgate_script::worker::worker_main();
     }
     let args = cli::Cli::parse();
-    // Diagnostics go to stderr: warnings (an upstream down, a tool quarantined or dropped) and
-    // the upstreams' allow-lists at start. `RUST_LOG` overrides, e.g. `RUST_LOG=debug`.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(args.default_log_filter()));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    let format = match args.log_format() {
+        Ok(format) => format,
+        Err(error) => {
+            eprintln!("larkgate: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(format, args.default_log_filter());
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -43,7 +43,7 @@ pub fn main() -> ExitCode {
             if broken_pipe {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("larkgate: {error:#}");
+            logging::fail(&format!("{error:#}"));
             ExitCode::FAILURE
         }
     }

@@ -154,11 +154,7 @@ pub(crate) fn run(
     for warning in warnings(&config.policy, &known, &principals) {
         eprintln!("warning: {warning}");
     }
-    writeln!(
-        out,
-        "{}",
-        located.describe().trim_start_matches("larkgate: ")
-    )?;
+    writeln!(out, "{}", located.describe())?;
     writeln!(
         out,
         "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams",

@@ -89,7 +89,7 @@ impl StoreContext {
         )?;
         if options.pool {
             // `serve` and `stdio` say which policy they run under.
-            eprintln!("{}", located.describe());
+            crate::logging::say(&located.describe());
         }
         let crate::config::Located {
             data_dir, config, ..

@@ -238,21 +238,21 @@ pub(crate) async fn run(
         )
     });
     let connections = register_connection_metrics(context, "");
-    eprintln!("larkgate: serving MCP at http://{listen}/mcp");
-    eprintln!("larkgate: {}", context.scripts.memory_budget());
+    crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
+    crate::logging::say(&context.scripts.memory_budget());
     if listen.ip().is_unspecified() && server.public_url.is_none() {
-        eprintln!(
-            "larkgate: listening on every interface; clients are told {public_url}: set \
+        crate::logging::say(&format!(
+            "listening on every interface; clients are told {public_url}: set \
              [server] public_url to the URL they use"
-        );
+        ));
     }
     let (stopping, stopped) = tokio::sync::watch::channel(false);
     let ops_server = match ops {
         Some((listener, ops)) => {
-            eprintln!(
-                "larkgate: serving /healthz, /readyz and /metrics at http://{}",
+            crate::logging::say(&format!(
+                "serving /healthz, /readyz and /metrics at http://{}",
                 listener.local_addr()?
-            );
+            ));
             let limits = http::accept::SocketLimits {
                 max_connections: OPS_MAX_CONNECTIONS,
                 ..server.sockets()
@@ -282,10 +282,10 @@ pub(crate) async fn run(
     );
     let signalled = async move {
         shutdown_signal().await;
-        eprintln!(
-            "larkgate: shutting down; in-flight calls have {} s to finish",
+        crate::logging::say(&format!(
+            "shutting down; in-flight calls have {} s to finish",
             grace.as_secs_f64()
-        );
+        ));
         // New connections are refused from here, and each connection closes after the
         // request it serves. The calls in flight finish (within the grace period, enforced
         // below); only then are the MCP streams ended: ending them at once would answer a call
@@ -305,7 +305,7 @@ pub(crate) async fn run(
     tokio::select! {
         () = served => {}
         () = signalled => {}
-        () = grace => eprintln!("larkgate: the grace period is over; stopping now"),
+        () = grace => crate::logging::say("the grace period is over; stopping now"),
     }
     if let Some(ops_server) = ops_server {
         ops_server.abort();

@@ -109,10 +109,10 @@ pub(crate) async fn relay(args: Args, context: &StoreContext) -> anyhow::Result<
                 context.data_dir.display()
             )
         })?;
-    eprintln!(
-        "larkgate: relaying this stdio session as {} to the running larkgate serve at {url}",
+    crate::logging::say(&format!(
+        "relaying this stdio session as {} to the running larkgate serve at {url}",
         principal.id
-    );
+    ));
     let server = Relay { client }
         .serve(rmcp::transport::stdio())
         .await

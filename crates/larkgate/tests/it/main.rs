@@ -4,6 +4,7 @@ mod audit;
 mod capabilities;
 mod check;
 mod edge;
+mod logs;
 mod memory;
 mod principals_and_approvals;
 mod scripts;

@@ -1,0 +1,88 @@
+//! What larkgate writes to stderr: log lines through `tracing`, as text or one JSON object per
+//! line, and the few lines a command says to the person or program that started it (where it
+//! serves, which configuration it read, why it failed), in the same format.
+//!
+//! - The format is `--log-format`, else `LARKGATE_LOG_FORMAT`, else `[server] log_format`,
+//!   else `text`.
+//! - Text has colours only when stderr is a terminal and `NO_COLOR` is not set, so a log file
+//!   or a collector never gets escape codes.
+//! - What is logged is `RUST_LOG`, else warnings only, except that `serve` and `stdio` also
+//!   log the upstreams' allow-lists at start (see `Cli::default_log_filter`). What a command
+//!   says ([`say`]) is an `info` event of the target [`SAY`], which the default filters let
+//!   through.
+
+use std::io::IsTerminal;
+use std::sync::OnceLock;
+
+/// How lines on stderr are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines; colours only on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `message` and the event's fields.
+    Json,
+}
+
+/// The environment variable naming the format.
+pub const LOG_FORMAT_ENV: &str = "LARKGATE_LOG_FORMAT";
+
+/// The target of what a command says, in JSON.
+pub const SAY: &str = "larkgate_cli";
+
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// The format from the environment variable's value, or what is wrong with it.
+pub fn parse_format(value: &str) -> Result<LogFormat, String> {
+    match value {
+        "text" => Ok(LogFormat::Text),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!(
+            "{LOG_FORMAT_ENV}={other:?} is not a log format: use \"text\" or \"json\""
+        )),
+    }
+}
+
+/// Installs the subscriber for `format`, logging what `filter` lets through unless `RUST_LOG`
+/// says otherwise.
+pub fn init(format: LogFormat, filter: &str) {
+    let _ = FORMAT.set(format);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.with_ansi(colours()).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
+}
+
+/// Whether text lines may carry colour codes.
+fn colours() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Says `text` to whoever started the command: `larkgate: TEXT` on stderr, or, in JSON, an
+/// `info` event whose message is `text`.
+pub fn say(text: &str) {
+    match FORMAT.get().copied().unwrap_or_default() {
+        LogFormat::Text => eprintln!("larkgate: {text}"),
+        LogFormat::Json => tracing::info!(target: SAY, "{text}"),
+    }
+}
+
+/// Says why the command failed: as [`say`], at `error` in JSON.
+pub fn fail(text: &str) {
+    match FORMAT.get().copied().unwrap_or_default() {
+        LogFormat::Text => eprintln!("larkgate: {text}"),
+        LogFormat::Json => tracing::error!(target: SAY, "{text}"),
+    }
+}
