@@ -243,7 +243,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
 /// which the next larkgate to open the log replays.
 async fn stop_on_signal(scripts: std::sync::Arc<larkgate_scripts::Scripts>) {
     let signal = serve::shutdown_signal().await;
-    eprintln!("larkgate: stopped by {signal}");
+    crate::logging::say(&format!("stopped by {signal}"));
     scripts.cancel_active().await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     std::process::exit(130);
