@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use larkgate_upstream::client::Revisions;
 
 use crate::ok;
-use crate::serve::{Server, client};
+use crate::serve::{admin_gateway, client};
 
 /// A dict of 10^7 ints: about 480 MiB of container storage, which the interpreter's own heap
 /// limit does not count.
@@ -106,25 +106,12 @@ fn metric(text: &str, name: &str) -> Option<u64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// A gateway with an admin token, configured by `config`.
-fn gateway(config: &str) -> (tempfile::TempDir, Server, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(crate::config_path(d), config).unwrap();
-    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
-    let token = ok(d, &["token", "create", "--principal", "ada"])
-        .trim()
-        .to_owned();
-    let server = Server::start(d);
-    (dir, server, token)
-}
-
 #[test]
 fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_server_serves() {
     // The default limits; a budget of 1 GiB, room for three runs' reservations (256 MiB and a
     // worker's 32 MiB each): the others wait their turn.
     let budget = 1024 * MIB;
-    let (_dir, server, token) = gateway(&format!(
+    let (_dir, server, token) = admin_gateway(&format!(
         "[scripts]\nmemory_budget_bytes = {budget}\nstart_wait_ms = 120000\n"
     ));
     let url = server.url.clone();
@@ -229,7 +216,7 @@ fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_se
 #[test]
 fn a_run_that_does_not_get_its_turn_in_time_is_refused_saying_why_and_is_not_recorded() {
     // A budget of exactly one run's reservation, and half a second of waiting.
-    let (dir, server, token) = gateway(&format!(
+    let (dir, server, token) = admin_gateway(&format!(
         "[scripts]\nmemory_budget_bytes = {}\nstart_wait_ms = 500\nmax_wall_time_ms = 60000\nmax_ticks = 100000000000\n",
         288 * MIB
     ));

@@ -124,6 +124,20 @@ impl Drop for Server {
     }
 }
 
+/// A data directory configured by `config`, with the principal `ada` (admin) and a token for
+/// it, and `larkgate serve` started on it.
+pub(crate) fn admin_gateway(config: &str) -> (tempfile::TempDir, Server, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), config).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+    let token = ok(d, &["token", "create", "--principal", "ada"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    (dir, server, token)
+}
+
 pub(crate) async fn client(
     url: &str,
     token: &str,

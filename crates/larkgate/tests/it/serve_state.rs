@@ -6,7 +6,7 @@ use larkgate_upstream::client::{Revisions, UpstreamClient};
 
 use crate::ok;
 use crate::sdk_clients::prepare;
-use crate::serve::{Server, client};
+use crate::serve::{Server, admin_gateway, client};
 
 fn object(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
     value.as_object().unwrap().clone()
@@ -247,14 +247,7 @@ struct RunInFlight {
 
 impl RunInFlight {
     fn start(config: &str, source: &'static str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::write(crate::config_path(d), config).unwrap();
-        ok(d, &["principal", "add", "ada", "--roles", "admin"]);
-        let token = ok(d, &["token", "create", "--principal", "ada"])
-            .trim()
-            .to_owned();
-        let server = Server::start(d);
+        let (dir, server, token) = admin_gateway(config);
         let url = server.url.clone();
         let base = url.trim_end_matches("/mcp").to_owned();
         let runtime = tokio::runtime::Runtime::new().unwrap();
