@@ -18,6 +18,8 @@
 //! | [`envelope`] | refusal codes and the one mapping to MCP results |
 //! | [`tokens`] | bearer tokens: issue, hash, verify |
 //! | [`metrics`] | Prometheus metrics |
+//! | [`observe`] | each MCP request's access-log line and span |
+//! | [`trace_context`] | W3C trace context from clients and to upstreams |
 //! | [`platform`] | the assembled platform |
 //! | [`server`] | the rmcp `ServerHandler` |
 //!
@@ -35,6 +37,7 @@ pub mod capabilities;
 pub mod envelope;
 pub mod identity;
 pub mod metrics;
+pub mod observe;
 pub mod pipeline;
 pub mod platform;
 pub mod policy;
@@ -43,6 +46,7 @@ pub mod registry;
 pub mod server;
 pub mod services;
 pub mod tokens;
+pub mod trace_context;
 pub mod typed;
 
 pub use envelope::{Code, Refusal};

@@ -29,6 +29,7 @@ use std::task::{Context, Poll};
 
 use larkgate_binding::Map;
 use tower::{Layer, Service, ServiceBuilder};
+use tracing::Instrument;
 
 use crate::envelope::Refusal;
 use crate::identity::SessionIdentity;
@@ -167,7 +168,10 @@ where
         let step = Arc::clone(&self.step);
         let mut inner = self.inner.clone();
         Box::pin(async move {
-            match step.check(&mut request).await {
+            // A span per step, a sibling of the others under the call's span: it covers the
+            // step's own check, not the steps after it.
+            let span = tracing::info_span!("pipeline.step", otel.name = T::NAME);
+            match step.check(&mut request).instrument(span).await {
                 Ok(()) => inner.call(request).await,
                 Err(refusal) => {
                     tracing::debug!(step = T::NAME, code = %refusal.code, tool = %request.tool, "refused");

@@ -32,8 +32,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::envelope::Refusal;
 use crate::identity::{RunContext, RunKind, SessionIdentity};
+use crate::observe::Exchange;
 use crate::platform::Platform;
 use crate::tokens;
+use tracing::Instrument;
 
 /// One session's handler. See the module documentation.
 #[derive(Clone, Debug)]
@@ -220,8 +222,22 @@ impl ServerHandler for PlatformServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let exchange = Exchange::of(&context);
+        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
         // A listing whose caller cannot be decided is empty: it lists nothing it may not.
-        let identity = self.identity(&context).await.ok().flatten();
+        let identity = self
+            .identity(&context)
+            .instrument(span.clone())
+            .await
+            .ok()
+            .flatten();
+        if let Some(exchange) = exchange {
+            if let Some(identity) = &identity {
+                exchange.principal(&identity.run.principal.id);
+            }
+            exchange.outcome("ok");
+        }
+        let _entered = span.enter();
         Ok(ListToolsResult {
             tools: self.platform.list(identity.as_deref()),
             ..Default::default()
@@ -235,14 +251,30 @@ impl ServerHandler for PlatformServer {
     ) -> Result<CallToolResponse, ErrorData> {
         // The identity is the session's, or the verified token's: nothing the client wrote in
         // `request` is consulted.
-        let result = match self.identity(&context).await {
-            Ok(identity) => {
-                self.platform
-                    .call(identity, &request.name, request.arguments)
-                    .await
+        let exchange = Exchange::of(&context);
+        // The call's work is in the request's span: the pipeline's steps are its children.
+        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
+        let result = async {
+            match self.identity(&context).await {
+                Ok(identity) => {
+                    if let (Some(exchange), Some(identity)) = (exchange, &identity) {
+                        exchange.principal(&identity.run.principal.id);
+                    }
+                    self.platform
+                        .call(identity, &request.name, request.arguments)
+                        .await
+                }
+                Err(refusal) => Err(refusal),
             }
-            Err(refusal) => Err(refusal),
-        };
+        }
+        .instrument(span)
+        .await;
+        if let Some(exchange) = exchange {
+            exchange.outcome(match &result {
+                Ok(_) => "ok",
+                Err(refusal) => refusal.code.as_str(),
+            });
+        }
         let result = match result {
             Ok(map) => {
                 let json = serde_json::Value::Object(larkgate_binding::map_to_json(&map));

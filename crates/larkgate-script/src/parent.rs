@@ -11,6 +11,7 @@ use larkgate_binding::{InputShape, Map, from_json, map_to_json};
 use larkgate_caller::{CallError, Caller, Code, ToolInfo};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
+use tracing::Instrument;
 
 use crate::pipe::DeadlinePipe;
 use crate::run::{RunError, RunReport, RunUsage, ScriptLimits};
@@ -445,7 +446,12 @@ async fn answer<C: Caller>(
         },
         None => map,
     };
-    match caller.call_tool(name, map).await {
+    let span = tracing::info_span!(
+        "script.host_call",
+        otel.name = format!("host call {name}"),
+        gen_ai.tool.name = name,
+    );
+    match caller.call_tool(name, map).instrument(span).await {
         Ok(result) => CallAnswer::Ok(serde_json::Value::Object(map_to_json(&result))),
         Err(CallError::Refused(r)) => CallAnswer::Refused {
             code: r.code,

@@ -43,6 +43,7 @@ use larkgate_store::{
     Store, StoreError,
 };
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 
 /// How deep published scripts may call each other by default: a direct caller is depth 0, the
 /// script it calls depth 1, and a script that script calls depth 2, up to this
@@ -536,7 +537,15 @@ impl Scripts {
         let reserved = i64::try_from(self.turns.reservation()).unwrap_or(i64::MAX);
         metrics.script_memory_reserved_bytes.inc_by(reserved);
         self.lock_active().insert(id.clone());
-        let mut report = self.execute(&request, &id).await;
+        let span = tracing::info_span!(
+            "script.run",
+            otel.name = format!("run {}", request.name),
+            larkgate.script.name = %request.name,
+            larkgate.script.version = request.version,
+            larkgate.run.id = %id,
+            larkgate.run.kind = request.kind.as_str(),
+        );
+        let mut report = self.execute(&request, &id).instrument(span).await;
         if report.outcome.is_err() && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             report.outcome = Err(RunError::Failed(CANCELLED.to_owned()));
         }

@@ -21,9 +21,11 @@ use larkgate_caller::{
     Annotations, CallError, Caller, Envelope, Origin, RefusalError, Source, TEXT_RESULT_KEY,
     ToolInfo,
 };
+use larkgate_platform::observe::Observed;
 use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
+use larkgate_platform::trace_context;
 use larkgate_platform::{Platform, PlatformServer, RunContext, SessionIdentity};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion, RequestParamsMeta};
 use rmcp::service::{ClientLifecycleMode, RunningService, serve_client_with_lifecycle};
 use rmcp::{RoleClient, RoleServer, ServiceExt};
 use tokio::sync::OnceCell;
@@ -54,7 +56,7 @@ pub type ServerTask<H> = tokio::task::JoinHandle<
 #[derive(Debug)]
 pub struct Teardown {
     client: RunningService<RoleClient, ()>,
-    server: ServerTask<PlatformServer>,
+    server: ServerTask<Observed<PlatformServer>>,
 }
 
 impl Teardown {
@@ -96,7 +98,7 @@ pub async fn connect_handler(
     handler: PlatformServer,
     limits: Limits,
 ) -> Result<(SessionCaller, Teardown), ConnectError> {
-    let (client, server) = serve_in_memory(handler).await?;
+    let (client, server) = serve_in_memory(Observed::internal(handler)).await?;
     let caller = SessionCaller {
         peer: client.peer().clone(),
         listing: Arc::new(OnceCell::new()),
@@ -108,7 +110,7 @@ pub async fn connect_handler(
 /// Serves any rmcp server handler over a pair of typed channels and connects a plain rmcp
 /// client to it with the 2026-07-28 lifecycle. The building block of [`connect`], public for
 /// tests and benchmarks that need to speak rmcp directly.
-pub async fn serve_in_memory<H: rmcp::ServerHandler>(
+pub async fn serve_in_memory<H: rmcp::Service<RoleServer>>(
     handler: H,
 ) -> Result<(RunningService<RoleClient, ()>, ServerTask<H>), ConnectError> {
     let (client_tx, server_rx) = mpsc::channel(CHANNEL_CAPACITY);
@@ -224,6 +226,13 @@ impl Caller for SessionCaller {
     async fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = Some(larkgate_binding::map_to_json(&arguments));
+        // The platform's spans for this call are children of the caller's (a host call's).
+        if let Some((parent, state)) = trace_context::traceparent_of(&tracing::Span::current()) {
+            params.set_traceparent(&parent);
+            if let Some(state) = state {
+                params.set_tracestate(&state);
+            }
+        }
         let result = self
             .peer
             .call_tool(params)

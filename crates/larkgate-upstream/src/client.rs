@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use larkgate_platform::trace_context;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
     ClientRequest, Implementation, JsonObject, PaginatedRequestParams, ProtocolVersion,
-    ServerResult, Tool,
+    RequestParamsMeta, ServerResult, Tool,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RunningService,
@@ -303,9 +304,16 @@ impl UpstreamClient {
         name: &str,
         arguments: JsonObject,
     ) -> Result<CallToolResult, UpstreamError> {
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(
-            CallToolRequestParams::new(name.to_owned()).with_arguments(arguments),
-        ));
+        let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+        // When traces are exported, the server is told which span called it: in `_meta`
+        // (SEP-414) and, over HTTP, in the `traceparent` header too (see `crate::http`).
+        if let Some((parent, state)) = trace_context::traceparent_of(&tracing::Span::current()) {
+            params.set_traceparent(&parent);
+            if let Some(state) = state {
+                params.set_tracestate(&state);
+            }
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         match self.send(request, true).await? {
             ServerResult::CallToolResult(result) => Ok(result),
             other => Err(UpstreamError::Protocol(format!(

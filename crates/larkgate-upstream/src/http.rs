@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use larkgate_platform::trace_context;
 use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::ClientJsonRpcMessage;
@@ -211,6 +212,30 @@ fn convert(error: StreamableHttpError<reqwest::Error>) -> StreamableHttpError<Ht
     }
 }
 
+/// A tool call's trace context, which [`crate::client::UpstreamClient::call_tool`] put in its
+/// `_meta`, as the W3C headers too: servers and proxies that read only the headers join the
+/// trace as well. Values that are not valid header text are left out.
+fn trace_headers(message: &ClientJsonRpcMessage, headers: &mut HashMap<HeaderName, HeaderValue>) {
+    let ClientJsonRpcMessage::Request(request) = message else {
+        return;
+    };
+    let rmcp::model::ClientRequest::CallToolRequest(call) = &request.request else {
+        return;
+    };
+    let Some(meta) = &call.params.meta else {
+        return;
+    };
+    let fields = [
+        (trace_context::TRACEPARENT, meta.0.get_traceparent()),
+        (trace_context::TRACESTATE, meta.0.get_tracestate()),
+    ];
+    for (name, value) in fields {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+}
+
 impl StreamableHttpClient for GuardedHttp {
     type Error = HttpError;
 
@@ -243,6 +268,8 @@ impl StreamableHttpClient for GuardedHttp {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<HttpError>> {
         self.check(&uri)?;
+        let mut custom_headers = custom_headers;
+        trace_headers(&message, &mut custom_headers);
         let response = self
             .client
             .post_message_with_response_limits(

@@ -21,6 +21,7 @@ use larkgate_platform::registry::{
 };
 use larkgate_platform::{CallContext, Code, Refusal};
 use rmcp::model::{CallToolResult, Tool};
+use tracing::Instrument;
 
 use crate::client::{UpstreamClient, UpstreamError};
 
@@ -188,7 +189,17 @@ impl ToolHandler for UpstreamTool {
             .with_hint(UNAVAILABLE_HINT));
         };
         let arguments = larkgate_binding::map_to_json(&arguments);
-        let result = match client.call_tool(&self.original, arguments).await {
+        // The upstream's own spans join this trace: the client sends this span's context.
+        let span = tracing::info_span!(
+            "upstream.call",
+            otel.name = format!("tools/call {}", self.original),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.tool.name = %self.original,
+            larkgate.upstream = %self.alias,
+        );
+        let called = client.call_tool(&self.original, arguments).instrument(span);
+        let result = match called.await {
             Ok(result) => result,
             Err(error) => {
                 if client.is_closed() {

@@ -13,6 +13,10 @@
 //! client round trip sits near 40 ms, the signature of Nagle's algorithm meeting delayed
 //! acknowledgements, so the 1-client ratio says more about that than about Python.
 //!
+//! A second group measures what observing each call costs, against the same gateway without
+//! its access log as the baseline: with the access log (the default), and with the access log
+//! and every call traced to an OTLP/HTTP receiver (`tests/peers/otlp_receiver.py`).
+//!
 //! Needs the Python SDK: run `scripts/test` once (it installs it into `.cache/py`), or point
 //! `LARKGATE_TEST_PYTHON` at a Python that has `mcp` installed.
 
@@ -54,8 +58,11 @@ fn larkgate(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-/// `larkgate serve` on a fresh data directory; its URL and a token.
-fn start_larkgate(dir: &Path) -> (Process, String, String) {
+/// `larkgate serve` on a fresh data directory configured by `config`; its URL and a token.
+fn start_larkgate(dir: &Path, config: &str) -> (Process, String, String) {
+    let data = dir.join("larkgate-data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("larkgate.toml"), config).unwrap();
     larkgate(dir, &["principal", "add", "bench", "--roles", "admin"]);
     let token = larkgate(dir, &["token", "create", "--principal", "bench"])
         .trim()
@@ -179,7 +186,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (_larkgate, larkgate_url, token) = start_larkgate(dir.path());
+    let (_larkgate, larkgate_url, token) = start_larkgate(dir.path(), "");
     let (_python, python_url) = start_python();
 
     let mut summary = Vec::new();
@@ -234,5 +241,73 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// An OTLP/HTTP receiver of the tests (`tests/peers/otlp_receiver.py`), printing nothing.
+fn start_collector() -> (Process, u16) {
+    let python = std::env::var_os("LARKGATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/py/bin/python"));
+    let mut child = Command::new(python)
+        .arg(root().join("crates/larkgate/tests/peers/otlp_receiver.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run scripts/test once: it installs the receiver's Python packages");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut port = String::new();
+    stdout.read_line(&mut port).unwrap();
+    std::thread::spawn(move || for _ in stdout.lines() {});
+    (Process(child), port.trim().parse().unwrap())
+}
+
+/// What the access log and traces cost: the same gateway without the access log (the
+/// baseline), with it (the default, into a pipe that is read as a collector reads it), and
+/// with it and every call traced to an OTLP receiver, at 32 clients.
+fn observability(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_collector, port) = start_collector();
+    let traced = format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\n");
+    let configs = [
+        ("no_access_log", "[server]\naccess_log = false\n".to_owned()),
+        ("access_log", String::new()),
+        ("access_log_and_traces", traced),
+    ];
+    let n = 32;
+    let mut group = c.benchmark_group(format!("observability_{n}_clients"));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    let mut summary = Vec::new();
+    for (name, config) in &configs {
+        let dir = tempfile::tempdir().unwrap();
+        let (_server, url, token) = start_larkgate(dir.path(), config);
+        let set = runtime.block_on(clients(&url, Some(&token), n));
+        group.bench_function(*name, |b| {
+            b.iter_custom(|iters| {
+                let per_client = (iters as usize).div_ceil(n).max(1);
+                let (elapsed, latencies) = runtime.block_on(load(&set, per_client));
+                elapsed.mul_f64(iters as f64 / latencies.len() as f64)
+            });
+        });
+        let (e, l) = runtime.block_on(load(&set, PASS_CALLS / 8));
+        summary.push((*name, figures(e, l)));
+    }
+    group.finish();
+    let baseline = summary[0].1.per_second;
+    println!();
+    println!("tools/call at {n} clients, what observing each call costs:");
+    for (name, figures) in &summary {
+        println!(
+            "  {name:<22} {:>8.0} calls/s (p50 {:>8.2?}, p99 {:>8.2?}) | {:.2}x the baseline",
+            figures.per_second,
+            figures.p50,
+            figures.p99,
+            figures.per_second / baseline,
+        );
+    }
+}
+
+criterion_group!(benches, bench, observability);
 criterion_main!(benches);

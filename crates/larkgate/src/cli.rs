@@ -54,7 +54,7 @@ impl Cli {
         match self.command {
             Command::Client(_) => "warn,rmcp=off,larkgate_cli=info",
             Command::Serve(_) | Command::Stdio(_) => {
-                "warn,larkgate_cli=info,larkgate_upstream=info"
+                "warn,larkgate_cli=info,larkgate_access=info,larkgate_upstream=info"
             }
             _ => "warn,larkgate_cli=info",
         }
@@ -78,6 +78,20 @@ impl Cli {
             |name| std::env::var(name).ok(),
         );
         Ok(located.map_or_else(|_| Default::default(), |l| l.config.server.log_format))
+    }
+
+    /// `[telemetry]` of the configuration, for the commands that serve MCP (`serve`, `stdio`);
+    /// `None` for the others, and when the configuration cannot be read (the command then
+    /// says why).
+    pub(crate) fn telemetry(&self) -> Option<crate::telemetry::TelemetryConfig> {
+        if !matches!(self.command, Command::Serve(_) | Command::Stdio(_)) {
+            return None;
+        }
+        crate::config::Located::find(self.config.as_deref(), self.data_dir.as_deref(), |name| {
+            std::env::var(name).ok()
+        })
+        .ok()
+        .map(|located| located.config.telemetry)
     }
 }
 

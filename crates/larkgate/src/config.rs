@@ -18,6 +18,7 @@
 //! idle_timeout_ms = 60000
 //! shutdown_grace_ms = 10000  # after SIGTERM/SIGINT, how long in-flight calls may finish
 //! log_format = "json"        # or "text" (the default); --log-format overrides
+//! access_log = true          # one line per MCP request (serve and stdio)
 //!
 //! [scripts]                  # every key optional; the defaults are larkgate's limits table
 //! max_wall_time_ms = 30000   # per run
@@ -39,6 +40,10 @@
 //!
 //! [policy.roles.admin]
 //! call = ["*"]
+//!
+//! [telemetry]                # traces over OTLP/HTTP; off without an endpoint (see telemetry)
+//! otlp_endpoint = "http://127.0.0.1:4318"
+//! sample_ratio = 1.0
 //!
 //! [[upstreams]]              # third-party MCP servers (see larkgate_upstream::config)
 //! alias = "weather"
@@ -236,6 +241,26 @@ impl ScriptsConfig {
     }
 }
 
+/// What is wrong with `text` as the URL of an HTTP service larkgate names in its
+/// configuration (its own public URL, a collector's): `None` for an `http://` or `https://`
+/// URL with a host and without credentials, a query or a fragment.
+pub(crate) fn http_url_problem(text: &str) -> Option<&'static str> {
+    match url::Url::parse(text) {
+        Err(_) => Some("it is not a URL"),
+        Ok(url) if !matches!(url.scheme(), "http" | "https") => {
+            Some("it must start with https:// or http://")
+        }
+        Ok(url) if url.host_str().is_none() => Some("it names no host"),
+        Ok(url) if !url.username().is_empty() || url.password().is_some() => {
+            Some("it must not carry credentials")
+        }
+        Ok(url) if url.query().is_some() || url.fragment().is_some() => {
+            Some("it must not have a query or a fragment")
+        }
+        Ok(_) => None,
+    }
+}
+
 /// Reads a socket address, or says which forms are accepted.
 fn socket_address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
     let text = String::deserialize(deserializer)?;
@@ -306,6 +331,8 @@ pub(crate) struct ServerConfig {
     pub(crate) max_failed_authentications_per_minute: u32,
     /// How stderr is written (`--log-format` and `LARKGATE_LOG_FORMAT` override).
     pub(crate) log_format: crate::logging::LogFormat,
+    /// One access-log line per MCP request (`serve` and `stdio`).
+    pub(crate) access_log: bool,
 }
 
 impl Default for ServerConfig {
@@ -330,6 +357,7 @@ impl Default for ServerConfig {
             shutdown_grace_ms: default_grace_ms(),
             max_failed_authentications_per_minute: 30,
             log_format: crate::logging::LogFormat::Text,
+            access_log: true,
         }
     }
 }
@@ -433,27 +461,11 @@ impl ServerConfig {
     }
 
     fn validate(&self) -> Result<(), String> {
-        if let Some(text) = &self.public_url {
-            let problem = match url::Url::parse(text) {
-                Err(_) => Some("it is not a URL"),
-                Ok(url) if !matches!(url.scheme(), "http" | "https") => {
-                    Some("it must start with https:// or http://")
-                }
-                Ok(url) if url.host_str().is_none() => Some("it names no host"),
-                Ok(url) if !url.username().is_empty() || url.password().is_some() => {
-                    Some("it must not carry credentials")
-                }
-                Ok(url) if url.query().is_some() || url.fragment().is_some() => {
-                    Some("it must not have a query or a fragment")
-                }
-                Ok(_) => None,
-            };
-            if let Some(problem) = problem {
-                return Err(format!(
-                    "server.public_url: {problem}; write the URL clients use for /mcp, for \
-                     example \"https://mcp.example.com/mcp\""
-                ));
-            }
+        if let Some(problem) = self.public_url.as_deref().and_then(http_url_problem) {
+            return Err(format!(
+                "server.public_url: {problem}; write the URL clients use for /mcp, for \
+                 example \"https://mcp.example.com/mcp\""
+            ));
         }
         self.address_policy(self.listen)?;
         let positive = [
@@ -574,6 +586,9 @@ pub(crate) struct Config {
     /// Federated MCP servers.
     #[serde(default)]
     pub(crate) upstreams: Vec<UpstreamConfig>,
+    /// Trace export (off unless an endpoint is set).
+    #[serde(default)]
+    pub(crate) telemetry: crate::telemetry::TelemetryConfig,
 }
 
 fn default_grace_ms() -> u64 {
@@ -625,6 +640,10 @@ impl Config {
             .policy
             .validate()
             .map_err(|e| anyhow::anyhow!("policy.{e}"))?;
+        config
+            .telemetry
+            .validate(|name| std::env::var(name).ok())
+            .map_err(anyhow::Error::msg)?;
         for (i, upstream) in config.upstreams.iter().enumerate() {
             upstream
                 .validate()

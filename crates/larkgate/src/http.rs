@@ -3,6 +3,7 @@
 //! timeouts, a cap on header size, `TCP_NODELAY`), and every request to `/mcp` crosses, in
 //! order:
 //!
+//! - [`access`]: the request's access-log line and span, written when its answer ends;
 //! 0. [`address`]: `Host` must name this server and a browser `Origin` must be allowed
 //!    (DNS-rebinding protection); forwarding headers count only from trusted proxies;
 //! 1. [`auth`]: the bearer token is verified against the store at every request (a revoked
@@ -34,6 +35,7 @@
 //!   "larkgate failed" with a correlation id, and the detail is logged under that id.
 
 pub mod accept;
+pub mod access;
 pub mod address;
 pub mod auth;
 pub mod error;

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod logging;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -32,7 +33,25 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(format, args.default_log_filter());
+    // Traces, for the commands that serve MCP, when the configuration asks for them.
+    let exporter = match args.telemetry().map(|t| telemetry::exporter(&t)) {
+        Some(Ok(exporter)) => exporter,
+        Some(Err(error)) => {
+            eprintln!("larkgate: {error}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
+    let (tracer, exporter) = exporter.unzip();
+    logging::init(format, args.default_log_filter(), tracer);
+    let code = run(args);
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
+    code
+}
+
+fn run(args: cli::Cli) -> ExitCode {
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

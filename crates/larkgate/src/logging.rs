@@ -45,24 +45,56 @@ pub fn parse_format(value: &str) -> Result<LogFormat, String> {
 }
 
 /// Installs the subscriber for `format`, logging what `filter` lets through unless `RUST_LOG`
-/// says otherwise.
-pub fn init(format: LogFormat, filter: &str) {
+/// says otherwise, and exporting larkgate's spans through `tracer` when there is one (see
+/// [`crate::telemetry`]): the log's filter does not decide what is traced, nor the other way
+/// round.
+pub(crate) fn init(
+    format: LogFormat,
+    filter: &str,
+    tracer: Option<opentelemetry_sdk::trace::Tracer>,
+) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let _ = FORMAT.set(format);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false);
-    match format {
-        LogFormat::Text => builder.with_ansi(colours()).init(),
-        LogFormat::Json => builder
+    let lines = match format {
+        LogFormat::Text => lines.with_ansi(colours()).with_filter(filter).boxed(),
+        LogFormat::Json => lines
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(false)
-            .init(),
-    }
+            .with_filter(filter)
+            .boxed(),
+    };
+    // larkgate's own spans, and the warnings and errors logged inside them as span events;
+    // never the libraries' (rmcp's, hyper's, the exporter's own).
+    let traces = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target("larkgate", tracing::Level::INFO)
+                    .with_target(
+                        crate::logging::SAY,
+                        tracing::level_filters::LevelFilter::OFF,
+                    )
+                    .with_target(
+                        larkgate_platform::observe::ACCESS,
+                        tracing::level_filters::LevelFilter::OFF,
+                    ),
+            )
+            .boxed()
+    });
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(traces)
+        .init();
 }
 
 /// Whether text lines may carry colour codes.

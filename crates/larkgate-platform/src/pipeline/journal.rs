@@ -10,6 +10,7 @@ use std::time::Instant;
 use larkgate_binding::{Map, canonical_map_json};
 use larkgate_store::AuditKind;
 use tower::Service;
+use tracing::Instrument;
 
 use crate::approvals;
 use crate::audit::{AuditCode, AuditEntry};
@@ -44,7 +45,12 @@ impl Service<CallRequest> for Journal {
 
     fn call(&mut self, request: CallRequest) -> Self::Future {
         let services = Arc::clone(&self.services);
-        Box::pin(async move { Ok(journal_and_dispatch(services, request).await) })
+        let span = tracing::info_span!("pipeline.journal", otel.name = "journal");
+        Box::pin(async move {
+            Ok(journal_and_dispatch(services, request)
+                .instrument(span)
+                .await)
+        })
     }
 }
 
@@ -104,13 +110,22 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         }
     };
     let started = Instant::now();
-    let result = match &request.approval_id {
-        Some(id) => match approvals::consume(services.store.as_ref(), id).await {
-            Ok(()) => run(&services, &identity, &tool, arguments).await,
-            Err(refusal) => Err(refusal),
-        },
-        None => run(&services, &identity, &tool, arguments).await,
-    };
+    let dispatch = tracing::info_span!(
+        "pipeline.dispatch",
+        otel.name = format!("dispatch {}", request.tool),
+        gen_ai.tool.name = %request.tool,
+    );
+    let result = async {
+        match &request.approval_id {
+            Some(id) => match approvals::consume(services.store.as_ref(), id).await {
+                Ok(()) => run(&services, &identity, &tool, arguments).await,
+                Err(refusal) => Err(refusal),
+            },
+            None => run(&services, &identity, &tool, arguments).await,
+        }
+    }
+    .instrument(dispatch)
+    .await;
     let outcome = AuditEntry {
         kind: Some(AuditKind::Outcome),
         code: Some(match &result {

@@ -217,6 +217,12 @@ pub(crate) async fn run(
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(policy),
             http::address::check_address,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            http::access::AccessLog {
+                lines: server.access_log,
+            },
+            http::access::observe,
         ));
     // The operational endpoints live on `ops_listen` when there is one, else beside `/mcp`.
     let ops_listener = match server.ops_listen {

@@ -19,6 +19,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use larkgate_platform::PlatformServer;
 use larkgate_platform::envelope::{Code, Refusal};
+use larkgate_platform::observe::Observed;
 use larkgate_store::{Principal, Store};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
@@ -53,13 +54,24 @@ pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
     // token is checked again at every request.
     principal(context.store.as_ref(), &token).await?;
     let maintenance = context.federation.maintain();
-    let server = PlatformServer::per_token(context.platform.clone(), &token, "stdio")
+    let handler = PlatformServer::per_token(context.platform.clone(), &token, "stdio");
+    let server = observed(handler, context.server.access_log)
         .serve(rmcp::transport::stdio())
         .await
         .context("the MCP session over stdio could not start")?;
     let _ = server.waiting().await;
     maintenance.abort();
     Ok(())
+}
+
+/// The session's handler with its spans, and its access-log lines unless `[server]
+/// access_log` is off.
+fn observed(handler: PlatformServer, lines: bool) -> Observed<PlatformServer> {
+    if lines {
+        Observed::edge(handler, "stdio")
+    } else {
+        Observed::internal(handler)
+    }
 }
 
 /// How long the relay waits for one answer. The server enforces its own limits (script wall

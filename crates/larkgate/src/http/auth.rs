@@ -164,6 +164,12 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         tracing::warn!(session, principal = %principal.id, "a session was presented with another principal's token");
         return EdgeError::ForeignSession.into_response();
     }
+    if let Some(exchange) = request
+        .extensions()
+        .get::<larkgate_platform::observe::Exchange>()
+    {
+        exchange.principal(&principal.id);
+    }
     request.extensions_mut().insert(Arc::new(SessionIdentity {
         run: RunContext {
             principal,

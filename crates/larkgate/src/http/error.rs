@@ -163,6 +163,26 @@ impl EdgeError {
         }
     }
 
+    /// The code the access log names this refusal by: the envelope's code where the refusal
+    /// has one, else the JSON-RPC error's name.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            EdgeError::Unauthenticated => Code::Unauthenticated.as_str(),
+            EdgeError::TooManyFailures { .. } => Code::RateLimited.as_str(),
+            EdgeError::Unavailable(refusal) => refusal.code.as_str(),
+            EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
+                Code::Forbidden.as_str()
+            }
+            EdgeError::BodyTooLarge { .. } | EdgeError::TooManySessions { .. } => {
+                Code::LimitExceeded.as_str()
+            }
+            EdgeError::BodyTimeout { .. } => Code::Timeout.as_str(),
+            EdgeError::InvalidParams { .. } => "invalid_params",
+            EdgeError::NotJson(_) => "parse_error",
+            EdgeError::InvalidRequest { .. } => "invalid_request",
+        }
+    }
+
     /// larkgate's envelope, for the refusals that have one.
     fn data(&self) -> Option<serde_json::Value> {
         let refusal = match self {
@@ -199,6 +219,9 @@ impl IntoResponse for EdgeError {
         };
         let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
         let mut response = (self.status(), body.to_string()).into_response();
+        response
+            .extensions_mut()
+            .insert(super::access::EdgeOutcome(self.outcome()));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

@@ -35,6 +35,7 @@ pub async fn json_rpc_shape(
     next: Next,
 ) -> Response {
     if request.method() != axum::http::Method::POST {
+        super::access::adopt_trace(&request, None);
         return next.run(request).await;
     }
     let too_large = EdgeError::BodyTooLarge {
@@ -60,10 +61,11 @@ pub async fn json_rpc_shape(
             .into_response();
         }
     };
-    let (_, id) = match check_message(&bytes) {
+    let (message, id) = match check_message(&bytes) {
         Ok(checked) => checked,
         Err(error) => return error.into_response(),
     };
+    note_message(&parts, &message);
     // A 2025-11-25 session this request opens is entered in the registry under the
     // authenticated principal, if the caps allow it; a refusal answers the request's own id.
     let principal = parts
@@ -71,6 +73,7 @@ pub async fn json_rpc_shape(
         .get::<std::sync::Arc<larkgate_platform::SessionIdentity>>()
         .map(|identity| identity.run.principal.id.clone());
     let request = Request::from_parts(parts, Body::from(bytes));
+    super::access::adopt_trace(&request, message.pointer("/params/_meta"));
     let Some(principal) = principal else {
         return next.run(request).await;
     };
@@ -79,6 +82,30 @@ pub async fn json_rpc_shape(
         Some(cap) => EdgeError::TooManySessions { cap, id }.into_response(),
         None => response,
     }
+}
+
+/// Notes the message's method, id and tool in the request's exchange (for its access-log line
+/// and span). A response the client sends (to a request of the server) has no method.
+fn note_message(parts: &axum::http::request::Parts, message: &serde_json::Value) {
+    let Some(exchange) = parts
+        .extensions
+        .get::<larkgate_platform::observe::Exchange>()
+    else {
+        return;
+    };
+    let id = match message.get("id") {
+        Some(serde_json::Value::String(id)) => Some(id.clone()),
+        Some(serde_json::Value::Number(id)) => Some(id.to_string()),
+        _ => None,
+    };
+    let method = message
+        .get("method")
+        .and_then(|m| m.as_str())
+        .unwrap_or("response");
+    let tool = (method == "tools/call")
+        .then(|| message.pointer("/params/name").and_then(|n| n.as_str()))
+        .flatten();
+    exchange.request(method, id.as_deref(), tool);
 }
 
 /// Checks one request body's JSON-RPC shape (see [`json_rpc_shape`]); returns the message and

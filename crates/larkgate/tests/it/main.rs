@@ -13,6 +13,7 @@ mod serve;
 mod serve_state;
 mod stdio;
 mod tokens;
+mod traces;
 mod upstreams;
 mod walkthrough;
 

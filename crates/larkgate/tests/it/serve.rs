@@ -90,6 +90,30 @@ impl Server {
         }
     }
 
+    /// The next line it writes to stderr (within 30 s).
+    pub(crate) fn next_stderr_line(&self) -> String {
+        self.stderr
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("serve wrote no further line")
+    }
+
+    /// SIGTERM, then every line it wrote to stderr and had not been read, until it exited.
+    pub(crate) fn stop_reading_stderr(self) -> Vec<String> {
+        let pid = self.child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut lines = Vec::new();
+        while let Ok(line) = self.stderr.recv_timeout(std::time::Duration::from_secs(30)) {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// SIGTERM, then waits for the process to exit.
     pub(crate) fn stop(self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
