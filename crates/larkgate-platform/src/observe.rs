@@ -162,6 +162,11 @@ impl Exchange {
         self.note_mut().clone()
     }
 
+    /// Whether an outcome has been noted.
+    pub fn has_outcome(&self) -> bool {
+        self.note_mut().outcome.is_some()
+    }
+
     /// The authenticated principal.
     pub fn principal(&self, principal: &str) {
         self.0.span.record("enduser.id", principal);
@@ -174,18 +179,20 @@ impl Exchange {
         let tool = tool.map(|t| bounded(t).into_owned());
         let id = id.map(|i| bounded(i).into_owned());
         let span = &self.0.span;
-        span.record("mcp.method.name", method);
-        match &tool {
-            Some(tool) => {
-                span.record("otel.name", format!("{method} {tool}"));
-                span.record("gen_ai.tool.name", tool.as_str());
+        if !span.is_disabled() {
+            span.record("mcp.method.name", method);
+            match &tool {
+                Some(tool) => {
+                    span.record("otel.name", format!("{method} {tool}"));
+                    span.record("gen_ai.tool.name", tool.as_str());
+                }
+                None => {
+                    span.record("otel.name", method);
+                }
             }
-            None => {
-                span.record("otel.name", method);
+            if let Some(id) = &id {
+                span.record("jsonrpc.request.id", id.as_str());
             }
-        }
-        if let Some(id) = &id {
-            span.record("jsonrpc.request.id", id.as_str());
         }
         let mut note = self.note_mut();
         note.method = Some(method);

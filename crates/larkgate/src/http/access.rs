@@ -50,7 +50,7 @@ pub async fn observe(State(log): State<AccessLog>, mut request: Request, next: N
     // An `initialize` is answered with the session it opened.
     let session = session.or_else(|| session_id(response.headers()));
     let (parts, mut body) = response.into_parts();
-    if exchange.note().outcome.is_none() {
+    if !exchange.has_outcome() {
         body = note_answer(&exchange, &parts, body).await;
     }
     let ends = LineAtEnd {
