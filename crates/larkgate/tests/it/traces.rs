@@ -348,3 +348,34 @@ fn a_collector_that_never_answers_delays_no_call_and_its_failure_is_logged() {
         }
     }
 }
+
+#[test]
+fn the_sample_ratio_decides_for_traces_started_here_and_a_clients_sampled_flag_is_followed() {
+    let collector = peer("otlp_receiver.py");
+    let config = format!(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\nsample_ratio = 0.0\n",
+        collector.port
+    );
+    let (_dir, server, token) = crate::serve::admin_gateway(&config);
+    let not_sampled = "7e3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c";
+    let sampled = "8f4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d";
+    // Started here, with a ratio of 0: not recorded. The client's "not sampled": not
+    // recorded either. The client's "sampled": recorded whatever the ratio.
+    let clock = |header: Option<&str>| {
+        let answer = call(&server.url, &token, header, None, "clock_now", json!({}));
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    };
+    clock(None);
+    clock(Some(&format!("00-{not_sampled}-{CLIENT_SPAN}-00")));
+    clock(Some(&traceparent(sampled)));
+    // Spans are exported in the order they end, so once the sampled call's are in, any of
+    // the earlier calls' would be too.
+    let spans = spans_until(&collector, |spans| {
+        spans
+            .iter()
+            .any(|s| s.trace_id == sampled && s.name == "tools/call clock_now")
+    });
+    assert!(spans.iter().all(|s| s.trace_id == sampled), "{spans:#?}");
+    let request = named(&spans, sampled, "tools/call clock_now");
+    assert_eq!(children(&spans, request), STEPS);
+}
