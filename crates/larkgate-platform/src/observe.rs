@@ -168,9 +168,13 @@ impl Exchange {
     }
 
     /// The authenticated principal.
+    /// Noted once: over HTTP the edge's authentication notes it before the handler would.
     pub fn principal(&self, principal: &str) {
-        self.0.span.record("enduser.id", principal);
-        self.note_mut().principal = Some(principal.to_owned());
+        let mut note = self.note_mut();
+        if note.principal.is_none() {
+            self.0.span.record("enduser.id", principal);
+            note.principal = Some(principal.to_owned());
+        }
     }
 
     /// The request's JSON-RPC method, id and (for `tools/call`) tool, as the client sent them.
@@ -257,7 +261,8 @@ pub fn write_access_line(
     status: Option<u16>,
     session: Option<&str>,
 ) {
-    let note = exchange.note();
+    // Read in place: the note is complete, and nothing else holds its lock now.
+    let note = exchange.note_mut();
     let duration_ms = (exchange.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
     let session = session.map(bounded);
     if let Some(status) = status {

@@ -60,39 +60,51 @@ impl Cli {
         }
     }
 
-    /// The log format: `--log-format`, else `LARKGATE_LOG_FORMAT`, else `[server] log_format`
-    /// of the configuration this command reads (when it reads one without error), else text.
-    pub(crate) fn log_format(&self) -> Result<crate::logging::LogFormat, String> {
-        if let Some(format) = self.log_format {
-            return Ok(format);
-        }
-        if let Some(value) = std::env::var(crate::logging::LOG_FORMAT_ENV)
-            .ok()
-            .filter(|v| !v.is_empty())
-        {
-            return crate::logging::parse_format(&value);
-        }
-        let located = crate::config::Located::find(
-            self.config.as_deref(),
-            self.data_dir.as_deref(),
-            |name| std::env::var(name).ok(),
-        );
-        Ok(located.map_or_else(|_| Default::default(), |l| l.config.server.log_format))
+    /// How stderr is written and what is traced, from one reading of the configuration:
+    /// - the format is `--log-format`, else `LARKGATE_LOG_FORMAT`, else `[server] log_format`
+    ///   of the configuration this command reads (when it reads one without error), else text;
+    /// - `[telemetry]` is read for the commands that serve MCP (`serve`, `stdio`) only, and
+    ///   is `None` when the configuration cannot be read (the command then says why).
+    pub(crate) fn log_settings(&self) -> Result<LogSettings, String> {
+        let chosen = match (
+            self.log_format,
+            std::env::var(crate::logging::LOG_FORMAT_ENV),
+        ) {
+            (Some(format), _) => Some(Ok(format)),
+            (None, Ok(value)) if !value.is_empty() => Some(crate::logging::parse_format(&value)),
+            _ => None,
+        };
+        let serving = matches!(self.command, Command::Serve(_) | Command::Stdio(_));
+        let located = (chosen.is_none() || serving)
+            .then(|| {
+                crate::config::Located::find(
+                    self.config.as_deref(),
+                    self.data_dir.as_deref(),
+                    |name| std::env::var(name).ok(),
+                )
+                .ok()
+            })
+            .flatten();
+        let format = match chosen {
+            Some(format) => format?,
+            None => located
+                .as_ref()
+                .map_or_else(Default::default, |l| l.config.server.log_format),
+        };
+        let telemetry = located
+            .filter(|_| serving)
+            .map(|located| located.config.telemetry);
+        Ok(LogSettings { format, telemetry })
     }
+}
 
-    /// `[telemetry]` of the configuration, for the commands that serve MCP (`serve`, `stdio`);
-    /// `None` for the others, and when the configuration cannot be read (the command then
-    /// says why).
-    pub(crate) fn telemetry(&self) -> Option<crate::telemetry::TelemetryConfig> {
-        if !matches!(self.command, Command::Serve(_) | Command::Stdio(_)) {
-            return None;
-        }
-        crate::config::Located::find(self.config.as_deref(), self.data_dir.as_deref(), |name| {
-            std::env::var(name).ok()
-        })
-        .ok()
-        .map(|located| located.config.telemetry)
-    }
+/// What [`Cli::log_settings`] decided.
+#[derive(Debug)]
+pub(crate) struct LogSettings {
+    /// How stderr is written.
+    pub(crate) format: crate::logging::LogFormat,
+    /// Trace export, for `serve` and `stdio`.
+    pub(crate) telemetry: Option<crate::telemetry::TelemetryConfig>,
 }
 
 #[derive(Debug, Subcommand)]

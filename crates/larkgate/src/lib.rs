@@ -26,15 +26,15 @@ pub fn main() -> ExitCode {
         return larkgate_script::worker::worker_main();
     }
     let args = cli::Cli::parse();
-    let format = match args.log_format() {
-        Ok(format) => format,
+    let settings = match args.log_settings() {
+        Ok(settings) => settings,
         Err(error) => {
             eprintln!("larkgate: {error}");
             return ExitCode::from(2);
         }
     };
     // Traces, for the commands that serve MCP, when the configuration asks for them.
-    let exporter = match args.telemetry().map(|t| telemetry::exporter(&t)) {
+    let exporter = match settings.telemetry.as_ref().map(telemetry::exporter) {
         Some(Ok(exporter)) => exporter,
         Some(Err(error)) => {
             eprintln!("larkgate: {error}");
@@ -43,7 +43,7 @@ pub fn main() -> ExitCode {
         None => None,
     };
     let (tracer, exporter) = exporter.unzip();
-    logging::init(format, args.default_log_filter(), tracer);
+    logging::init(settings.format, args.default_log_filter(), tracer);
     let code = run(args);
     if let Some(exporter) = exporter {
         exporter.shutdown();

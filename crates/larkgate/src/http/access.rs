@@ -95,7 +95,10 @@ async fn note_answer(exchange: &Exchange, parts: &axum::http::response::Parts, b
     }
     let bytes = match axum::body::to_bytes(body, MAX_PEEK_BYTES as usize).await {
         Ok(bytes) => bytes,
-        Err(error) => return Body::new(FailedBody(Some(error))),
+        // The client gets the same failure it would have without the peek.
+        Err(error) => {
+            return Body::from_stream(futures::stream::once(async { Err::<Bytes, _>(error) }));
+        }
     };
     let code = serde_json::from_slice::<serde_json::Value>(&bytes)
         .ok()
@@ -105,21 +108,6 @@ async fn note_answer(exchange: &Exchange, parts: &axum::http::response::Parts, b
         None => exchange.outcome(fallback()),
     }
     Body::from(bytes)
-}
-
-/// A body whose reading failed while its outcome was noted: the client gets the same failure.
-struct FailedBody(Option<axum::Error>);
-
-impl http_body::Body for FailedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        Poll::Ready(self.get_mut().0.take().map(Err))
-    }
 }
 
 /// Makes the request's span a child of the client's trace context: the `traceparent` header,
