@@ -12,6 +12,25 @@ use crate::services::Services;
 
 pub use larkgate_caller::RunKind;
 
+/// Whether `name` may name a principal a person registers (or an identity provider's account
+/// maps to): 1 to 64 of `A-Z a-z 0-9 _ - . @`. Script principals (`script:<name>`) fall
+/// outside it on purpose: they are created by publishing, never registered or signed in as.
+pub fn is_principal_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '@'))
+}
+
+/// Whether `role` may name a role: `a-z 0-9 _ -`, not empty.
+pub fn is_role_name(role: &str) -> bool {
+    !role.is_empty()
+        && role
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
 /// The context a session is opened with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunContext {

@@ -45,6 +45,9 @@
 //! otlp_endpoint = "http://127.0.0.1:4318"
 //! sample_ratio = 1.0
 //!
+//! [[sign_in.issuers]]        # an identity provider's access tokens (see http::sign_in::config)
+//! issuer = "https://login.example.com/realms/acme"
+//!
 //! [[upstreams]]              # third-party MCP servers (see larkgate_upstream::config)
 //! alias = "weather"
 //! url = "https://weather.example/mcp"
@@ -589,6 +592,9 @@ pub(crate) struct Config {
     /// Trace export (off unless an endpoint is set).
     #[serde(default)]
     pub(crate) telemetry: crate::telemetry::TelemetryConfig,
+    /// Identity providers whose access tokens `/mcp` accepts (none unless configured).
+    #[serde(default)]
+    pub(crate) sign_in: crate::http::sign_in::SignInConfig,
 }
 
 fn default_grace_ms() -> u64 {
@@ -644,6 +650,7 @@ impl Config {
             .telemetry
             .validate(|name| std::env::var(name).ok())
             .map_err(anyhow::Error::msg)?;
+        config.sign_in.validate().map_err(anyhow::Error::msg)?;
         for (i, upstream) in config.upstreams.iter().enumerate() {
             upstream
                 .validate()

@@ -8,7 +8,8 @@
 //!    (DNS-rebinding protection); forwarding headers count only from trusted proxies;
 //! 1. [`auth`]: the bearer token is verified against the store at every request (a revoked
 //!    token is refused from its next request; the principal's roles are read as they are now),
-//!    and a 2025-11-25 session is used only by the principal that opened it;
+//!    or, with `[sign_in]`, an identity provider's access token against the provider's keys
+//!    ([`sign_in`]), and a 2025-11-25 session is used only by the principal that opened it;
 //! 2. [`json_rpc`]: the body is read within its byte cap and time ([`json_rpc::BodyLimits`]),
 //!    malformed JSON-RPC is answered in JSON-RPC, and a session the request opens is entered
 //!    in the registry of [`sessions`] within its caps;
@@ -16,6 +17,8 @@
 //! 4. the platform's pipeline, with the principal bound to the request.
 //!
 //! Every refusal at the edge is an [`EdgeError`], turned into an HTTP answer in one place.
+//! With `[sign_in]`, the protected resource metadata that tells clients where to sign in is
+//! served beside `/mcp` ([`sign_in::metadata`]), to anyone, without a token.
 //!
 //! ## Threat model
 //!
@@ -41,6 +44,7 @@ pub mod auth;
 pub mod error;
 pub mod json_rpc;
 pub mod sessions;
+pub mod sign_in;
 pub mod throttle;
 
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;

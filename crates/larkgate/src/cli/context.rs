@@ -55,6 +55,8 @@ pub(crate) struct Context {
     pub(crate) listen: Option<std::net::SocketAddr>,
     /// For `serve`: the edge's configuration (`[server]`).
     pub(crate) server: crate::config::ServerConfig,
+    /// For `serve`: the identity providers whose access tokens `/mcp` accepts.
+    pub(crate) sign_in: crate::http::sign_in::SignInConfig,
     /// The script lifecycle: drafts, publishing, runs, script tools.
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
@@ -213,6 +215,7 @@ impl Context {
             federation,
             listen,
             server: config.server,
+            sign_in: config.sign_in,
             scripts,
             actor,
         })

@@ -52,12 +52,7 @@ pub(crate) enum Kind {
 
 /// Checks a principal name: printable, no spaces, not the operator's.
 fn check_name(name: &str) -> anyhow::Result<()> {
-    let valid = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '@'));
-    if !valid {
+    if !larkgate_platform::identity::is_principal_name(name) {
         bail!(
             "{name:?} is not a principal name: use 1 to 64 of A-Z a-z 0-9 _ - . @ \
              (script principals are created by publishing)"
@@ -76,10 +71,7 @@ fn check_roles(roles: &[String]) -> anyhow::Result<Vec<String>> {
         .filter(|r| !r.is_empty())
         .collect();
     for role in &roles {
-        let valid = role
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
-        if !valid {
+        if !larkgate_platform::identity::is_role_name(role) {
             bail!("{role:?} is not a role name: use a-z 0-9 _ -");
         }
     }

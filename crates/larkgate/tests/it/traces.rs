@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// A Python process of the tests' peers: the port it printed, and its later lines.
-struct Peer {
+pub(crate) struct Peer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     lines: Receiver<String>,
 }
 
@@ -25,7 +25,7 @@ impl Drop for Peer {
     }
 }
 
-fn peer(script: &str) -> Peer {
+pub(crate) fn peer(script: &str) -> Peer {
     let mut child = Command::new(crate::python())
         .arg(
             crate::root()

@@ -1,11 +1,12 @@
 """An MCP server built with the official Python SDK that says which trace context it was called
-with, for larkgate's trace tests.
+with, for larkgate's trace tests, and which credential (for the sign-in tests: larkgate must
+never pass a client's token on).
 
 Usage: python trace_peer.py
 
 Binds 127.0.0.1 on a free port, prints the port on one line, then serves Streamable HTTP at
 /mcp until killed. Its one tool, `seen`, answers the `traceparent` of the HTTP request that
-carried the call and the one in the call's `_meta`.
+carried the call, the one in the call's `_meta`, and the request's `Authorization` header.
 """
 
 import socket
@@ -25,7 +26,11 @@ def seen(ctx: Context) -> dict:
     meta = ctx.request_context.meta or {}
     if not isinstance(meta, dict):
         meta = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta)
-    return {"header": headers.get("traceparent", ""), "meta": meta.get("traceparent", "")}
+    return {
+        "header": headers.get("traceparent", ""),
+        "meta": meta.get("traceparent", ""),
+        "authorization": headers.get("authorization", ""),
+    }
 
 
 def main():
