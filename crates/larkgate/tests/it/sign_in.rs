@@ -298,13 +298,18 @@ fn a_providers_token_signs_in_as_its_principal_with_the_roles_its_groups_bring()
             .unwrap()
             .contains("larkgate principal add ada")
     );
-    // An account that was never registered.
+    // Accounts that were never registered, among them names of larkgate's own: the built-in
+    // operator exists only in the operator's own commands, never in the store.
     refused(
         &url,
         &provider.token("mallory", &[("aud", &url)]),
         403,
         "not a larkgate principal",
     );
+    for name in ["operator", "larkgate", "admin"] {
+        let token = provider.token(name, &[("aud", &url), ("groups", "kv-writers")]);
+        refused(&url, &token, 403, "not a larkgate principal");
+    }
     assert!(server.stop().success());
 }
 
