@@ -122,12 +122,13 @@ async fn async_main() {
     let platform = Platform::builder(store, audit).unwrap().build();
     let config = UpstreamConfig {
         alias: "up".into(),
-        url,
+        url: Some(url),
         headers: BTreeMap::new(),
         allow: vec!["127.0.0.1".into()],
         approval: Approval::Never,
         revisions: Revisions::Latest,
         limits: Default::default(),
+        ..UpstreamConfig::default()
     };
     let _federation = Federation::start(&platform, vec![config], Arc::new(SystemResolver), None)
         .await

@@ -27,9 +27,11 @@ use rmcp::service::{
     ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient};
 
+use crate::command::{self, CommandTarget, Launcher, ServerProcess};
 use crate::guard::{Resolve, UrlGuard};
 use crate::http::{GuardedHttp, HttpError, build_client};
 
@@ -48,6 +50,8 @@ pub struct UpstreamLimits {
     pub max_pages: usize,
     /// Time to connect (TCP and TLS).
     pub connect_timeout: Duration,
+    /// Time for a command-launched server to start and complete the handshake.
+    pub start_timeout: Duration,
 }
 
 impl Default for UpstreamLimits {
@@ -59,6 +63,7 @@ impl Default for UpstreamLimits {
             max_tools: 1000,
             max_pages: 100,
             connect_timeout: Duration::from_secs(10),
+            start_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -142,6 +147,8 @@ pub struct UpstreamClient {
     overflowed: Arc<AtomicBool>,
     tools_changed: Arc<AtomicBool>,
     dropped: AtomicUsize,
+    /// A command-launched server's process group, killed when the client goes.
+    process: Option<ServerProcess>,
 }
 
 impl std::fmt::Debug for UpstreamClient {
@@ -174,12 +181,67 @@ impl UpstreamClient {
         config.max_error_response_size = 64 * 1024;
         config.reinit_on_expired_session = true;
         let transport = StreamableHttpClientTransport::with_client(http, config);
+        Self::start(transport, endpoint.revisions, limits, overflowed, None).await
+    }
+
+    /// Starts the server `target` names through `launcher` and connects to it over its
+    /// standard input and output. Its messages are capped like an HTTP server's responses;
+    /// the server's process group dies with the client.
+    pub async fn connect_command(
+        target: &CommandTarget,
+        launcher: &Launcher,
+        revisions: Revisions,
+        limits: UpstreamLimits,
+    ) -> Result<Self, UpstreamError> {
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let started = command::start(
+            launcher,
+            target,
+            limits.max_response_bytes,
+            Arc::clone(&overflowed),
+        )
+        .map_err(|e| {
+            UpstreamError::Unavailable(format!("the launcher could not be started: {e}"))
+        })?;
+        let transport = AsyncRwTransport::new_client(started.stdout, started.stdin)
+            .with_max_line_length(limits.max_response_bytes);
+        let process = started.process;
+        match Self::start(transport, revisions, limits, overflowed, None).await {
+            Ok(mut client) => {
+                client.process = Some(process);
+                Ok(client)
+            }
+            Err(error) => {
+                // Say how the process ended, when it did (it may still be writing its last
+                // words: give it a moment).
+                for _ in 0..20 {
+                    if let Some(ended) = process.ended() {
+                        return Err(UpstreamError::Unavailable(ended));
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn start<T, E, A>(
+        transport: T,
+        revisions: Revisions,
+        limits: UpstreamLimits,
+        overflowed: Arc<AtomicBool>,
+        process: Option<ServerProcess>,
+    ) -> Result<Self, UpstreamError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let handler = Handler {
             tools_changed: tools_changed.clone(),
-            legacy: endpoint.revisions == Revisions::Legacy,
+            legacy: revisions == Revisions::Legacy,
         };
-        let lifecycle = match endpoint.revisions {
+        let lifecycle = match revisions {
             Revisions::Latest => ClientLifecycleMode::Auto {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                 legacy_version: Some(ProtocolVersion::V_2025_11_25),
@@ -192,14 +254,28 @@ impl UpstreamClient {
         )
         .await
         .map_err(|_| UpstreamError::Timeout(limits.call_timeout))?
-        .map_err(|e| classify_text(&e.to_string(), limits))?;
+        .map_err(|e| {
+            if overflowed.swap(false, Ordering::SeqCst) {
+                UpstreamError::TooLarge {
+                    limit: limits.max_response_bytes,
+                }
+            } else {
+                classify_text(&e.to_string(), limits)
+            }
+        })?;
         Ok(UpstreamClient {
             service,
             limits,
             overflowed,
             tools_changed,
             dropped: AtomicUsize::new(0),
+            process,
         })
+    }
+
+    /// For a command-launched server that has ended: how, with its last line on stderr.
+    pub fn process_ended(&self) -> Option<String> {
+        self.process.as_ref().and_then(ServerProcess::ended)
     }
 
     /// The server's name and version, when it gave them.
@@ -361,9 +437,20 @@ impl UpstreamClient {
         handle.await_response().await.map_err(named)
     }
 
-    /// Closes the connection (a 2025-11-25 session is deleted).
+    /// Closes the connection (a 2025-11-25 session is deleted; a command-launched server's
+    /// standard input is closed, and its process group killed).
     pub async fn close(self) {
         let _ = self.service.cancel().await;
+        if let Some(process) = &self.process {
+            // A server that exits when its input closes has a moment to do so.
+            for _ in 0..20 {
+                if process.ended().is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            process.kill();
+        }
     }
 }
 

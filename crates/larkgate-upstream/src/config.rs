@@ -11,11 +11,19 @@
 //! approval = "always"            # or "never": the policy's patterns decide
 //! allow = ["10.0.0.0/8"]         # reach internal addresses (logged at start)
 //! revisions = "latest"           # or "legacy": 2025-11-25 only
+//!
+//! [[upstreams]]                  # a server started as a program, spoken to over stdio
+//! alias = "fs"
+//! command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv/data"]
+//! env = { API_KEY = "${FS_API_KEY}" }   # set for the program, `${VAR}` from larkgate's
+//! inherit_env = ["PATH", "HOME"] # larkgate's own variables it sees (default: PATH HOME LANG TZ)
+//! cwd = "/srv"                   # its working directory (default: larkgate's)
 //! [upstreams.limits]
 //! call_timeout_ms = 30000
 //! total_timeout_ms = 300000
 //! max_response_bytes = 4194304
 //! max_tools = 1000
+//! start_timeout_ms = 60000       # a command-launched server's start and handshake
 //! ```
 
 use std::collections::BTreeMap;
@@ -49,16 +57,37 @@ pub struct LimitsConfig {
     pub max_response_bytes: Option<usize>,
     /// Tools kept from the listing.
     pub max_tools: Option<usize>,
+    /// Time a command-launched server has to start and complete the handshake.
+    pub start_timeout_ms: Option<u64>,
 }
 
-/// One upstream.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The variables of larkgate's own environment a command-launched server sees by default.
+pub const DEFAULT_INHERIT_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
+
+/// One upstream: a Streamable HTTP endpoint (`url`) or a program (`command`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// The alias its tools are prefixed with (`<alias>__<tool>`).
     pub alias: String,
-    /// The MCP endpoint.
-    pub url: String,
+    /// The MCP endpoint, for a server reached over Streamable HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The program and its arguments, for a server larkgate starts and speaks to over its
+    /// standard input and output; no shell is involved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Variables set in the program's environment; `${NAME}` in a value is replaced by that
+    /// variable of larkgate's environment at each start.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Variables of larkgate's own environment the program sees, by name
+    /// ([`DEFAULT_INHERIT_ENV`] when absent); nothing else of it reaches the program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inherit_env: Option<Vec<String>>,
+    /// The program's working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
     /// Headers for every request; `${NAME}` in a value is replaced by that environment
     /// variable when larkgate starts, so secrets stay out of files.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -78,6 +107,57 @@ pub struct UpstreamConfig {
 }
 
 impl UpstreamConfig {
+    /// What it reaches, for people: the URL, or the command line.
+    pub fn target(&self) -> String {
+        match &self.url {
+            Some(url) => url.clone(),
+            None => format!("command: {}", self.command.join(" ")),
+        }
+    }
+
+    /// Whether larkgate starts it as a program.
+    pub fn is_command(&self) -> bool {
+        !self.command.is_empty()
+    }
+
+    /// The program to start, with its environment built from `env`: the inherited variables
+    /// that are set, then `env` entries with `${NAME}` expanded (a missing variable is an
+    /// error that names it, never its value).
+    pub fn command_target(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<crate::command::CommandTarget, String> {
+        let (program, args) = self
+            .command
+            .split_first()
+            .ok_or_else(|| format!("upstream {:?} has no command", self.alias))?;
+        let mut environment = BTreeMap::new();
+        let inherited: Vec<String> = match &self.inherit_env {
+            Some(names) => names.clone(),
+            None => DEFAULT_INHERIT_ENV
+                .iter()
+                .map(|n| (*n).to_owned())
+                .collect(),
+        };
+        for name in inherited {
+            if let Some(value) = env(&name) {
+                environment.insert(name, value);
+            }
+        }
+        for (name, value) in &self.env {
+            let value = expand(value, &env)
+                .map_err(|e| format!("upstream {:?}, env {name:?}: {e}", self.alias))?;
+            environment.insert(name.clone(), value);
+        }
+        Ok(crate::command::CommandTarget {
+            program: program.clone(),
+            args: args.to_vec(),
+            env: environment,
+            cwd: self.cwd.as_ref().map(std::path::PathBuf::from),
+            alias: self.alias.clone(),
+        })
+    }
+
     /// The limits with their defaults filled in.
     pub fn limits(&self) -> UpstreamLimits {
         let defaults = UpstreamLimits::default();
@@ -96,6 +176,10 @@ impl UpstreamConfig {
                 .max_response_bytes
                 .unwrap_or(defaults.max_response_bytes),
             max_tools: self.limits.max_tools.unwrap_or(defaults.max_tools),
+            start_timeout: self
+                .limits
+                .start_timeout_ms
+                .map_or(defaults.start_timeout, ms),
             ..defaults
         }
     }
@@ -121,7 +205,7 @@ impl UpstreamConfig {
             headers.insert("Authorization".to_owned(), value);
         }
         Ok(Endpoint {
-            url: self.url.clone(),
+            url: self.url.clone().unwrap_or_default(),
             revisions: self.revisions,
             headers,
             limits: self.limits(),
@@ -153,6 +237,30 @@ impl UpstreamConfig {
         listen: Option<SocketAddr>,
         resolver: std::sync::Arc<dyn crate::guard::Resolve>,
     ) -> Result<crate::client::UpstreamClient, String> {
+        if self.is_command() {
+            let target = self.command_target(|name| std::env::var(name).ok())?;
+            let launcher = crate::command::Launcher::current_exe()
+                .map_err(|e| format!("larkgate's own executable cannot be found: {e}"))?;
+            let limits = self.limits();
+            let started = tokio::time::timeout(
+                limits.start_timeout,
+                crate::client::UpstreamClient::connect_command(
+                    &target,
+                    &launcher,
+                    self.revisions,
+                    limits,
+                ),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "the server did not complete the MCP handshake within {} ms of starting \
+                     (limits.start_timeout_ms)",
+                    limits.start_timeout.as_millis()
+                )
+            })?;
+            return started.map_err(|e| e.to_string());
+        }
         let endpoint = self.endpoint(|name| std::env::var(name).ok())?;
         let guard = std::sync::Arc::new(self.guard(listen)?);
         crate::client::UpstreamClient::connect(&endpoint, guard, resolver)
@@ -164,13 +272,74 @@ impl UpstreamConfig {
     pub fn validate(&self) -> Result<(), String> {
         larkgate_platform::registry::check_alias_syntax(&self.alias)
             .map_err(|e| format!("upstream alias {:?}: {e}", self.alias))?;
-        let guard = self.guard(None)?;
-        guard
-            .parse(&self.url)
-            .map_err(|e| format!("upstream {:?}: {e}", self.alias))?;
+        match (&self.url, self.command.is_empty()) {
+            (Some(_), false) => {
+                return Err(format!(
+                    "upstream {:?} has both a url and a command: an upstream is reached over \
+                     HTTP (url) or started as a program (command), not both",
+                    self.alias
+                ));
+            }
+            (None, true) => {
+                return Err(format!(
+                    "upstream {:?} has neither a url nor a command: write url = \
+                     \"https://...\" for a server over HTTP, or command = [\"program\", \
+                     \"arg\"] for one larkgate starts",
+                    self.alias
+                ));
+            }
+            (Some(url), true) => {
+                let guard = self.guard(None)?;
+                guard
+                    .parse(url)
+                    .map_err(|e| format!("upstream {:?}: {e}", self.alias))?;
+                if !self.env.is_empty() || self.inherit_env.is_some() || self.cwd.is_some() {
+                    return Err(format!(
+                        "upstream {:?}: env, inherit_env and cwd are for command-launched \
+                         upstreams; an HTTP upstream takes headers",
+                        self.alias
+                    ));
+                }
+            }
+            (None, false) => {
+                if self.command[0].trim().is_empty() {
+                    return Err(format!(
+                        "upstream {:?}: the command's first word names the program",
+                        self.alias
+                    ));
+                }
+                if !self.headers.is_empty() {
+                    return Err(format!(
+                        "upstream {:?}: headers are for HTTP upstreams; give a command-launched \
+                         one its secrets in env",
+                        self.alias
+                    ));
+                }
+                let names = self.env.keys().chain(self.inherit_env.iter().flatten());
+                for name in names {
+                    if name.is_empty()
+                        || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    {
+                        return Err(format!(
+                            "upstream {:?}: {name:?} is not an environment variable name",
+                            self.alias
+                        ));
+                    }
+                }
+                if let Some(cwd) = &self.cwd
+                    && !std::path::Path::new(cwd).is_absolute()
+                {
+                    return Err(format!(
+                        "upstream {:?}: cwd {cwd:?} must be an absolute path",
+                        self.alias
+                    ));
+                }
+            }
+        }
         let limits = self.limits();
         if limits.call_timeout.is_zero()
             || limits.total_timeout.is_zero()
+            || limits.start_timeout.is_zero()
             || limits.max_response_bytes == 0
             || limits.max_tools == 0
         {

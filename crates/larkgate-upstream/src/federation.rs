@@ -1,7 +1,8 @@
 //! Keeping upstreams federated: connect at start (an upstream that is down does not stop
 //! larkgate: its tools are absent and the reason is kept), check every listing against the
-//! pins, publish the usable tools into the platform's tool table, reconnect with backoff, and
-//! refresh on `notifications/tools/list_changed`.
+//! pins, publish the usable tools into the platform's tool table, reconnect with backoff (a
+//! command-launched server that exits is started again the same way), and refresh on
+//! `notifications/tools/list_changed`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -61,6 +62,14 @@ impl Upstream {
     /// Its configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.config
+    }
+
+    /// Marks it down, for `why`: its tools answer `upstream_unavailable` until it is back.
+    fn down(&self, why: String) {
+        self.link.down(why.clone());
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.connected = false;
+        status.down_because = Some(why);
     }
 
     /// How it stands now.
@@ -125,7 +134,7 @@ impl Federation {
                 Arc::new(Upstream {
                     status: Mutex::new(UpstreamStatus {
                         alias: config.alias.clone(),
-                        url: config.url.clone(),
+                        url: config.target(),
                         ..UpstreamStatus::default()
                     }),
                     config,
@@ -173,10 +182,7 @@ impl Federation {
             Ok(client) => self.refresh(upstream, client).await,
             Err(why) => {
                 tracing::warn!(alias = %config.alias, %why, "an upstream is down");
-                upstream.link.down(why.clone());
-                let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
-                status.connected = false;
-                status.down_because = Some(why);
+                upstream.down(why);
                 Ok(())
             }
         }
@@ -189,11 +195,7 @@ impl Federation {
         let tools = match client.list_tools().await {
             Ok(tools) => tools,
             Err(e) => {
-                let why = format!("its tools could not be listed: {e}");
-                upstream.link.down(why.clone());
-                let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
-                status.connected = false;
-                status.down_because = Some(why);
+                upstream.down(format!("its tools could not be listed: {e}"));
                 return Ok(());
             }
         };
@@ -239,6 +241,18 @@ impl Federation {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 for (i, upstream) in federation.upstreams.iter().enumerate() {
                     match upstream.link.client() {
+                        // The connection ended (a command-launched server exited): down, and
+                        // started again after the backoff.
+                        Some(client) if client.is_closed() => {
+                            let why = client
+                                .process_ended()
+                                .unwrap_or_else(|| "the connection was lost".to_owned());
+                            tracing::warn!(alias = %upstream.config.alias, %why, "an upstream went down");
+                            upstream.down(why);
+                            drop(client);
+                            next_try[i] = tokio::time::Instant::now() + backoff[i];
+                            backoff[i] = (backoff[i] * 2).min(Duration::from_secs(300));
+                        }
                         Some(client) if client.tools_changed() => {
                             if let Err(Fatal(e)) = federation.refresh(upstream, client).await {
                                 tracing::error!(%e, "an upstream's new tools were not published");

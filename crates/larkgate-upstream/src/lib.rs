@@ -1,7 +1,8 @@
 //! larkgate's client for third-party MCP servers.
 //!
 //! - [`guard`]: the URL guard every request and every redirect hop passes.
-//! - [`client`]: one connection to an MCP server over Streamable HTTP.
+//! - [`client`]: one connection to an MCP server over Streamable HTTP, or over the standard
+//!   input and output of a program it starts ([`command`], through the [`launcher`]).
 //! - [`config`]: one upstream's configuration.
 //! - [`tools`]: an upstream's tools as platform tools.
 //! - [`federation`]: keeping every upstream connected, checked against its pins, and published.
@@ -12,10 +13,12 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod command;
 pub mod config;
 pub mod federation;
 pub mod guard;
 pub mod http;
+pub mod launcher;
 pub mod pinning;
 pub mod redact;
 pub mod tools;

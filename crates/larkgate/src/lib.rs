@@ -25,6 +25,14 @@ pub fn main() -> ExitCode {
     {
         return larkgate_script::worker::worker_main();
     }
+    // So does the launcher of a command-launched upstream (see larkgate_upstream::launcher).
+    let mut args = std::env::args_os().skip(1);
+    if args
+        .next()
+        .is_some_and(|a| a == larkgate_upstream::launcher::LAUNCHER_ARG)
+    {
+        return larkgate_upstream::launcher::launcher_main(args);
+    }
     let args = cli::Cli::parse();
     let settings = match args.log_settings() {
         Ok(settings) => settings,

@@ -383,12 +383,13 @@ async fn a_changed_tool_is_quarantined_across_restarts_until_reviewed() {
     let dir = tempfile::tempdir().unwrap();
     let config = UpstreamConfig {
         alias: "docs".into(),
-        url: format!("http://{addr}/mcp"),
+        url: Some(format!("http://{addr}/mcp")),
         headers: BTreeMap::new(),
         allow: vec!["127.0.0.1".into()],
         approval: Approval::Always,
         revisions: Revisions::Legacy,
         limits: Default::default(),
+        ..UpstreamConfig::default()
     };
     // Each "start" opens the data directory afresh, as a restarted larkgate would.
     let start = || async {
@@ -477,12 +478,13 @@ async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
     let (_, _, platform) = platform_in(dir.path(), None).await;
     let config = UpstreamConfig {
         alias: "late".into(),
-        url: format!("http://127.0.0.1:{port}/mcp"),
+        url: Some(format!("http://127.0.0.1:{port}/mcp")),
         headers: BTreeMap::new(),
         allow: vec!["127.0.0.1".into()],
         approval: Approval::Never,
         revisions: Revisions::Legacy,
         limits: Default::default(),
+        ..UpstreamConfig::default()
     };
     let federation = Federation::start(&platform, vec![config], Arc::new(SystemResolver), None)
         .await
@@ -517,12 +519,13 @@ async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
     let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
     let config = UpstreamConfig {
         alias: "weather".into(),
-        url: peer.url.clone(),
+        url: Some(peer.url.clone()),
         headers: BTreeMap::new(),
         allow: vec!["127.0.0.1".into()],
         approval: Approval::Never,
         revisions: Revisions::Legacy,
         limits: Default::default(),
+        ..UpstreamConfig::default()
     };
     let federation = Federation::start(&platform, vec![config], Arc::new(SystemResolver), None)
         .await

@@ -23,35 +23,10 @@ use super::context::{Context, require_admin};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
-    /// Connect to an MCP server, list its tools, and federate them as NAME__tool.
-    Add {
-        /// The alias its tools are prefixed with.
-        name: String,
-        /// Its Streamable HTTP endpoint.
-        url: String,
-        /// A header for every request, `Name=value`; `${VAR}` in the value is read from the
-        /// environment at each start, so the secret is not stored.
-        #[arg(long = "header", value_name = "NAME=VALUE")]
-        headers: Vec<String>,
-        /// A network (10.0.0.0/8) or host name this upstream may reach although not public.
-        #[arg(long = "allow", value_name = "CIDR|HOST")]
-        allow: Vec<String>,
-        /// Whether its tools need an approval.
-        #[arg(long, value_enum, default_value = "always")]
-        approval: ApprovalArg,
-        /// Speak only protocol revision 2025-11-25.
-        #[arg(long)]
-        legacy: bool,
-        /// Round-trip timeout in milliseconds (reset by progress).
-        #[arg(long, value_name = "MS")]
-        timeout_ms: Option<u64>,
-        /// Response size limit in bytes.
-        #[arg(long, value_name = "BYTES")]
-        max_response_bytes: Option<usize>,
-        /// Tools kept from its listing.
-        #[arg(long, value_name = "N")]
-        max_tools: Option<usize>,
-    },
+    /// Connect to an MCP server, list its tools, and federate them as NAME__tool: one reached
+    /// at URL over Streamable HTTP, or one started with `--command PROGRAM [ARG]...` (last on
+    /// the line) and spoken to over its standard input and output.
+    Add(Box<AddArgs>),
     /// Every upstream: connected or why not, tools, quarantined tools.
     List {
         /// As JSON.
@@ -75,6 +50,55 @@ pub(crate) enum Command {
     },
 }
 
+/// `upstream add`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AddArgs {
+    /// The alias its tools are prefixed with.
+    name: String,
+    /// Its Streamable HTTP endpoint (or use --command).
+    url: Option<String>,
+    /// The program to start and its arguments, without a shell; everything after it on
+    /// the line is its arguments.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "PROGRAM [ARG]")]
+    command: Vec<String>,
+    /// A variable for the program, `NAME=value`; `${VAR}` in the value is read from the
+    /// environment at each start, so the secret is not stored.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// A variable of larkgate's own environment the program sees (repeatable; default:
+    /// PATH, HOME, LANG, TZ).
+    #[arg(long = "inherit-env", value_name = "NAME")]
+    inherit_env: Vec<String>,
+    /// The program's working directory (an absolute path).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// How long the program has to start and complete the handshake, in milliseconds.
+    #[arg(long, value_name = "MS")]
+    start_timeout_ms: Option<u64>,
+    /// A header for every request, `Name=value`; `${VAR}` in the value is read from the
+    /// environment at each start, so the secret is not stored.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// A network (10.0.0.0/8) or host name this upstream may reach although not public.
+    #[arg(long = "allow", value_name = "CIDR|HOST")]
+    allow: Vec<String>,
+    /// Whether its tools need an approval.
+    #[arg(long, value_enum, default_value = "always")]
+    approval: ApprovalArg,
+    /// Speak only protocol revision 2025-11-25.
+    #[arg(long)]
+    legacy: bool,
+    /// Round-trip timeout in milliseconds (reset by progress).
+    #[arg(long, value_name = "MS")]
+    timeout_ms: Option<u64>,
+    /// Response size limit in bytes.
+    #[arg(long, value_name = "BYTES")]
+    max_response_bytes: Option<usize>,
+    /// Tools kept from its listing.
+    #[arg(long, value_name = "N")]
+    max_tools: Option<usize>,
+}
+
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub(crate) enum ApprovalArg {
     Always,
@@ -87,28 +111,43 @@ pub(crate) async fn run(
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
-        Command::Add {
-            name,
-            url,
-            headers,
-            allow,
-            approval,
-            legacy,
-            timeout_ms,
-            max_response_bytes,
-            max_tools,
-        } => {
+        Command::Add(arguments) => {
+            let AddArgs {
+                name,
+                url,
+                command,
+                env,
+                inherit_env,
+                cwd,
+                start_timeout_ms,
+                headers,
+                allow,
+                approval,
+                legacy,
+                timeout_ms,
+                max_response_bytes,
+                max_tools,
+            } = *arguments;
             require_admin(&context.actor, "add an upstream")?;
-            let mut header_map = BTreeMap::new();
-            for header in headers {
-                let (key, value) = header
-                    .split_once('=')
-                    .with_context(|| format!("--header {header:?} is not NAME=VALUE"))?;
-                header_map.insert(key.trim().to_owned(), value.to_owned());
+            let header_map = pairs(&headers, "--header")?;
+            if let Some(url) = &url
+                && command.is_empty()
+                && (url.contains(char::is_whitespace) || !url.contains("://"))
+            {
+                bail!(
+                    "{url:?} is not a URL: for a server reached over HTTP, write its URL \
+                     (https://...); to start a program, write `--command PROGRAM [ARG]...` last \
+                     on the line, for example `larkgate upstream add {name} --command {url}`"
+                );
             }
+            let env = pairs(&env, "--env")?;
             let config = UpstreamConfig {
                 alias: name.clone(),
                 url,
+                command,
+                env,
+                inherit_env: (!inherit_env.is_empty()).then_some(inherit_env),
+                cwd,
                 headers: header_map,
                 allow,
                 approval: match approval {
@@ -124,6 +163,7 @@ pub(crate) async fn run(
                     call_timeout_ms: timeout_ms,
                     max_response_bytes,
                     max_tools,
+                    start_timeout_ms,
                     ..LimitsConfig::default()
                 },
             };
@@ -254,6 +294,19 @@ pub(crate) async fn run(
     }
 }
 
+/// `NAME=VALUE` arguments of `flag` as a map.
+fn pairs(arguments: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    arguments
+        .iter()
+        .map(|argument| {
+            let (key, value) = argument
+                .split_once('=')
+                .with_context(|| format!("{flag} {argument:?} is not NAME=VALUE"))?;
+            Ok((key.trim().to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
 async fn add(
     context: &Context,
     config: UpstreamConfig,
@@ -274,7 +327,7 @@ async fn add(
         .connect(None, Arc::new(SystemResolver))
         .await
         .map_err(anyhow::Error::msg)
-        .with_context(|| format!("{alias}: cannot connect to {}", config.url))?;
+        .with_context(|| format!("{alias}: cannot connect to {}", config.target()))?;
     let tools = client
         .list_tools()
         .await

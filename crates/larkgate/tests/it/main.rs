@@ -3,6 +3,7 @@
 mod audit;
 mod capabilities;
 mod check;
+mod command_upstreams;
 mod edge;
 mod logs;
 mod memory;

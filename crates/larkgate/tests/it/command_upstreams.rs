@@ -1,0 +1,324 @@
+//! Command-launched upstreams: `larkgate serve` starting the official Python SDK's stdio server
+//! (`tests/peers/stdio_server.py`) through its launcher, as a real process, and servers that
+//! misbehave in every way a program can: exiting at once, never answering, writing garbage or
+//! a flood, a 50 MB line, children of their own, and larkgate itself killed with `kill -9`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::serve::{Server, admin_gateway};
+use crate::traces::call;
+use crate::{fails, ok, python, root};
+
+fn peer_script() -> String {
+    root()
+        .join("crates/larkgate/tests/peers/stdio_server.py")
+        .display()
+        .to_string()
+}
+
+/// `[[upstreams]]` for the stdio peer in `mode`, with `extra` lines.
+fn upstream(alias: &str, mode: &str, extra: &str) -> String {
+    format!(
+        "[[upstreams]]\nalias = \"{alias}\"\ncommand = [\"{}\", \"{}\", \"{mode}\"]\n\
+         approval = \"never\"\n{extra}\n",
+        python().display(),
+        peer_script()
+    )
+}
+
+/// The structured answer of a call that succeeded.
+fn answer(result: &Value) -> Value {
+    assert_eq!(result["result"]["isError"], false, "{result}");
+    let text = result["result"]["structuredContent"]["text"]
+        .as_str()
+        .map(str::to_owned);
+    let structured = &result["result"]["structuredContent"];
+    match text {
+        Some(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        None if structured.get("result").is_some() => structured["result"].clone(),
+        None => structured.clone(),
+    }
+}
+
+/// The answer of a call of `tool` that must succeed.
+fn ask(url: &str, token: &str, tool: &str, arguments: Value) -> Value {
+    answer(&call(url, token, None, None, tool, arguments))
+}
+
+fn envelope(result: &Value) -> Value {
+    assert_eq!(result["result"]["isError"], true, "{result}");
+    result["result"]["_meta"]["larkgate/envelope"].clone()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet).
+fn gone(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn wait_until_gone(pids: &[u64], within: Duration) {
+    let deadline = Instant::now() + within;
+    while !pids.iter().all(|&pid| gone(pid)) {
+        assert!(Instant::now() < deadline, "processes left behind: {pids:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Calls `tool` until it succeeds (a restarted server may still be starting).
+fn call_until_ok(url: &str, token: &str, tool: &str, arguments: Value) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let result = call(url, token, None, None, tool, arguments.clone());
+        if result["result"]["isError"] == false {
+            return result;
+        }
+        assert!(Instant::now() < deadline, "{tool} never answered: {result}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_command_launched_server_runs_with_only_the_environment_it_is_given() {
+    let workdir = tempfile::tempdir().unwrap();
+    let config = upstream(
+        "local",
+        "serve",
+        &format!(
+            "inherit_env = [\"PATH\"]\nenv = {{ FROM_LARKGATE = \"${{CARGO_PKG_NAME}}\", PLAIN = \"1\" }}\n\
+             cwd = \"{}\"",
+            workdir.path().display()
+        ),
+    );
+    let (_dir, server, token) = admin_gateway(&config);
+    let echoed = ask(&server.url, &token, "local__echo", json!({"text": "hi"}));
+    assert_eq!(echoed, "hi");
+    let seen = ask(&server.url, &token, "local__environment", json!({}));
+    let values = &seen["values"];
+    assert_eq!(values["FROM_LARKGATE"], "larkgate", "{seen}");
+    assert_eq!(values["PLAIN"], "1");
+    assert!(values["PATH"].is_string());
+    // Nothing else of larkgate's environment: not its home, not the variables cargo and the
+    // test harness set for it.
+    for hidden in [
+        "HOME",
+        "CARGO_MANIFEST_DIR",
+        "LARKGATE_TEST_PYTHON",
+        "RUST_LOG",
+    ] {
+        assert!(
+            values.get(hidden).is_none(),
+            "{hidden} reached the server: {seen}"
+        );
+    }
+    assert_eq!(
+        Path::new(seen["cwd"].as_str().unwrap())
+            .canonicalize()
+            .unwrap(),
+        workdir.path().canonicalize().unwrap()
+    );
+    assert!(server.stop().success());
+}
+
+#[test]
+fn no_server_process_outlives_larkgate_even_after_kill_9() {
+    for (how, signal) in [("SIGTERM", "-TERM"), ("kill -9", "-KILL")] {
+        let (_dir, server, token) = admin_gateway(&upstream("local", "serve", ""));
+        let seen = ask(&server.url, &token, "local__environment", json!({}));
+        let cwd_pid: u64 = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.contains("stdio_server.py") && c.contains(&peer_script()))
+                    && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                        .is_ok_and(|s| !s.contains(") Z"))
+            })
+            .expect("the server process runs");
+        assert!(seen["values"].is_object());
+        // A grandchild: started by the server, in its process group.
+        let spawned = ask(&server.url, &token, "local__spawn", json!({}));
+        let grandchild = spawned.as_u64().unwrap_or_else(|| panic!("{spawned}"));
+        assert!(!gone(grandchild));
+        let pid = server.pid().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        drop(server);
+        wait_until_gone(&[cwd_pid, grandchild], Duration::from_secs(10));
+        eprintln!("after {how}: the server and its child are gone");
+    }
+}
+
+#[test]
+fn a_server_that_dies_is_refused_with_its_cause_and_started_again() {
+    let (_dir, server, token) = admin_gateway(&upstream("local", "serve", ""));
+    let refused = call(&server.url, &token, None, None, "local__die", json!({}));
+    let env = envelope(&refused);
+    assert_eq!(env["code"], "upstream_unavailable", "{refused}");
+    // Started again after its backoff, and serving.
+    let echoed = answer(&call_until_ok(
+        &server.url,
+        &token,
+        "local__echo",
+        json!({"text": "back"}),
+    ));
+    assert_eq!(echoed, "back");
+    // A line on its stdout longer than the response limit (4 MiB) is refused as a limit, and
+    // the server is started again.
+    let huge = call(
+        &server.url,
+        &token,
+        None,
+        None,
+        "local__huge",
+        json!({"size": 50_000_000}),
+    );
+    assert_eq!(envelope(&huge)["code"], "limit_exceeded", "{huge}");
+    let echoed = answer(&call_until_ok(
+        &server.url,
+        &token,
+        "local__echo",
+        json!({"text": "again"}),
+    ));
+    assert_eq!(echoed, "again");
+    assert!(server.stop().success());
+}
+
+#[test]
+fn misbehaving_servers_are_down_with_a_cause_in_plain_words_and_the_others_keep_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = [
+        upstream("quits", "exit", ""),
+        upstream(
+            "mute",
+            "silent",
+            "[upstreams.limits]\nstart_timeout_ms = 1500",
+        ),
+        upstream("noisy", "garbage", ""),
+        upstream("flood", "flood", ""),
+        "[[upstreams]]\nalias = \"missing\"\ncommand = [\"no-such-program-for-larkgate\"]\n"
+            .to_owned(),
+    ]
+    .concat();
+    std::fs::write(crate::config_path(d), config).unwrap();
+    let listed = ok(d, &["upstream", "list"]);
+    let line = |alias: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{alias}  ")))
+            .unwrap_or_else(|| panic!("{alias} not listed: {listed}"))
+            .to_owned()
+    };
+    let quits = line("quits");
+    assert!(
+        quits.contains("down: ")
+            && quits.contains(
+                "the process exited with status 3; its last line on stderr: stdio-peer: fatal: \
+                 no configuration"
+            ),
+        "{quits}"
+    );
+    let mute = line("mute");
+    assert!(
+        mute.contains("down: the server did not complete the MCP handshake within 1500 ms"),
+        "{mute}"
+    );
+    let missing = line("missing");
+    assert!(
+        missing.contains("down: ") && missing.contains("the program was not found"),
+        "{missing}"
+    );
+    assert!(line("noisy").contains("connected"), "{listed}");
+    assert!(line("flood").contains("connected"), "{listed}");
+
+    // Served: the flood reaches the log bounded, and the other servers answer.
+    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+    let token = ok(d, &["token", "create", "--principal", "ada"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    for alias in ["noisy", "flood"] {
+        let echoed = ask(
+            &server.url,
+            &token,
+            &format!("{alias}__echo"),
+            json!({"text": alias}),
+        );
+        assert_eq!(echoed, alias);
+    }
+    let started = Instant::now();
+    let lines = server.stop_reading_stderr();
+    let noise = lines
+        .iter()
+        .filter(|l| l.contains("stdio-peer: noise"))
+        .count();
+    let seconds = started.elapsed().as_secs() as usize + 30;
+    // Logged, as far as the rate allows (20 lines a second), and no further.
+    assert!(
+        noise >= 1 && noise <= 20 * seconds,
+        "{noise} lines of noise logged"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("lines were dropped")),
+        "the dropped lines are counted"
+    );
+}
+
+#[test]
+fn upstream_add_takes_a_command_and_says_what_to_write_for_one_given_as_a_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let error = fails(
+        d,
+        &[
+            "upstream",
+            "add",
+            "fs",
+            "npx -y @modelcontextprotocol/server-filesystem /srv/data",
+        ],
+    );
+    assert!(
+        error.contains("is not a URL") && error.contains("--command"),
+        "{error}"
+    );
+    let python = python().display().to_string();
+    let script = peer_script();
+    let added = ok(
+        d,
+        &[
+            "upstream",
+            "add",
+            "local",
+            "--approval",
+            "never",
+            "--env",
+            "A=1",
+            "--command",
+            &python,
+            &script,
+            "serve",
+        ],
+    );
+    assert!(added.contains("local__echo"), "{added}");
+    let listed = ok(d, &["upstream", "list"]);
+    assert!(
+        listed.contains(&format!(
+            "local  command: {python} {script} serve  connected"
+        )),
+        "{listed}"
+    );
+    ok(d, &["upstream", "remove", "local"]);
+}

@@ -1,0 +1,88 @@
+"""An MCP server built with the official Python SDK, spoken to over standard input and output,
+for larkgate's command-launched upstream tests.
+
+Usage: python stdio_server.py [MODE]
+
+MODE is how it behaves before (or instead of) serving:
+- serve (the default): serves at once;
+- garbage: writes lines that are not JSON-RPC to stdout first, then serves;
+- flood: serves while it writes 100,000 lines to stderr over about two seconds;
+- exit: writes one line to stderr and exits with status 3;
+- silent: reads its input and never answers.
+
+Its tools: `echo` (read-only), `environment` (the variables it sees and its working
+directory), `spawn` (starts a child process that sleeps, and answers its pid), `huge` (a result
+of that many bytes, on one line), `die` (writes a line to stderr and exits with status 4).
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+
+server = MCPServer("stdio-peer")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def echo(text: str) -> str:
+    """Answers the text it was given."""
+    return text
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def environment() -> dict:
+    """The environment variables this process sees, and its working directory."""
+    return {"variables": sorted(os.environ), "values": dict(os.environ), "cwd": os.getcwd()}
+
+
+@server.tool()
+def spawn() -> int:
+    """Starts a child process that sleeps for an hour; answers its process id."""
+    child = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return child.pid
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def huge(size: int) -> str:
+    """A result of `size` bytes."""
+    return "x" * size
+
+
+@server.tool()
+def die() -> str:
+    """Exits the whole server, with status 4."""
+    print("stdio-peer: dying on request", file=sys.stderr, flush=True)
+    os._exit(4)
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
+    if mode == "exit":
+        print("stdio-peer: fatal: no configuration", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if mode == "silent":
+        for _ in sys.stdin:
+            pass
+        return
+    if mode == "garbage":
+        sys.stdout.write("this is not JSON-RPC\n{\"jsonrpc\": \"2.0\", broken\n\x00\x01\x02\n")
+        sys.stdout.flush()
+    if mode == "flood":
+        threading.Thread(target=flood, daemon=True).start()
+    server.run("stdio")
+
+
+def flood():
+    line = "stdio-peer: noise " + "n" * 100 + "\n"
+    for _ in range(200):
+        sys.stderr.write(line * 500)
+        sys.stderr.flush()
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    main()
