@@ -46,7 +46,8 @@ pub struct UpstreamStatus {
     pub quarantined: Vec<String>,
     /// Tools dropped for being over `max_tools`.
     pub dropped: usize,
-    /// Tools dropped because their prefixed name is invalid.
+    /// Tools dropped for their names, each with why (listed twice, a mapped name another tool
+    /// has, empty or too long).
     pub invalid: Vec<String>,
 }
 
@@ -192,8 +193,8 @@ impl Federation {
     async fn refresh(&self, upstream: &Upstream, client: Arc<UpstreamClient>) -> Result<(), Fatal> {
         let config = &upstream.config;
         let alias = config.alias.as_str();
-        let tools = match client.list_tools().await {
-            Ok(tools) => tools,
+        let (tools, repeated) = match client.list_tools().await {
+            Ok(tools) => crate::tools::distinct(tools),
             Err(e) => {
                 upstream.down(format!("its tools could not be listed: {e}"));
                 return Ok(());
@@ -221,7 +222,11 @@ impl Federation {
         status.tools = count;
         status.quarantined = checked.quarantined;
         status.dropped = client.dropped_tools();
-        status.invalid = adoption.invalid.into_iter().map(|(n, _)| n).collect();
+        status.invalid = repeated
+            .into_iter()
+            .chain(adoption.invalid)
+            .map(|(name, why)| format!("{name} ({why})"))
+            .collect();
         drop(status);
         upstream.link.connected(client);
         Ok(())

@@ -1,7 +1,10 @@
 //! Upstream tools as platform tools.
 //!
-//! An upstream's tool `t` joins the registry as `<alias>__t`, its `_meta` origin recording the
-//! alias and the original name (the way back). Its schemas and annotations are kept. It is
+//! An upstream's tool `t` joins the registry as `<alias>__t` (characters that LLM
+//! function-calling APIs refuse, such as MCP's `.`, become `_`: see [`federated_name`]), its
+//! `_meta` origin recording the alias and the original name (the way back). A name listed
+//! twice, or one whose mapped name another tool has, drops that one tool, counted and
+//! reported; the rest are federated. Its schemas and annotations are kept. It is
 //! classified read-only — callable by drafts — only when the upstream declares
 //! `readOnlyHint: true`; and an upstream configured `approval = "always"` (the default) gates
 //! every one of its tools, read-only or not: a server's claims about its own tools never lower
@@ -44,21 +47,83 @@ pub use larkgate_platform::registry::SEPARATOR;
 pub struct Adoption {
     /// The tools as registered.
     pub specs: Vec<ToolSpec>,
-    /// Original names dropped because `<alias>__<name>` breaks the naming rules, with why.
+    /// Original names dropped, with why: a name that makes no valid tool name even mapped
+    /// (empty, too long), or one whose mapped name another tool of the listing has.
     pub invalid: Vec<(String, String)>,
 }
 
-/// The registry entries for an upstream's tools.
+/// The MCP-facing name of upstream `alias`'s tool `original`: `<alias>__<original>`, with each
+/// character outside `A-Z a-z 0-9 _ -` replaced by `_` — MCP allows `.` (and servers send
+/// more), but the function-calling APIs of language models do not. The original name stays in
+/// the tool's `_meta` origin, and calls reach the upstream under it. An error says why the
+/// name cannot be used even so (empty, or longer than 128 characters).
+pub fn federated_name(alias: &str, original: &str) -> Result<String, String> {
+    let mapped: String = original
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let name = prefixed_name(alias, &mapped);
+    if original.is_empty() {
+        return Err("it has no name".to_owned());
+    }
+    larkgate_platform::registry::check_tool_name(&name)?;
+    Ok(name)
+}
+
+/// `tools` with each name once: a name listed again is dropped (its first definition is the
+/// one used), and reported with why.
+pub fn distinct(tools: Vec<Tool>) -> (Vec<Tool>, Vec<(String, String)>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut kept = Vec::with_capacity(tools.len());
+    let mut dropped = Vec::new();
+    for tool in tools {
+        if seen.insert(tool.name.to_string()) {
+            kept.push(tool);
+        } else {
+            dropped.push((
+                tool.name.to_string(),
+                "the upstream lists this name more than once; its first definition is used"
+                    .to_owned(),
+            ));
+        }
+    }
+    (kept, dropped)
+}
+
+/// The registry entries for an upstream's tools (names given once, see [`distinct`]). A name
+/// that is valid as it is keeps it; a mapped name (see [`federated_name`]) that another tool
+/// already has is dropped, whatever the order of the listing, so a server cannot push a tool
+/// out by listing a look-alike first.
 pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
     let mut adoption = Adoption::default();
-    for tool in tools {
+    let mut taken: BTreeMap<String, String> = BTreeMap::new();
+    let exact = |tool: &&Tool| {
+        federated_name(alias, &tool.name).ok() == Some(prefixed_name(alias, &tool.name))
+    };
+    let (unmapped, mapped): (Vec<&Tool>, Vec<&Tool>) = tools.iter().partition(exact);
+    for tool in unmapped.into_iter().chain(mapped) {
         let original = tool.name.to_string();
-        let name = prefixed_name(alias, &original);
-        if let Err(reason) = larkgate_platform::registry::check_tool_name(&name) {
+        let name = match federated_name(alias, &original) {
+            Ok(name) => name,
+            Err(reason) => {
+                tracing::warn!(alias, tool = %original, %reason, "an upstream tool was dropped");
+                adoption.invalid.push((original, reason));
+                continue;
+            }
+        };
+        if let Some(other) = taken.get(&name) {
+            let reason = format!("its name maps to {name}, which the tool {other:?} has");
             tracing::warn!(alias, tool = %original, %reason, "an upstream tool was dropped");
             adoption.invalid.push((original, reason));
             continue;
         }
+        taken.insert(name.clone(), original.clone());
         let declared = tool.annotations.as_ref();
         let annotations = ToolAnnotations {
             read_only: declared.and_then(|a| a.read_only_hint),

@@ -84,23 +84,86 @@ fn configurations_are_validated_before_connecting() {
 }
 
 #[test]
-fn a_tool_whose_prefixed_name_is_invalid_is_dropped_and_counted() {
+fn tool_names_are_mapped_by_one_rule_and_a_collision_drops_only_that_tool() {
     let schema = Arc::new(
         serde_json::json!({"type": "object"})
             .as_object()
             .unwrap()
             .clone(),
     );
+    let tool = |name: &str| Tool::new(name.to_owned(), "d", schema.clone());
+    let names = |adoption: &larkgate_upstream::tools::Adoption| -> Vec<(String, String)> {
+        adoption
+            .specs
+            .iter()
+            .map(|s| (s.name.clone(), s.origin.original_name.clone()))
+            .collect()
+    };
     let tools = [
-        Tool::new("fine", "ok", schema.clone()),
-        Tool::new("has space", "bad", schema.clone()),
-        Tool::new("x".repeat(200), "too long", schema),
+        tool("fine"),
+        tool("files.read"),
+        tool("has space"),
+        tool("search-issues"),
+        tool(&"x".repeat(200)),
+        tool(""),
     ];
     let adoption = adopt("docs", &tools, Approval::Always);
-    assert_eq!(adoption.specs.len(), 1);
-    assert_eq!(adoption.specs[0].name, "docs__fine");
-    assert!(adoption.specs[0].requires_approval);
-    assert_eq!(adoption.invalid.len(), 2);
+    let mut adopted = names(&adoption);
+    adopted.sort();
+    assert_eq!(
+        adopted,
+        [
+            ("docs__files_read".to_owned(), "files.read".to_owned()),
+            ("docs__fine".to_owned(), "fine".to_owned()),
+            ("docs__has_space".to_owned(), "has space".to_owned()),
+            ("docs__search-issues".to_owned(), "search-issues".to_owned()),
+        ]
+    );
+    assert!(adoption.specs.iter().all(|s| s.requires_approval));
+    let reasons: Vec<&str> = adoption
+        .invalid
+        .iter()
+        .map(|(_, why)| why.as_str())
+        .collect();
+    assert_eq!(adoption.invalid.len(), 2, "{reasons:?}");
+    assert!(
+        reasons.iter().any(|r| r.contains("longer than")),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().any(|r| r.contains("no name")), "{reasons:?}");
+
+    // `a.b` maps onto `a_b`: the tool whose own name it is keeps it, in either order.
+    for listing in [[tool("a.b"), tool("a_b")], [tool("a_b"), tool("a.b")]] {
+        let adoption = adopt("docs", &listing, Approval::Never);
+        assert_eq!(
+            names(&adoption),
+            [("docs__a_b".to_owned(), "a_b".to_owned())]
+        );
+        assert_eq!(adoption.invalid.len(), 1);
+        assert_eq!(adoption.invalid[0].0, "a.b");
+        assert!(
+            adoption.invalid[0].1.contains("maps to docs__a_b"),
+            "{:?}",
+            adoption.invalid
+        );
+    }
+    // Two look-alikes that both need mapping: the first listed keeps the name.
+    let adoption = adopt("docs", &[tool("a.b"), tool("a b")], Approval::Never);
+    assert_eq!(
+        names(&adoption),
+        [("docs__a_b".to_owned(), "a.b".to_owned())]
+    );
+
+    // A name listed twice: its first definition is used, the repeat reported.
+    let (kept, repeated) = larkgate_upstream::tools::distinct(vec![
+        Tool::new("same", "first", schema.clone()),
+        tool("other"),
+        Tool::new("same", "second", schema.clone()),
+    ]);
+    assert_eq!(kept.len(), 2);
+    assert_eq!(kept[0].description.as_deref(), Some("first"));
+    assert_eq!(repeated.len(), 1);
+    assert!(repeated[0].1.contains("more than once"));
 }
 
 #[test]
@@ -140,4 +203,72 @@ fn environment_variables_override_header_secrets() {
     let endpoint = configured.endpoint(overrides).unwrap();
     assert_eq!(endpoint.headers.len(), 1);
     assert_eq!(endpoint.headers["authorization"], "Bearer supplied");
+}
+
+#[test]
+fn a_command_launched_upstream_is_validated_and_gets_only_the_environment_it_names() {
+    for (text, says) in [
+        ("alias = \"x\"", "neither a url nor a command"),
+        (
+            "alias = \"x\"\nurl = \"https://x.example/mcp\"\ncommand = [\"srv\"]",
+            "both a url and a command",
+        ),
+        ("alias = \"x\"\ncommand = [\"\"]", "names the program"),
+        (
+            "alias = \"x\"\ncommand = [\"srv\"]\nheaders = { A = \"b\" }",
+            "headers are for HTTP upstreams",
+        ),
+        (
+            "alias = \"x\"\nurl = \"https://x.example/mcp\"\nenv = { A = \"b\" }",
+            "for command-launched upstreams",
+        ),
+        (
+            "alias = \"x\"\ncommand = [\"srv\"]\nenv = { \"A=B\" = \"c\" }",
+            "not an environment variable name",
+        ),
+        (
+            "alias = \"x\"\ncommand = [\"srv\"]\ninherit_env = [\"PATH; rm\"]",
+            "not an environment variable name",
+        ),
+        (
+            "alias = \"x\"\ncommand = [\"srv\"]\ncwd = \"relative/dir\"",
+            "absolute path",
+        ),
+        (
+            "alias = \"x\"\ncommand = [\"srv\"]\n[limits]\nstart_timeout_ms = 0",
+            "greater than zero",
+        ),
+    ] {
+        let config: UpstreamConfig = toml::from_str(text).unwrap();
+        let error = config.validate().unwrap_err();
+        assert!(error.contains(says), "{text}: {error}");
+    }
+    let config: UpstreamConfig = toml::from_str(
+        "alias = \"x\"\ncommand = [\"srv\", \"--flag\", \"a b\"]\ninherit_env = [\"PATH\", \"UNSET\"]\n\
+         env = { TOKEN = \"Bearer ${SECRET}\", PLAIN = \"1\" }\ncwd = \"/srv\"",
+    )
+    .unwrap();
+    config.validate().unwrap();
+    let env = |name: &str| match name {
+        "PATH" => Some("/bin".to_owned()),
+        "SECRET" => Some("s3cret".to_owned()),
+        "HOME" => Some("/root".to_owned()),
+        _ => None,
+    };
+    let target = config.command_target(env).unwrap();
+    assert_eq!(target.program, "srv");
+    assert_eq!(target.args, ["--flag", "a b"]);
+    assert_eq!(
+        target.env.into_iter().collect::<Vec<_>>(),
+        [
+            ("PATH".to_owned(), "/bin".to_owned()),
+            ("PLAIN".to_owned(), "1".to_owned()),
+            ("TOKEN".to_owned(), "Bearer s3cret".to_owned()),
+        ]
+    );
+    assert_eq!(target.cwd.unwrap(), std::path::Path::new("/srv"));
+    // A variable it needs that is not set names the variable, never a value.
+    let error = config.command_target(|_| None).unwrap_err();
+    assert!(error.contains("SECRET is not set"), "{error}");
+    assert_eq!(config.target(), "command: srv --flag a b");
 }

