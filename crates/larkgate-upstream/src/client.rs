@@ -259,6 +259,9 @@ impl UpstreamClient {
                 UpstreamError::TooLarge {
                     limit: limits.max_response_bytes,
                 }
+            } else if let Some(cause) = plain_cause(&e) {
+                tracing::debug!(error = %e, "an upstream could not be connected");
+                UpstreamError::Unavailable(cause)
             } else {
                 classify_text(&e.to_string(), limits)
             }
@@ -276,6 +279,11 @@ impl UpstreamClient {
     /// For a command-launched server that has ended: how, with its last line on stderr.
     pub fn process_ended(&self) -> Option<String> {
         self.process.as_ref().and_then(ServerProcess::ended)
+    }
+
+    /// Whether the server is a program larkgate started (whose end it can tell).
+    pub fn is_command(&self) -> bool {
+        self.process.is_some()
     }
 
     /// The server's name and version, when it gave them.
@@ -478,8 +486,48 @@ fn classify(error: ServiceError, limits: UpstreamLimits) -> UpstreamError {
     match error {
         ServiceError::Timeout { timeout } => UpstreamError::Timeout(timeout),
         ServiceError::McpError(error) => UpstreamError::Protocol(error.message.to_string()),
-        other => classify_text(&other.to_string(), limits),
+        other => match plain_cause(&other) {
+            Some(cause) => UpstreamError::Unavailable(cause),
+            None => classify_text(&other.to_string(), limits),
+        },
     }
+}
+
+/// Why a server could not be reached, in plain words, read from `error` and its causes
+/// (rmcp and the HTTP stack say it in their own types); `None` when nothing is recognised.
+/// The words name no URL and no library: they are shown to callers and in `upstream list`.
+pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut chain = String::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        chain.push_str(&format!("{e} {e:?} "));
+        next = e.source();
+    }
+    let chain = chain.to_ascii_lowercase();
+    let has = |w: &str| chain.contains(w);
+    let cause = if has("connectionrefused") || has("connection refused") {
+        "the connection was refused: nothing listens at that address"
+    } else if has("dns error")
+        || has("failed to lookup address")
+        || has("could not be resolved")
+        || has("name or service not known")
+    {
+        "its host name could not be resolved"
+    } else if has("invalidcertificate") || has("certificate") || has("tls handshake") {
+        "the TLS connection failed: its certificate or protocol was not accepted"
+    } else if has("401 unauthorized") || has("authrequired") || has("auth required") {
+        "the server answered 401 Unauthorized: the credentials larkgate sends were refused \
+         (check the upstream's headers)"
+    } else if has("403 forbidden") || has("insufficientscope") || has("insufficient scope") {
+        "the server answered 403 Forbidden: the credentials larkgate sends may not do this"
+    } else if has("timed out") || has("elapsed") {
+        "the server did not answer in time"
+    } else if has("connectionreset") || has("connection reset") || has("broken pipe") {
+        "the server closed the connection"
+    } else {
+        return None;
+    };
+    Some(cause.to_owned())
 }
 
 /// Transport failures arrive as text through rmcp; the byte cap and the guard are recognised

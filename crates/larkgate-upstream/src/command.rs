@@ -307,13 +307,16 @@ impl<R: AsyncRead + Unpin> AsyncRead for CappedLines<R> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                for &byte in &buf.filled()[before..] {
+                let after = buf.filled().len();
+                for at in before..after {
+                    let byte = buf.filled()[at];
                     if byte == b'\n' {
                         this.current = 0;
                     } else {
                         this.current += 1;
                         if this.current > this.max {
                             this.overflowed.store(true, Ordering::SeqCst);
+                            buf.set_filled(before);
                             return Poll::Ready(Err(std::io::Error::other(format!(
                                 "the upstream wrote a message longer than the response-bytes \
                                  limit of {} bytes",

@@ -248,8 +248,12 @@ impl ToolHandler for UpstreamTool {
                 .unwrap_or_else(|| "not connected yet".to_owned());
             return Err(Refusal::logged(
                 Code::UpstreamUnavailable,
-                format_args!("{name}: the upstream {:?} is unavailable", self.alias),
-                why,
+                format_args!(
+                    "{name}: the upstream {:?} is unavailable: {}",
+                    self.alias,
+                    told(&why)
+                ),
+                &why,
             )
             .with_hint(UNAVAILABLE_HINT));
         };
@@ -268,8 +272,30 @@ impl ToolHandler for UpstreamTool {
             Ok(result) => result,
             Err(error) => {
                 if client.is_closed() {
-                    // The connection is gone: mark the upstream down so it is reconnected.
-                    self.link.down(format!("the connection was lost: {error}"));
+                    // The connection is gone: mark the upstream down so it is reconnected,
+                    // saying how a command-launched server ended when it did.
+                    let mut ended = client.process_ended();
+                    for _ in 0..10 {
+                        if ended.is_some() || !client.is_command() {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        ended = client.process_ended();
+                    }
+                    let why = ended.unwrap_or_else(|| format!("the connection was lost: {error}"));
+                    self.link.down(why.clone());
+                    if !matches!(error, UpstreamError::TooLarge { .. }) {
+                        return Err(Refusal::logged(
+                            Code::UpstreamUnavailable,
+                            format_args!(
+                                "{name}: the upstream {:?} is unavailable: {}",
+                                self.alias,
+                                told(&why)
+                            ),
+                            &why,
+                        )
+                        .with_hint(UNAVAILABLE_HINT));
+                    }
                 }
                 return Err(refusal(&self.alias, &name, error));
             }
@@ -304,6 +330,37 @@ fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
                 crate::redact::urls(&why)
             ),
         ),
+    }
+}
+
+/// What a caller is told of why an upstream is down: the cause when it is one larkgate put in
+/// plain words (see [`crate::client::plain_cause`] and [`crate::command`]), without a
+/// server's own last words on stderr (they may hold anything); otherwise only that it cannot be
+/// reached. The whole cause is in the log and in `larkgate upstream list`.
+pub fn told(why: &str) -> &str {
+    const PLAIN: &[&str] = &[
+        "the connection was refused",
+        "its host name could not be resolved",
+        "the TLS connection failed",
+        "the server answered 401",
+        "the server answered 403",
+        "the server did not answer in time",
+        "the server closed the connection",
+        "the server did not complete the MCP handshake",
+        "the process exited with status",
+        "the process was killed by a signal",
+        "the program was not found",
+        "larkgate is shutting down",
+        "not connected yet",
+    ];
+    let why = why
+        .strip_prefix("the upstream is unavailable: ")
+        .unwrap_or(why);
+    let why = why.split("; its last line on stderr").next().unwrap_or(why);
+    if PLAIN.iter().any(|plain| why.starts_with(plain)) {
+        why
+    } else {
+        "it cannot be reached"
     }
 }
 

@@ -38,6 +38,10 @@ pub(crate) enum Scenario {
     RepeatingCursor,
     /// Sessions: `initialize` opens `s<n>`; a request on any other session gets a 404.
     Sessions,
+    /// Every request is answered 401 (credentials refused).
+    Unauthorized,
+    /// Every request is answered 403.
+    Forbidden,
 }
 
 #[derive(Clone)]
@@ -100,6 +104,18 @@ async fn handle(
             return Response::builder()
                 .status(StatusCode::NOT_FOUND)
                 .body(Body::empty())
+                .unwrap();
+        }
+    }
+    for (scenario, status) in [
+        (Scenario::Unauthorized, StatusCode::UNAUTHORIZED),
+        (Scenario::Forbidden, StatusCode::FORBIDDEN),
+    ] {
+        if server.scenario == scenario {
+            return Response::builder()
+                .status(status)
+                .header("www-authenticate", "Bearer realm=\"hostile\"")
+                .body(Body::from("no"))
                 .unwrap();
         }
     }
@@ -541,4 +557,34 @@ async fn a_lying_content_length_is_an_error_never_a_truncated_parse() {
         .await
         .unwrap_err();
     assert!(matches!(error, UpstreamError::TooLarge { .. }), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_failure_is_told_in_plain_words() {
+    let (unauthorized, _) = serve(Scenario::Unauthorized, "").await;
+    let (forbidden, _) = serve(Scenario::Forbidden, "").await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    for (url, says) in [
+        (
+            format!("http://{unauthorized}/mcp"),
+            "the server answered 401 Unauthorized",
+        ),
+        (
+            format!("http://{forbidden}/mcp"),
+            "the server answered 403 Forbidden",
+        ),
+        (format!("http://{closed}/mcp"), "the connection was refused"),
+    ] {
+        let error = connect(url.clone(), UpstreamLimits::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(says), "{url}: {error}");
+        for leak in ["rmcp", "Transport", "reqwest", "::"] {
+            assert!(!error.contains(leak), "{leak} in {error}");
+        }
+    }
 }

@@ -171,6 +171,13 @@ fn a_server_that_dies_is_refused_with_its_cause_and_started_again() {
     let refused = call(&server.url, &token, None, None, "local__die", json!({}));
     let env = envelope(&refused);
     assert_eq!(env["code"], "upstream_unavailable", "{refused}");
+    // The caller is told how it ended, in larkgate's words; never the server's own last words.
+    let message = env["message"].as_str().unwrap();
+    assert!(
+        message.contains("the upstream \"local\" is unavailable: the process exited with status 4"),
+        "{message}"
+    );
+    assert!(!message.contains("stdio-peer"), "{message}");
     // Started again after its backoff, and serving.
     let echoed = answer(&call_until_ok(
         &server.url,
