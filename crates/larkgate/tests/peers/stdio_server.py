@@ -6,7 +6,7 @@ Usage: python stdio_server.py [MODE]
 MODE is how it behaves before (or instead of) serving:
 - serve (the default): serves at once;
 - garbage: writes lines that are not JSON-RPC to stdout first, then serves;
-- flood: serves while it writes 100,000 lines to stderr over about two seconds;
+- flood: serves while it writes 100,000 lines to stderr over about ten seconds;
 - exit: writes one line to stderr and exits with status 3;
 - silent: reads its input and never answers.
 
@@ -84,8 +84,8 @@ def main():
 
 def flood():
     line = "stdio-peer: noise " + "n" * 100 + "\n"
-    for _ in range(200):
-        sys.stderr.write(line * 500)
+    for _ in range(1000):
+        sys.stderr.write(line * 100)
         sys.stderr.flush()
         time.sleep(0.01)
 
