@@ -246,16 +246,7 @@ impl ToolHandler for UpstreamTool {
                 .link
                 .down_because()
                 .unwrap_or_else(|| "not connected yet".to_owned());
-            return Err(Refusal::logged(
-                Code::UpstreamUnavailable,
-                format_args!(
-                    "{name}: the upstream {:?} is unavailable: {}",
-                    self.alias,
-                    told(&why)
-                ),
-                &why,
-            )
-            .with_hint(UNAVAILABLE_HINT));
+            return Err(down_refusal(&self.alias, &name, &why));
         };
         let arguments = larkgate_binding::map_to_json(&arguments);
         // The upstream's own spans join this trace: the client sends this span's context.
@@ -285,16 +276,7 @@ impl ToolHandler for UpstreamTool {
                     let why = ended.unwrap_or_else(|| format!("the connection was lost: {error}"));
                     self.link.down(why.clone());
                     if !matches!(error, UpstreamError::TooLarge { .. }) {
-                        return Err(Refusal::logged(
-                            Code::UpstreamUnavailable,
-                            format_args!(
-                                "{name}: the upstream {:?} is unavailable: {}",
-                                self.alias,
-                                told(&why)
-                            ),
-                            &why,
-                        )
-                        .with_hint(UNAVAILABLE_HINT));
+                        return Err(down_refusal(&self.alias, &name, &why));
                     }
                 }
                 return Err(refusal(&self.alias, &name, error));
@@ -362,6 +344,20 @@ pub fn told(why: &str) -> &str {
     } else {
         "it cannot be reached"
     }
+}
+
+/// The refusal of a call to `name` while upstream `alias` is down for `why`: the cause as
+/// [`told`] to the caller, the whole of it in the log.
+fn down_refusal(alias: &str, name: &str, why: &str) -> Refusal {
+    Refusal::logged(
+        Code::UpstreamUnavailable,
+        format_args!(
+            "{name}: the upstream {alias:?} is unavailable: {}",
+            told(why)
+        ),
+        why,
+    )
+    .with_hint(UNAVAILABLE_HINT)
 }
 
 /// What a caller of a down upstream is told to expect.
