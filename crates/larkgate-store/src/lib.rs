@@ -19,7 +19,7 @@ mod sqlite;
 pub use model::{
     Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, CallChain, Draft,
     ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
-    TokenRecord, ToolPin, UpstreamRecord,
+    TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -203,6 +203,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn pins(&self, alias: &str) -> Result<Vec<ToolPin>>;
     /// Saves pins (inserting or replacing each by alias and tool) in one transaction.
     async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()>;
+    /// A number that moves whenever a stored upstream or a pin is saved or removed (by any
+    /// process): a running gateway compares it to notice changes made beside it.
+    async fn upstreams_revision(&self) -> Result<i64>;
+    /// Replaces the running gateway's view of its upstreams (each status as JSON).
+    async fn save_upstream_statuses(&self, statuses: Vec<UpstreamStatusRecord>) -> Result<()>;
+    /// The running gateway's view of its upstreams, by alias.
+    async fn upstream_statuses(&self) -> Result<Vec<UpstreamStatusRecord>>;
 
     // ---- tokens ----
 

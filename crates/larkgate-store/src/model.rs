@@ -379,6 +379,17 @@ pub struct UpstreamRecord {
     pub added_at_ms: i64,
 }
 
+/// How a running gateway last saw one of its upstreams.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamStatusRecord {
+    /// The upstream's alias.
+    pub alias: String,
+    /// Its status, as JSON (the upstream crate owns the format).
+    pub status: String,
+    /// When the gateway saved it (Unix ms).
+    pub updated_at_ms: i64,
+}
+
 /// Whether a pinned tool may be used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

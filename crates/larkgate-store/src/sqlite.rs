@@ -28,6 +28,7 @@ use rusqlite::{Connection, params};
 use crate::{
     Approval, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit,
     Principal, Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord,
+    UpstreamStatusRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -345,6 +346,19 @@ impl Store for SqliteStore {
 
     async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()> {
         self.with(move |c| upstreams::save_pins(c, &pins)).await
+    }
+
+    async fn upstreams_revision(&self) -> Result<i64> {
+        self.with(upstreams::revision).await
+    }
+
+    async fn save_upstream_statuses(&self, statuses: Vec<UpstreamStatusRecord>) -> Result<()> {
+        self.with(move |c| upstreams::save_statuses(c, &statuses))
+            .await
+    }
+
+    async fn upstream_statuses(&self) -> Result<Vec<UpstreamStatusRecord>> {
+        self.with(upstreams::statuses).await
     }
 
     async fn add_token(&self, token: TokenRecord) -> Result<()> {

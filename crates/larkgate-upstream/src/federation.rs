@@ -1,20 +1,21 @@
 //! Keeping upstreams federated: connect at start (an upstream that is down does not stop
-//! larkgate: its tools are absent and the reason is kept), check every listing against the
-//! pins, publish the usable tools into the platform's tool table, reconnect with backoff (a
-//! command-launched server that exits is started again the same way), and refresh on
-//! `notifications/tools/list_changed`.
+//! larkgate: the reason is kept, and its approved tools are listed from their pins, answering
+//! `upstream_unavailable` with that reason), check every listing against the pins, publish the
+//! usable tools into the platform's tool table, reconnect with backoff (a command-launched
+//! server that exits is started again the same way), refresh on
+//! `notifications/tools/list_changed`, and follow the store, where `larkgate upstream add |
+//! remove | review` change upstreams and pins beside a running gateway.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use larkgate_binding::Limits;
 use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditEntry, EventKind};
 use larkgate_platform::registry::prefixed_name;
-use larkgate_store::AuditKind;
-use larkgate_store::now_ms;
-use serde::Serialize;
+use larkgate_store::{AuditKind, PinStatus, UpstreamStatusRecord, now_ms};
+use serde::{Deserialize, Serialize};
 
 use crate::client::UpstreamClient;
 use crate::config::UpstreamConfig;
@@ -26,7 +27,7 @@ use crate::tools::{Link, adopt, handlers};
 pub const FEDERATION_PRINCIPAL: &str = "larkgate";
 
 /// How an upstream stands.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpstreamStatus {
     /// Its alias.
     pub alias: String,
@@ -40,7 +41,8 @@ pub struct UpstreamStatus {
     pub server: Option<String>,
     /// The negotiated protocol revision.
     pub protocol: Option<String>,
-    /// Tools federated.
+    /// Tools federated (while it is down: those listed from their approved pins, which answer
+    /// `upstream_unavailable`).
     pub tools: usize,
     /// Tools held back until reviewed.
     pub quarantined: Vec<String>,
@@ -49,17 +51,72 @@ pub struct UpstreamStatus {
     /// Tools dropped for their names, each with why (listed twice, a mapped name another tool
     /// has, empty or too long).
     pub invalid: Vec<String>,
+    /// Whether it was added at run time (`larkgate upstream add`), so `upstream remove` can
+    /// remove it; the others come from the configuration file.
+    #[serde(default)]
+    pub added: bool,
 }
 
 /// One federated upstream.
 #[derive(Debug)]
 pub struct Upstream {
     config: UpstreamConfig,
+    /// Added at run time (stored), rather than from the configuration file.
+    added: bool,
     link: Arc<Link>,
     status: Mutex<UpstreamStatus>,
+    /// The last listing it served in this process (checked against the pins again when they
+    /// change, without asking the server).
+    listing: Mutex<Option<Listing>>,
+    retry: Mutex<Retry>,
+}
+
+/// A listing as the server gave it, names made distinct.
+#[derive(Clone, Debug)]
+struct Listing {
+    tools: Vec<rmcp::model::Tool>,
+    repeated: Vec<(String, String)>,
+}
+
+/// When a down upstream is tried again.
+#[derive(Debug)]
+struct Retry {
+    backoff: Duration,
+    next_try: tokio::time::Instant,
+}
+
+impl Retry {
+    fn new() -> Self {
+        Retry {
+            backoff: Duration::from_secs(1),
+            next_try: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Waits the backoff before the next try, and doubles it (up to 5 minutes).
+    fn later(&mut self) {
+        self.next_try = tokio::time::Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(300));
+    }
 }
 
 impl Upstream {
+    fn new(config: UpstreamConfig, added: bool) -> Arc<Self> {
+        Arc::new(Upstream {
+            status: Mutex::new(UpstreamStatus {
+                alias: config.alias.clone(),
+                url: config.target(),
+                added,
+                ..UpstreamStatus::default()
+            }),
+            config,
+            added,
+            link: Link::new(),
+            listing: Mutex::new(None),
+            retry: Mutex::new(Retry::new()),
+        })
+    }
+
     /// Its configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.config
@@ -67,6 +124,10 @@ impl Upstream {
 
     /// Marks it down, for `why`: its tools answer `upstream_unavailable` until it is back.
     fn down(&self, why: String) {
+        let why = match why.strip_prefix("the upstream is unavailable: ") {
+            Some(cause) => cause.to_owned(),
+            None => why,
+        };
         self.link.down(why.clone());
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.connected = false;
@@ -80,28 +141,46 @@ impl Upstream {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    fn listing(&self) -> Option<Listing> {
+        self.listing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn retry(&self) -> std::sync::MutexGuard<'_, Retry> {
+        self.retry.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
-/// Every upstream of one larkgate process.
+/// Every upstream of one larkgate process: those of the configuration file, and those added
+/// at run time (kept in the store, where `larkgate upstream add | remove | review` change them,
+/// beside a running gateway too: [`Federation::sync`] follows the store).
 pub struct Federation {
     platform: Platform,
     resolver: Arc<dyn Resolve>,
     listen: Option<SocketAddr>,
-    upstreams: Vec<Arc<Upstream>>,
+    upstreams: RwLock<Vec<Arc<Upstream>>>,
+    /// The store's upstream revision last followed.
+    revision: Mutex<Option<i64>>,
+    /// One [`Federation::sync`] at a time.
+    syncing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Federation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Federation")
-            .field("upstreams", &self.upstreams)
+            .field("upstreams", &self.upstreams())
             .finish_non_exhaustive()
     }
 }
 
 impl Federation {
-    /// Connects every upstream (concurrently). Fails only on configuration errors — a bad
-    /// alias, two upstreams with one alias, a tool name colliding with another tool; an
-    /// upstream that cannot be reached is recorded as down.
+    /// Connects every upstream of `configs` (the configuration file's) and every one added at
+    /// run time (the store's), concurrently. Fails only on configuration errors — a bad alias,
+    /// two upstreams with one alias, a tool name colliding with another tool; an upstream that
+    /// cannot be reached is recorded as down (its approved tools listed from their pins).
     pub async fn start(
         platform: &Platform,
         configs: Vec<UpstreamConfig>,
@@ -129,28 +208,21 @@ impl Federation {
                 );
             }
         }
-        let upstreams = configs
-            .into_iter()
-            .map(|config| {
-                Arc::new(Upstream {
-                    status: Mutex::new(UpstreamStatus {
-                        alias: config.alias.clone(),
-                        url: config.target(),
-                        ..UpstreamStatus::default()
-                    }),
-                    config,
-                    link: Link::new(),
-                })
-            })
-            .collect();
         let federation = Arc::new(Federation {
             platform: platform.clone(),
             resolver,
             listen,
-            upstreams,
+            upstreams: RwLock::new(
+                configs
+                    .into_iter()
+                    .map(|config| Upstream::new(config, false))
+                    .collect(),
+            ),
+            revision: Mutex::new(None),
+            syncing: tokio::sync::Mutex::new(()),
         });
-        let attempts = federation
-            .upstreams
+        let upstreams = federation.upstreams();
+        let attempts = upstreams
             .iter()
             .map(|upstream| federation.connect(upstream));
         for result in futures::future::join_all(attempts).await {
@@ -158,21 +230,147 @@ impl Federation {
                 return Err(message);
             }
         }
+        federation.sync().await?;
         Ok(federation)
     }
 
     /// Every upstream.
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.upstreams
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// One upstream by alias.
-    pub fn upstream(&self, alias: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.iter().find(|u| u.config.alias == alias)
+    pub fn upstream(&self, alias: &str) -> Option<Arc<Upstream>> {
+        self.upstreams()
+            .into_iter()
+            .find(|u| u.config.alias == alias)
+    }
+
+    /// Follows the store: starts the upstreams added since the last time, stops those removed
+    /// (their tools leave the listing and a command-launched server is stopped), and checks
+    /// every listing against the pins again, so that a tool approved with `larkgate upstream
+    /// review --approve` is served at once. Does nothing when the store's upstream revision has
+    /// not moved. Clients are told of every change to the listing
+    /// (`notifications/tools/list_changed`). Fails only when the store cannot be read.
+    pub async fn sync(&self) -> Result<(), String> {
+        let _one = self.syncing.lock().await;
+        let store = &self.platform.services().store;
+        let revision = store
+            .upstreams_revision()
+            .await
+            .map_err(|e| format!("the stored upstreams cannot be read: {e}"))?;
+        if *self.revision.lock().unwrap_or_else(|p| p.into_inner()) == Some(revision) {
+            return Ok(());
+        }
+        let records = store
+            .upstreams()
+            .await
+            .map_err(|e| format!("the stored upstreams cannot be read: {e}"))?;
+        let mut wanted = Vec::new();
+        for record in records {
+            match serde_json::from_str::<UpstreamConfig>(&record.config) {
+                Ok(config) if config.alias == record.alias => wanted.push(config),
+                Ok(_) | Err(_) => tracing::error!(
+                    alias = %record.alias,
+                    "the stored upstream's configuration cannot be read; remove it with \
+                     `larkgate upstream remove` and add it again"
+                ),
+            }
+        }
+        // Removed (or changed: stopped here and started again below).
+        for upstream in self.upstreams() {
+            let kept = !upstream.added || wanted.iter().any(|config| *config == upstream.config);
+            if !kept {
+                self.stop(&upstream).await;
+            }
+        }
+        // Added.
+        let mut started = Vec::new();
+        for config in wanted {
+            if let Some(running) = self.upstream(&config.alias) {
+                if !running.added {
+                    tracing::error!(
+                        alias = %config.alias,
+                        "an upstream added at run time has the alias of one in the \
+                         configuration file, which is used; remove one of them"
+                    );
+                }
+                continue;
+            }
+            let alias = config.alias.clone();
+            let allowed = config
+                .validate()
+                .and_then(|()| self.platform.registry().check_alias(&alias));
+            if let Err(why) = allowed {
+                tracing::error!(%alias, %why, "a stored upstream cannot be federated");
+                continue;
+            }
+            let upstream = Upstream::new(config, true);
+            self.upstreams
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Arc::clone(&upstream));
+            tracing::info!(%alias, "an upstream was added; connecting");
+            started.push(upstream);
+        }
+        let attempts = started.iter().map(|upstream| self.connect(upstream));
+        for result in futures::future::join_all(attempts).await {
+            if let Err(Fatal(e)) = result {
+                tracing::error!(%e, "an added upstream's tools were not published");
+            }
+        }
+        // Pins that changed: every other upstream's listing checked again.
+        for upstream in self.upstreams() {
+            if started.iter().any(|s| Arc::ptr_eq(s, &upstream)) {
+                continue;
+            }
+            let result = match (upstream.link.client(), upstream.listing()) {
+                (Some(client), Some(listing)) => self.publish(&upstream, &client, listing).await,
+                (None, _) => self.publish_pinned(&upstream).await,
+                (Some(_), None) => Ok(()),
+            };
+            if let Err(Fatal(e)) = result {
+                tracing::error!(alias = %upstream.config.alias, %e, "an upstream's tools were not published");
+            }
+        }
+        // Changes this made (pins saved) move the revision again; the next pass finds nothing
+        // to do, so it need not be read here, where it could hide a change made meanwhile.
+        *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = Some(revision);
+        Ok(())
+    }
+
+    /// Stops a removed upstream: its tools leave the listing, its connection is closed.
+    async fn stop(&self, upstream: &Arc<Upstream>) {
+        let alias = upstream.config.alias.clone();
+        self.upstreams
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|u| !Arc::ptr_eq(u, upstream));
+        if let Err(e) = self
+            .platform
+            .tool_table()
+            .replace_upstream(&alias, Vec::new())
+        {
+            tracing::error!(%alias, %e, "a removed upstream's tools could not be withdrawn");
+        }
+        let client = upstream.link.client();
+        upstream.down("the upstream was removed".to_owned());
+        if let Some(client) = client
+            && let Ok(client) = Arc::try_unwrap(client)
+        {
+            client.close().await;
+        }
+        // A call still in flight holds the client; the last one to finish drops it, which
+        // stops a command-launched server's process group.
+        tracing::info!(%alias, "an upstream was removed");
     }
 
     /// Connects (or reconnects) one upstream and publishes its tools. A connection failure
-    /// marks it down; only a tool-name collision is fatal.
+    /// marks it down (at the first try, its approved tools are listed from their pins); only
+    /// a tool-name collision is fatal.
     async fn connect(&self, upstream: &Upstream) -> Result<(), Fatal> {
         let config = &upstream.config;
         let result = config
@@ -184,6 +382,9 @@ impl Federation {
             Err(why) => {
                 tracing::warn!(alias = %config.alias, %why, "an upstream is down");
                 upstream.down(why);
+                if upstream.listing().is_none() {
+                    self.publish_pinned(upstream).await?;
+                }
                 Ok(())
             }
         }
@@ -191,16 +392,32 @@ impl Federation {
 
     /// Lists `client`'s tools, checks them against the pins, and publishes the usable ones.
     async fn refresh(&self, upstream: &Upstream, client: Arc<UpstreamClient>) -> Result<(), Fatal> {
-        let config = &upstream.config;
-        let alias = config.alias.as_str();
-        let (tools, repeated) = match client.list_tools().await {
-            Ok(tools) => crate::tools::distinct(tools),
+        let listing = match client.list_tools().await {
+            Ok(tools) => {
+                let (tools, repeated) = crate::tools::distinct(tools);
+                Listing { tools, repeated }
+            }
             Err(e) => {
                 upstream.down(format!("its tools could not be listed: {e}"));
                 return Ok(());
             }
         };
-        let checked = check_and_pin(&self.platform, alias, config.approval, &tools)
+        *upstream.listing.lock().unwrap_or_else(|p| p.into_inner()) = Some(listing.clone());
+        self.publish(upstream, &client, listing).await?;
+        upstream.link.connected(client);
+        Ok(())
+    }
+
+    /// Checks `listing` against the pins and publishes the usable tools.
+    async fn publish(
+        &self,
+        upstream: &Upstream,
+        client: &UpstreamClient,
+        listing: Listing,
+    ) -> Result<(), Fatal> {
+        let config = &upstream.config;
+        let alias = config.alias.as_str();
+        let checked = check_and_pin(&self.platform, alias, config.approval, &listing.tools)
             .await
             .map_err(Fatal)?;
         let adoption = adopt(alias, &checked.usable, config.approval);
@@ -222,67 +439,145 @@ impl Federation {
         status.tools = count;
         status.quarantined = checked.quarantined;
         status.dropped = client.dropped_tools();
-        status.invalid = repeated
+        status.invalid = listing
+            .repeated
             .into_iter()
             .chain(adoption.invalid)
             .map(|(name, why)| format!("{name} ({why})"))
             .collect();
-        drop(status);
-        upstream.link.connected(client);
+        Ok(())
+    }
+
+    /// Lists a down upstream's approved tools from their pins (the definitions an operator
+    /// accepted), so that they answer `upstream_unavailable` with the cause rather than
+    /// `not_found` like a name nobody knows.
+    async fn publish_pinned(&self, upstream: &Upstream) -> Result<(), Fatal> {
+        let config = &upstream.config;
+        let alias = config.alias.as_str();
+        let pins = match self.platform.services().store.pins(alias).await {
+            Ok(pins) => pins,
+            Err(e) => {
+                tracing::warn!(alias, %e, "a down upstream's pins could not be read");
+                return Ok(());
+            }
+        };
+        let tools: Vec<rmcp::model::Tool> = pins
+            .iter()
+            .filter(|pin| pin.status == PinStatus::Approved && !pin.definition.is_empty())
+            .filter_map(|pin| serde_json::from_str(&pin.definition).ok())
+            .collect();
+        let adoption = adopt(alias, &tools, config.approval);
+        let count = adoption.specs.len();
+        self.platform
+            .tool_table()
+            .replace_upstream(
+                alias,
+                handlers(adoption.specs, &upstream.link, Limits::default()),
+            )
+            .map_err(|e| Fatal(format!("upstream {alias:?}: {e}")))?;
+        upstream
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tools = count;
         Ok(())
     }
 
     /// Keeps upstreams connected and fresh until the returned task is aborted: a down upstream
     /// is retried with exponential backoff (1 s doubling to 5 min), a connected one is pinged
-    /// and re-listed when it says its tools changed.
-    pub fn maintain(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+    /// and re-listed when it says its tools changed; the store is followed every second
+    /// ([`Federation::sync`]), and how each upstream stands is saved there for `larkgate
+    /// upstream list` beside this process.
+    ///
+    /// How each upstream stands is saved once before this returns, so that `upstream list`
+    /// beside a gateway that has just started shows this start's view.
+    pub async fn maintain(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let federation = Arc::clone(self);
+        let statuses: Vec<UpstreamStatus> = self.upstreams().iter().map(|u| u.status()).collect();
+        let mut saved = self.save_statuses(&statuses).await.then_some(statuses);
         tokio::spawn(async move {
-            let mut backoff: Vec<Duration> =
-                vec![Duration::from_secs(1); federation.upstreams.len()];
-            let mut next_try: Vec<tokio::time::Instant> =
-                vec![tokio::time::Instant::now(); federation.upstreams.len()];
+            let mut tick = 0u64;
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
-                for (i, upstream) in federation.upstreams.iter().enumerate() {
-                    match upstream.link.client() {
-                        // The connection ended (a command-launched server exited): down, and
-                        // started again after the backoff.
-                        Some(client) if client.is_closed() => {
-                            let why = client
-                                .process_ended()
-                                .unwrap_or_else(|| "the connection was lost".to_owned());
-                            tracing::warn!(alias = %upstream.config.alias, %why, "an upstream went down");
-                            upstream.down(why);
-                            drop(client);
-                            next_try[i] = tokio::time::Instant::now() + backoff[i];
-                            backoff[i] = (backoff[i] * 2).min(Duration::from_secs(300));
-                        }
-                        Some(client) if client.tools_changed() => {
-                            if let Err(Fatal(e)) = federation.refresh(upstream, client).await {
-                                tracing::error!(%e, "an upstream's new tools were not published");
-                            }
-                        }
-                        Some(_) => backoff[i] = Duration::from_secs(1),
-                        None if tokio::time::Instant::now() >= next_try[i] => {
-                            if let Err(Fatal(e)) = federation.connect(upstream).await {
-                                tracing::error!(%e, "an upstream's tools were not published");
-                            }
-                            if upstream.link.client().is_none() {
-                                next_try[i] = tokio::time::Instant::now() + backoff[i];
-                                backoff[i] = (backoff[i] * 2).min(Duration::from_secs(300));
-                            }
-                        }
-                        None => {}
-                    }
+                tick += 1;
+                if tick.is_multiple_of(2)
+                    && let Err(e) = federation.sync().await
+                {
+                    tracing::warn!(%e, "upstream changes could not be followed");
+                }
+                for upstream in federation.upstreams() {
+                    federation.tend(&upstream).await;
+                }
+                let statuses: Vec<UpstreamStatus> =
+                    federation.upstreams().iter().map(|u| u.status()).collect();
+                if saved.as_ref() != Some(&statuses) && federation.save_statuses(&statuses).await {
+                    saved = Some(statuses);
                 }
             }
         })
     }
 
+    /// One upstream's turn in [`Federation::maintain`].
+    async fn tend(&self, upstream: &Arc<Upstream>) {
+        match upstream.link.client() {
+            // The connection ended (a command-launched server exited): down, and started
+            // again after the backoff.
+            Some(client) if client.is_closed() => {
+                let why = client
+                    .process_ended()
+                    .unwrap_or_else(|| "the connection was lost".to_owned());
+                tracing::warn!(alias = %upstream.config.alias, %why, "an upstream went down");
+                upstream.down(why);
+                drop(client);
+                upstream.retry().later();
+            }
+            Some(client) if client.tools_changed() => {
+                if let Err(Fatal(e)) = self.refresh(upstream, client).await {
+                    tracing::error!(%e, "an upstream's new tools were not published");
+                }
+            }
+            Some(_) => upstream.retry().backoff = Duration::from_secs(1),
+            None if tokio::time::Instant::now() >= upstream.retry().next_try => {
+                if let Err(Fatal(e)) = self.connect(upstream).await {
+                    tracing::error!(%e, "an upstream's tools were not published");
+                }
+                if upstream.link.client().is_none() {
+                    upstream.retry().later();
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Saves `statuses` in the store; whether that worked.
+    async fn save_statuses(&self, statuses: &[UpstreamStatus]) -> bool {
+        let at = now_ms();
+        let records = statuses
+            .iter()
+            .map(|status| UpstreamStatusRecord {
+                alias: status.alias.clone(),
+                status: serde_json::to_string(status).unwrap_or_default(),
+                updated_at_ms: at,
+            })
+            .collect();
+        match self
+            .platform
+            .services()
+            .store
+            .save_upstream_statuses(records)
+            .await
+        {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(%e, "the upstreams' statuses could not be saved");
+                false
+            }
+        }
+    }
+
     /// Closes every connection.
     pub async fn close(&self) {
-        for upstream in &self.upstreams {
+        for upstream in self.upstreams() {
             if let Some(client) = upstream.link.client() {
                 upstream.link.down("larkgate is shutting down".into());
                 if let Ok(client) = Arc::try_unwrap(client) {
@@ -352,10 +647,11 @@ pub fn audit_pin(
         )),
         ..Default::default()
     };
+    // An event (not `append`): from a command beside a running gateway, it is forwarded to
+    // the gateway, which owns the chain.
     platform
         .services()
         .audit
-        .append(entry)
-        .map(|_| ())
+        .record_event(entry)
         .map_err(|e| format!("the audit log could not be written: {e}"))
 }

@@ -204,6 +204,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 | Command::Approvals(_)
                 | Command::Audit(_)
                 | Command::Runs(_)
+                | Command::Upstream(_)
         );
         if operator {
             let context = context::StoreContext::open(&options).await?;
@@ -212,6 +213,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Principal(command) => principal::run(command, &context, out).await,
                 Command::Approvals(command) => approvals::run(command, &context, out).await,
                 Command::Runs(command) => runs::run(command, &context, out).await,
+                Command::Upstream(command) => upstream::run(command, &context, out).await,
                 Command::Audit(command) => {
                     audit::note_running_owner(&context);
                     audit::run(command, context.store.as_ref(), out).await
@@ -241,11 +243,11 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 | Command::Principal(_)
                 | Command::Approvals(_)
                 | Command::Runs(_)
+                | Command::Upstream(_)
                 | Command::Audit(_) => Ok(()),
                 Command::Call(args) => call::run(args, &context, out).await,
                 Command::Run(args) => run::run(args, &context, out).await,
                 Command::Script(command) => script::run(command, &context, out).await,
-                Command::Upstream(command) => upstream::run(command, &context, out).await,
                 Command::Serve(args) => serve::run(args, &context, out).await,
                 Command::Stdio(args) => stdio::run(args, &context).await,
             }

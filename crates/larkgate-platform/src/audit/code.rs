@@ -51,11 +51,15 @@ pub enum EventKind {
     UnreadableForwardedEntry,
     /// A request was refused for its credential (recorded as a bounded sample).
     AuthenticationFailed,
+    /// An admin added an upstream at run time (`larkgate upstream add`).
+    UpstreamAdded,
+    /// An admin removed an upstream added at run time, and its pins.
+    UpstreamRemoved,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -69,6 +73,8 @@ impl EventKind {
         EventKind::ToolApproved,
         EventKind::UnreadableForwardedEntry,
         EventKind::AuthenticationFailed,
+        EventKind::UpstreamAdded,
+        EventKind::UpstreamRemoved,
     ];
 
     /// The name recorded in the chain.
@@ -87,6 +93,8 @@ impl EventKind {
             EventKind::ToolApproved => "tool_approved",
             EventKind::UnreadableForwardedEntry => "unreadable_forwarded_entry",
             EventKind::AuthenticationFailed => "authentication_failed",
+            EventKind::UpstreamAdded => "upstream_added",
+            EventKind::UpstreamRemoved => "upstream_removed",
         }
     }
 }

@@ -140,6 +140,31 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
     CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
         WHERE status = 'pending';",
+    // 8: a revision of the upstreams and their pins, moved by every change to either (so a
+    // running `larkgate serve` notices an upstream added, removed or approved beside it), and
+    // how the running gateway last saw each upstream (for `larkgate upstream list` beside it).
+    "CREATE TABLE upstream_revision (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        revision INTEGER NOT NULL
+    ) STRICT;
+    INSERT INTO upstream_revision (id, revision) VALUES (1, 0);
+    CREATE TRIGGER upstreams_inserted AFTER INSERT ON upstreams
+        BEGIN UPDATE upstream_revision SET revision = revision + 1; END;
+    CREATE TRIGGER upstreams_updated AFTER UPDATE ON upstreams
+        BEGIN UPDATE upstream_revision SET revision = revision + 1; END;
+    CREATE TRIGGER upstreams_deleted AFTER DELETE ON upstreams
+        BEGIN UPDATE upstream_revision SET revision = revision + 1; END;
+    CREATE TRIGGER upstream_pins_inserted AFTER INSERT ON upstream_pins
+        BEGIN UPDATE upstream_revision SET revision = revision + 1; END;
+    CREATE TRIGGER upstream_pins_updated AFTER UPDATE ON upstream_pins
+        BEGIN UPDATE upstream_revision SET revision = revision + 1; END;
+    CREATE TRIGGER upstream_pins_deleted AFTER DELETE ON upstream_pins
+        BEGIN UPDATE upstream_revision SET revision = revision + 1; END;
+    CREATE TABLE upstream_status (
+        alias TEXT PRIMARY KEY,
+        status TEXT NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    ) STRICT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

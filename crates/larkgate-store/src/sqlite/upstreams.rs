@@ -2,7 +2,7 @@
 
 use rusqlite::{Connection, Row, TransactionBehavior, params};
 
-use crate::{PinStatus, Result, ToolPin, UpstreamRecord};
+use crate::{PinStatus, Result, ToolPin, UpstreamRecord, UpstreamStatusRecord};
 
 pub(super) fn upstream_from_row(row: &Row<'_>) -> rusqlite::Result<UpstreamRecord> {
     Ok(UpstreamRecord {
@@ -96,5 +96,41 @@ pub(super) fn pins(c: &mut Connection, alias: &str) -> Result<Vec<ToolPin>> {
         PIN_COLUMNS
     ))?;
     let rows = statement.query_map(params![alias], pin_from_row)?;
+    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+pub(super) fn revision(c: &mut Connection) -> Result<i64> {
+    Ok(c.query_row(
+        "SELECT revision FROM upstream_revision WHERE id = 1",
+        [],
+        |row| row.get(0),
+    )?)
+}
+
+pub(super) fn save_statuses(c: &mut Connection, statuses: &[UpstreamStatusRecord]) -> Result<()> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute("DELETE FROM upstream_status", [])?;
+    {
+        let mut statement = tx.prepare(
+            "INSERT INTO upstream_status (alias, status, updated_at_ms) VALUES (?1, ?2, ?3)",
+        )?;
+        for status in statuses {
+            statement.execute(params![status.alias, status.status, status.updated_at_ms])?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+pub(super) fn statuses(c: &mut Connection) -> Result<Vec<UpstreamStatusRecord>> {
+    let mut statement =
+        c.prepare("SELECT alias, status, updated_at_ms FROM upstream_status ORDER BY alias")?;
+    let rows = statement.query_map([], |row| {
+        Ok(UpstreamStatusRecord {
+            alias: row.get(0)?,
+            status: row.get(1)?,
+            updated_at_ms: row.get(2)?,
+        })
+    })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
 }

@@ -78,6 +78,10 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, status);
          CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash)
              WHERE status = 'pending';
+         DROP TRIGGER upstreams_inserted; DROP TRIGGER upstreams_updated;
+         DROP TRIGGER upstreams_deleted; DROP TRIGGER upstream_pins_inserted;
+         DROP TRIGGER upstream_pins_updated; DROP TRIGGER upstream_pins_deleted;
+         DROP TABLE upstream_revision; DROP TABLE upstream_status;
          PRAGMA user_version = 6;",
     )
     .unwrap();

@@ -62,3 +62,52 @@ async fn upstreams_and_pins_persist_and_go_together() {
     assert!(store.pins("weather").await.unwrap().is_empty());
     assert!(!store.remove_upstream("weather").await.unwrap());
 }
+
+#[tokio::test]
+async fn every_change_to_upstreams_or_pins_moves_the_revision_another_process_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two handles on one directory, as `larkgate upstream ...` beside a running `serve`.
+    let cli = SqliteStore::open(dir.path()).unwrap();
+    let gateway = SqliteStore::open(dir.path()).unwrap();
+    let mut seen = gateway.upstreams_revision().await.unwrap();
+    let mut moved = async |what: &str| {
+        let now = gateway.upstreams_revision().await.unwrap();
+        assert!(now > seen, "{what} did not move the revision");
+        seen = now;
+    };
+    cli.save_upstream(UpstreamRecord {
+        alias: "weather".into(),
+        config: "{}".into(),
+        added_by: "operator".into(),
+        added_at_ms: 5,
+    })
+    .await
+    .unwrap();
+    moved("adding an upstream").await;
+    cli.save_pins(vec![pin("forecast", PinStatus::Quarantined)])
+        .await
+        .unwrap();
+    moved("a new pin").await;
+    cli.save_pins(vec![pin("forecast", PinStatus::Approved)])
+        .await
+        .unwrap();
+    moved("approving a pin").await;
+    cli.remove_upstream("weather").await.unwrap();
+    moved("removing the upstream").await;
+    // Nothing else moves it: statuses are the gateway's own writes.
+    gateway
+        .save_upstream_statuses(vec![larkgate_store::UpstreamStatusRecord {
+            alias: "weather".into(),
+            status: "{\"connected\":false}".into(),
+            updated_at_ms: 9,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(gateway.upstreams_revision().await.unwrap(), seen);
+    let statuses = cli.upstream_statuses().await.unwrap();
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].status, "{\"connected\":false}");
+    // A new set replaces the old one whole.
+    gateway.save_upstream_statuses(Vec::new()).await.unwrap();
+    assert!(cli.upstream_statuses().await.unwrap().is_empty());
+}

@@ -494,7 +494,7 @@ async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
     assert!(status.down_because.is_some());
     assert!(platform.registry().get("late__t0").is_none());
 
-    let maintenance = federation.maintain();
+    let maintenance = federation.maintain().await;
     crate::hostile::serve_on(
         tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
@@ -530,7 +530,7 @@ async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
     let federation = Federation::start(&platform, vec![config], Arc::new(SystemResolver), None)
         .await
         .unwrap();
-    let maintenance = federation.maintain();
+    let maintenance = federation.maintain().await;
     assert!(platform.registry().get("weather__extra").is_none());
     let agent = principal("agent-1", &["agent"]);
     let run = RunContext {

@@ -1,12 +1,14 @@
 """The baseline of larkgate's serve benchmark: the official MCP Python SDK's server with one
 trivial tool, `clock_now`, answering what larkgate's built-in `clock_now` answers.
 
-Usage: python noop_server.py   (binds 127.0.0.1 on a free port, prints the port, serves /mcp)
+Usage: python noop_server.py          (binds 127.0.0.1 on a free port, prints the port, serves /mcp)
+       python noop_server.py stdio    (serves over standard input and output)
 """
 
 import asyncio
 import datetime
 import socket
+import sys
 import time
 
 import uvicorn
@@ -31,6 +33,9 @@ def clock_now() -> Now:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["stdio"]:
+        server.run("stdio")
+        return
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

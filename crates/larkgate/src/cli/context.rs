@@ -1,6 +1,6 @@
 //! What store-backed commands open. The operator's commands (tokens, principals, approvals,
-//! run records, the audit log) open a [`StoreContext`] and work beside a running `larkgate
-//! serve`; the rest open a [`Context`]: also the audit log itself, the platform, federation and
+//! run records, the audit log, upstreams) open a [`StoreContext`] and work beside a running
+//! `larkgate serve`; the rest open a [`Context`]: also the audit log itself, the platform, federation and
 //! scripts, so they need the audit log free.
 
 use std::path::PathBuf;
@@ -15,7 +15,6 @@ use larkgate_platform::audit::{
 use larkgate_script::{WorkerCommand, WorkerPool};
 use larkgate_store::{AuditKind, Principal, PrincipalKind, SqliteStore, Store};
 use larkgate_upstream::SystemResolver;
-use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::federation::Federation;
 
 use crate::config::Config;
@@ -169,7 +168,7 @@ impl Context {
                 "another larkgate process (a running `serve` or `stdio`) owns the audit log in {}, \
                  and this command records calls on it: stop that process first, or do this \
                  through it over MCP (`larkgate client call TOOL ...`); the token, principal, \
-                 approvals, audit and runs commands work beside it",
+                 approvals, audit, runs and upstream commands work beside it",
                 data_dir.display()
             );
         };
@@ -180,17 +179,14 @@ impl Context {
             .policy(config.policy)
             .record_arguments(config.audit.record_arguments)
             .build();
-        let mut upstreams = config.upstreams;
-        for record in store.upstreams().await? {
-            let stored: UpstreamConfig =
-                serde_json::from_str(&record.config).with_context(|| {
-                    format!("the stored upstream {:?} cannot be read", record.alias)
-                })?;
-            upstreams.push(stored);
-        }
-        let federation = Federation::start(&platform, upstreams, Arc::new(SystemResolver), listen)
-            .await
-            .map_err(anyhow::Error::msg)?;
+        let federation = Federation::start(
+            &platform,
+            config.upstreams,
+            Arc::new(SystemResolver),
+            listen,
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
         let command = WorkerCommand {
             address_space: config.scripts.address_space(),
             ..WorkerCommand::current_exe()?

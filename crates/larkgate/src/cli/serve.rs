@@ -178,7 +178,7 @@ pub(crate) async fn run(
     let public_url = server.public_mcp_url(listen);
     let policy = server.address_policy(listen).map_err(anyhow::Error::msg)?;
     bootstrap(context, &public_url, out).await?;
-    let maintenance = context.federation.maintain();
+    let maintenance = context.federation.maintain().await;
 
     let config = http::mcp_config(&server.allowed_origins);
     let cancel = config.cancellation_token.clone();

@@ -53,7 +53,7 @@ pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
     // Refused at start, so a client with a bad token gets no session at all; after that the
     // token is checked again at every request.
     principal(context.store.as_ref(), &token).await?;
-    let maintenance = context.federation.maintain();
+    let maintenance = context.federation.maintain().await;
     let handler = PlatformServer::per_token(context.platform.clone(), &token, "stdio");
     let server = observed(handler, context.server.access_log)
         .serve(rmcp::transport::stdio())

@@ -2,24 +2,35 @@
 //!
 //! Upstreams come from the configuration file (`[[upstreams]]`) and from `upstream add`, which
 //! connects, lists the server's tools and reports them before it saves anything. Changing
-//! upstreams and approving changed tools is for admins.
+//! upstreams and approving changed tools is for admins, and is an audit event.
+//!
+//! These commands work beside a running `larkgate serve` (or `stdio`) on the same data
+//! directory: they change the store — the upstreams added at run time and the pins — and the
+//! running gateway follows it within a second (see
+//! [`larkgate_upstream::federation::Federation::sync`]): an added upstream is connected and
+//! its tools listed, a removed one's tools leave the listing and its server is stopped, an
+//! approved tool is served, and its clients are told the listing changed. Their audit events
+//! are forwarded to the running gateway, which owns the chain. `upstream list` beside it shows
+//! the upstreams as the gateway sees them (it saves how each stands in the store); without a
+//! running gateway, it connects to each itself.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
+use larkgate_platform::Platform;
 use larkgate_platform::audit::EventKind;
 use larkgate_store::now_ms;
 use larkgate_store::{PinStatus, Store, UpstreamRecord};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
 use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
-use larkgate_upstream::federation::{audit_pin, check_and_pin};
+use larkgate_upstream::federation::{Federation, UpstreamStatus, audit_pin, check_and_pin};
 use larkgate_upstream::pinning::{approve, difference};
 use larkgate_upstream::tools::{Approval, SEPARATOR, adopt};
 
-use super::context::{Context, require_admin};
+use super::context::{StoreContext, require_admin};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -107,7 +118,7 @@ pub(crate) enum ApprovalArg {
 
 pub(crate) async fn run(
     command: Command,
-    context: &Context,
+    context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     match command {
@@ -170,12 +181,7 @@ pub(crate) async fn run(
             add(context, config, out).await
         }
         Command::List { json } => {
-            let statuses: Vec<_> = context
-                .federation
-                .upstreams()
-                .iter()
-                .map(|u| u.status())
-                .collect();
+            let (statuses, beside) = statuses(context).await?;
             if json {
                 serde_json::to_writer_pretty(&mut *out, &statuses)?;
                 writeln!(out)?;
@@ -184,8 +190,11 @@ pub(crate) async fn run(
             if statuses.is_empty() {
                 writeln!(
                     out,
-                    "no upstreams; add one with `larkgate upstream add NAME URL`"
+                    "no upstreams; add one with `larkgate upstream add NAME URL` (or `--command \
+                     PROGRAM ARG...`)"
                 )?;
+            } else if beside {
+                writeln!(out, "as the running larkgate sees them:")?;
             }
             for s in statuses {
                 if s.connected {
@@ -216,10 +225,18 @@ pub(crate) async fn run(
                 } else {
                     writeln!(
                         out,
-                        "{}  {}  down: {}",
+                        "{}  {}  down: {}{}",
                         s.alias,
                         s.url,
-                        s.down_because.as_deref().unwrap_or("not connected")
+                        s.down_because.as_deref().unwrap_or("not connected"),
+                        if s.tools > 0 {
+                            format!(
+                                "; its {} pinned tools are listed and answer upstream_unavailable",
+                                s.tools
+                            )
+                        } else {
+                            String::new()
+                        }
                     )?;
                 }
             }
@@ -233,6 +250,7 @@ pub(crate) async fn run(
             if approving {
                 require_admin(&context.actor, "approve a changed tool")?;
             }
+            let platform = platform(context)?;
             let pins = context.store.pins(&name).await?;
             let quarantined: Vec<_> = pins
                 .into_iter()
@@ -254,7 +272,7 @@ pub(crate) async fn run(
                 write!(out, "{}", difference(pin))?;
                 if approving && let Some(next) = approve(pin, &context.actor.id, now_ms()) {
                     audit_pin(
-                        &context.platform,
+                        &platform,
                         &context.actor.id,
                         &name,
                         &pin.tool,
@@ -268,10 +286,7 @@ pub(crate) async fn run(
             if approving {
                 let count = approved.len();
                 context.store.save_pins(approved).await?;
-                writeln!(
-                    out,
-                    "approved {count}; the tools are usable from the next start"
-                )?;
+                writeln!(out, "approved {count}; {}", takes_effect(context))?;
             } else {
                 writeln!(
                     out,
@@ -283,9 +298,17 @@ pub(crate) async fn run(
         Command::Remove { name } => {
             require_admin(&context.actor, "remove an upstream")?;
             if context.store.remove_upstream(&name).await? {
-                writeln!(out, "removed {name} and its pins")?;
+                context.event(
+                    EventKind::UpstreamRemoved,
+                    format!("upstream {name:?} and its pins removed"),
+                )?;
+                writeln!(
+                    out,
+                    "removed {name} and its pins; {}",
+                    takes_effect(context)
+                )?;
                 Ok(())
-            } else if context.federation.upstream(&name).is_some() {
+            } else if context.config.upstreams.iter().any(|u| u.alias == name) {
                 bail!("{name} is configured in the configuration file; remove it there")
             } else {
                 bail!("there is no upstream {name:?}")
@@ -307,18 +330,66 @@ fn pairs(arguments: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, St
         .collect()
 }
 
+/// When a change to the store reaches the gateway.
+fn takes_effect(context: &StoreContext) -> &'static str {
+    if context.log.is_none() {
+        "the running larkgate follows within a second"
+    } else {
+        "larkgate serves it from its next start"
+    }
+}
+
+/// A platform on the command's store whose audit events go where the command's do (forwarded
+/// to a running gateway that owns the chain, or into the chain).
+fn platform(context: &StoreContext) -> anyhow::Result<Platform> {
+    Ok(
+        Platform::builder(context.store.clone(), context.events.clone())?
+            .policy(context.config.policy.clone())
+            .build(),
+    )
+}
+
+/// Every upstream's status, and whether it is a running gateway's view (else connected here).
+async fn statuses(context: &StoreContext) -> anyhow::Result<(Vec<UpstreamStatus>, bool)> {
+    if context.log.is_none() {
+        let saved = context.store.upstream_statuses().await?;
+        let statuses = saved
+            .iter()
+            .filter_map(|record| serde_json::from_str(&record.status).ok())
+            .collect();
+        return Ok((statuses, true));
+    }
+    let federation = Federation::start(
+        &platform(context)?,
+        context.config.upstreams.clone(),
+        Arc::new(SystemResolver),
+        None,
+    )
+    .await
+    .map_err(anyhow::Error::msg)?;
+    let statuses = federation.upstreams().iter().map(|u| u.status()).collect();
+    federation.close().await;
+    Ok((statuses, false))
+}
+
 async fn add(
-    context: &Context,
+    context: &StoreContext,
     config: UpstreamConfig,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
     config.validate().map_err(anyhow::Error::msg)?;
     let alias = config.alias.clone();
-    if context.federation.upstream(&alias).is_some() {
-        bail!("an upstream named {alias:?} exists already");
+    let stored = context.store.upstreams().await?;
+    if context.config.upstreams.iter().any(|u| u.alias == alias)
+        || stored.iter().any(|u| u.alias == alias)
+    {
+        bail!(
+            "an upstream named {alias:?} exists already; `larkgate upstream remove {alias}` \
+             first to replace it"
+        );
     }
-    context
-        .platform
+    let platform = platform(context)?;
+    platform
         .registry()
         .check_alias(&alias)
         .map_err(|e| anyhow::anyhow!("{alias:?} cannot be an alias: {e}"))?;
@@ -377,7 +448,12 @@ async fn add(
             Approval::Never => "the policy's approval patterns decide",
         }
     )?;
-    context
+    client.close().await;
+    // Pinned first: a running gateway that sees the upstream finds its pins.
+    check_and_pin(&platform, &alias, config.approval, &tools)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let saved = context
         .store
         .save_upstream(UpstreamRecord {
             alias: alias.clone(),
@@ -385,11 +461,22 @@ async fn add(
             added_by: context.actor.id.clone(),
             added_at_ms: now_ms(),
         })
-        .await?;
-    check_and_pin(&context.platform, &alias, config.approval, &tools)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    client.close().await;
-    writeln!(out, "saved; its tool definitions are pinned")?;
+        .await;
+    if let Err(error) = saved {
+        let _ = context.store.remove_upstream(&alias).await;
+        return Err(error.into());
+    }
+    context.event(
+        EventKind::UpstreamAdded,
+        format!(
+            "upstream {alias:?} added: {}",
+            larkgate_upstream::redact::urls(&config.target())
+        ),
+    )?;
+    writeln!(
+        out,
+        "saved; its tool definitions are pinned; {}",
+        takes_effect(context)
+    )?;
     Ok(())
 }

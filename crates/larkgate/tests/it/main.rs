@@ -16,6 +16,7 @@ mod sign_in;
 mod stdio;
 mod tokens;
 mod traces;
+mod upstream_changes;
 mod upstreams;
 mod walkthrough;
 

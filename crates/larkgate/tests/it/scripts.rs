@@ -345,7 +345,7 @@ fn children(parent: u32) -> Vec<u32> {
 }
 
 /// Whether `pid` is a process that still runs (not gone, not a zombie).
-fn running(pid: u32) -> bool {
+pub(crate) fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         !stat
             .rsplit(')')

@@ -190,7 +190,8 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
     let events = ok(dir, &["audit", "tail", "--principal", "operator"]);
     assert!(events.contains("tool_approved"), "{events}");
 
-    // The server goes away: its tools are absent and `upstream list` says why.
+    // The server goes away: `upstream list` says why; its approved tools stay listed from
+    // their pins (still gated), and a call says the upstream is down and why.
     drop(peer);
     let down = larkgate_in(dir, &["upstream", "list"]);
     assert!(stdout(&down).contains("down:"), "{}", stdout(&down));
@@ -199,6 +200,16 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
         "{}",
         stderr(&down)
     );
-    let gone = fails(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
-    assert!(gone.contains("not_found"), "{gone}");
+    let gone = fails(dir, &["call", "weather__forecast", "--arg", "city=Bergen"]);
+    assert!(gone.contains("approval_required"), "{gone}");
+    ok(
+        dir,
+        &["--as", "alice", "approvals", "approve", &approval_id(&gone)],
+    );
+    let gone = fails(dir, &["call", "weather__forecast", "--arg", "city=Bergen"]);
+    assert!(
+        gone.contains("upstream_unavailable")
+            && gone.contains("\"weather\" is unavailable: the connection was refused"),
+        "{gone}"
+    );
 }

@@ -10,7 +10,8 @@ MODE is how it behaves before (or instead of) serving:
 - exit: writes one line to stderr and exits with status 3;
 - silent: reads its input and never answers.
 
-Its tools: `echo` (read-only), `notes.read` (a name with a dot), `environment` (the variables it sees and its working
+Its tools: `echo` (read-only; its description is the text of `echo-description.txt` in the
+working directory when there is one, so a test can change a definition between two starts), `notes.read` (a name with a dot), `environment` (the variables it sees and its working
 directory), `spawn` (starts a child process that sleeps, and answers its pid), `huge` (a result
 of that many bytes, on one line), `die` (writes a line to stderr and exits with status 4).
 """
@@ -27,9 +28,16 @@ from mcp_types import ToolAnnotations
 server = MCPServer("stdio-peer")
 
 
-@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def echo_description():
+    try:
+        with open("echo-description.txt") as f:
+            return f.read()
+    except FileNotFoundError:
+        return "Answers the text it was given."
+
+
+@server.tool(description=echo_description(), annotations=ToolAnnotations(read_only_hint=True))
 def echo(text: str) -> str:
-    """Answers the text it was given."""
     return text
 
 
