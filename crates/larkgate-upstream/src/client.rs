@@ -493,6 +493,9 @@ fn classify(error: ServiceError, limits: UpstreamLimits) -> UpstreamError {
     }
 }
 
+/// What the URL guard says of an address it refuses (see [`crate::guard::GuardError`]).
+const NOT_PUBLIC: &str = "which is not a public address";
+
 /// Why a server could not be reached, in plain words, read from `error` and its causes
 /// (rmcp and the HTTP stack say it in their own types); `None` when nothing is recognised.
 /// The words name no URL and no library: they are shown to callers and in `upstream list`.
@@ -503,9 +506,25 @@ pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         chain.push_str(&format!("{e} {e:?} "));
         next = e.source();
     }
+    // The guard refusing every address a name resolves to surfaces as a failed lookup: say
+    // what the guard said (which address, which range), not that the name did not resolve.
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if let Some(at) = text.find(NOT_PUBLIC) {
+            let start = text[..at].rfind(": ").map_or(0, |i| i + 2);
+            let end = text[at..].find(';').map_or(text.len(), |i| at + i);
+            return Some(text[start..end].to_owned());
+        }
+        next = e.source();
+    }
     let chain = chain.to_ascii_lowercase();
     let has = |w: &str| chain.contains(w);
-    let cause = if has("connectionrefused") || has("connection refused") {
+    let cause = if has("notpublic {") {
+        // Only the guard's error type in a library's debug text.
+        "its host name resolves only to addresses that are not public; larkgate reaches \
+         those only when the upstream allows them"
+    } else if has("connectionrefused") || has("connection refused") {
         "the connection was refused: nothing listens at that address"
     } else if has("dns error")
         || has("failed to lookup address")

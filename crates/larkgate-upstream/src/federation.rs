@@ -27,7 +27,7 @@ use crate::tools::{Link, adopt, handlers};
 pub const FEDERATION_PRINCIPAL: &str = "larkgate";
 
 /// How an upstream stands.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UpstreamStatus {
     /// Its alias.
     pub alias: String,
@@ -232,6 +232,11 @@ impl Federation {
         }
         federation.sync().await?;
         Ok(federation)
+    }
+
+    /// The platform its tools are published on.
+    pub fn platform(&self) -> &Platform {
+        &self.platform
     }
 
     /// Every upstream.

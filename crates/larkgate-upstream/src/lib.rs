@@ -7,11 +7,14 @@
 //! - [`tools`]: an upstream's tools as platform tools.
 //! - [`federation`]: keeping every upstream connected, checked against its pins, and published.
 //! - [`pinning`]: tool definitions pinned at adoption, changes quarantined until reviewed.
+//! - [`manage`]: adding, reviewing and removing upstreams; [`admin`]: the same as admin tools
+//!   of a running gateway.
 //! - [`http`]: the guarded HTTP client the MCP transport runs on: no proxies, redirects only
 //!   within the upstream's origin, names resolved only through the guard, response bytes capped.
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod client;
 pub mod command;
 pub mod config;
@@ -19,6 +22,7 @@ pub mod federation;
 pub mod guard;
 pub mod http;
 pub mod launcher;
+pub mod manage;
 pub mod pinning;
 pub mod redact;
 pub mod tools;

@@ -187,6 +187,13 @@ impl Context {
         )
         .await
         .map_err(anyhow::Error::msg)?;
+        // Admins manage upstreams over MCP too (URL upstreams only; see the module's threat
+        // model).
+        platform.tool_table().add(larkgate_upstream::admin::tools(
+            &federation,
+            listen,
+            Arc::new(SystemResolver),
+        )?)?;
         let command = WorkerCommand {
             address_space: config.scripts.address_space(),
             ..WorkerCommand::current_exe()?

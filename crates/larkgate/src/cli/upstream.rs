@@ -20,15 +20,13 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use larkgate_platform::Platform;
-use larkgate_platform::audit::EventKind;
-use larkgate_store::now_ms;
-use larkgate_store::{PinStatus, Store, UpstreamRecord};
+use larkgate_store::Store;
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
 use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
-use larkgate_upstream::federation::{Federation, UpstreamStatus, audit_pin, check_and_pin};
-use larkgate_upstream::pinning::{approve, difference};
-use larkgate_upstream::tools::{Approval, SEPARATOR, adopt};
+use larkgate_upstream::federation::{Federation, UpstreamStatus};
+use larkgate_upstream::manage;
+use larkgate_upstream::tools::Approval;
 
 use super::context::{StoreContext, require_admin};
 
@@ -250,42 +248,29 @@ pub(crate) async fn run(
             if approving {
                 require_admin(&context.actor, "approve a changed tool")?;
             }
-            let platform = platform(context)?;
-            let pins = context.store.pins(&name).await?;
-            let quarantined: Vec<_> = pins
-                .into_iter()
-                .filter(|p| p.status == PinStatus::Quarantined)
-                .filter(|p| tool.as_ref().is_none_or(|t| *t == p.tool))
-                .collect();
-            if quarantined.is_empty() {
+            let reviewed = manage::review(
+                &platform(context)?,
+                &name,
+                tool.as_deref(),
+                approving,
+                &context.actor.id,
+            )
+            .await?;
+            if reviewed.is_empty() {
                 writeln!(out, "{name}: nothing is quarantined")?;
                 return Ok(());
             }
-            let mut approved = Vec::new();
-            for pin in &quarantined {
-                let what = if pin.hash.is_empty() {
+            for tool in &reviewed {
+                let what = if tool.new {
                     "a new tool"
                 } else {
                     "a changed tool"
                 };
-                writeln!(out, "{name}{SEPARATOR}{} ({what}):", pin.tool)?;
-                write!(out, "{}", difference(pin))?;
-                if approving && let Some(next) = approve(pin, &context.actor.id, now_ms()) {
-                    audit_pin(
-                        &platform,
-                        &context.actor.id,
-                        &name,
-                        &pin.tool,
-                        EventKind::ToolApproved,
-                        &next.hash,
-                    )
-                    .map_err(anyhow::Error::msg)?;
-                    approved.push(next);
-                }
+                writeln!(out, "{} ({what}):", tool.name)?;
+                write!(out, "{}", tool.diff)?;
             }
             if approving {
-                let count = approved.len();
-                context.store.save_pins(approved).await?;
+                let count = reviewed.iter().filter(|t| t.approved).count();
                 writeln!(out, "approved {count}; {}", takes_effect(context))?;
             } else {
                 writeln!(
@@ -297,11 +282,7 @@ pub(crate) async fn run(
         }
         Command::Remove { name } => {
             require_admin(&context.actor, "remove an upstream")?;
-            if context.store.remove_upstream(&name).await? {
-                context.event(
-                    EventKind::UpstreamRemoved,
-                    format!("upstream {name:?} and its pins removed"),
-                )?;
+            if manage::remove(&platform(context)?, &name, &context.actor.id).await? {
                 writeln!(
                     out,
                     "removed {name} and its pins; {}",
@@ -377,67 +358,49 @@ async fn add(
     config: UpstreamConfig,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    config.validate().map_err(anyhow::Error::msg)?;
-    let alias = config.alias.clone();
-    let stored = context.store.upstreams().await?;
-    if context.config.upstreams.iter().any(|u| u.alias == alias)
-        || stored.iter().any(|u| u.alias == alias)
-    {
-        bail!(
-            "an upstream named {alias:?} exists already; `larkgate upstream remove {alias}` \
-             first to replace it"
-        );
-    }
-    let platform = platform(context)?;
-    platform
-        .registry()
-        .check_alias(&alias)
-        .map_err(|e| anyhow::anyhow!("{alias:?} cannot be an alias: {e}"))?;
-    // Connect and list before anything is saved.
-    let client = config
-        .connect(None, Arc::new(SystemResolver))
-        .await
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("{alias}: cannot connect to {}", config.target()))?;
-    let tools = client
-        .list_tools()
-        .await
-        .with_context(|| format!("{alias}: cannot list its tools"))?;
-    let (tools, repeated) = larkgate_upstream::tools::distinct(tools);
-    let mut adoption = adopt(&alias, &tools, config.approval);
-    adoption.invalid.extend(repeated);
+    let taken: Vec<String> = context
+        .config
+        .upstreams
+        .iter()
+        .map(|u| u.alias.clone())
+        .collect();
+    let added = manage::add(
+        &platform(context)?,
+        &config,
+        &taken,
+        &context.actor.id,
+        None,
+        Arc::new(SystemResolver),
+    )
+    .await?;
     writeln!(
         out,
-        "{alias}: {} ({}), {} tools",
-        client.server_info().map_or_else(
-            || "unnamed server".to_owned(),
-            |i| format!("{} {}", i.name, i.version)
-        ),
-        client
-            .protocol_version()
-            .map_or_else(|| "?".to_owned(), |v| v.to_string()),
-        adoption.specs.len()
+        "{}: {} ({}), {} tools",
+        added.alias,
+        added.server.as_deref().unwrap_or("unnamed server"),
+        added.protocol.as_deref().unwrap_or("?"),
+        added.tools.len()
     )?;
-    for spec in &adoption.specs {
+    for tool in &added.tools {
         writeln!(
             out,
             "  {}{}",
-            spec.name,
-            if spec.read_only {
+            tool.name,
+            if tool.read_only {
                 "  (declares read-only: drafts may call it)"
             } else {
                 ""
             }
         )?;
     }
-    for (name, why) in &adoption.invalid {
-        writeln!(out, "  dropped {name:?}: {why}")?;
+    for dropped in &added.dropped_for_names {
+        writeln!(out, "  dropped {dropped}")?;
     }
-    if client.dropped_tools() > 0 {
+    if added.dropped_over_max_tools > 0 {
         writeln!(
             out,
             "  dropped {} tools over the max_tools limit",
-            client.dropped_tools()
+            added.dropped_over_max_tools
         )?;
     }
     writeln!(
@@ -447,31 +410,6 @@ async fn add(
             Approval::Always => "every call needs an approver's approval",
             Approval::Never => "the policy's approval patterns decide",
         }
-    )?;
-    client.close().await;
-    // Pinned first: a running gateway that sees the upstream finds its pins.
-    check_and_pin(&platform, &alias, config.approval, &tools)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let saved = context
-        .store
-        .save_upstream(UpstreamRecord {
-            alias: alias.clone(),
-            config: serde_json::to_string(&config)?,
-            added_by: context.actor.id.clone(),
-            added_at_ms: now_ms(),
-        })
-        .await;
-    if let Err(error) = saved {
-        let _ = context.store.remove_upstream(&alias).await;
-        return Err(error.into());
-    }
-    context.event(
-        EventKind::UpstreamAdded,
-        format!(
-            "upstream {alias:?} added: {}",
-            larkgate_upstream::redact::urls(&config.target())
-        ),
     )?;
     writeln!(
         out,
