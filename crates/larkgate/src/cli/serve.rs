@@ -82,6 +82,9 @@ impl Scrape {
         if let Some(pool) = self.scripts.pool() {
             self.idle_workers.set(pool.idle() as i64);
         }
+        // Upstreams come and go while serving: a removed one's series go with it.
+        self.upstream_up.clear();
+        self.upstream_tools.clear();
         for upstream in self.federation.upstreams() {
             let status = upstream.status();
             let labels = vec![("alias".to_owned(), status.alias.clone())];

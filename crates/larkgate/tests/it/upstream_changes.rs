@@ -149,6 +149,22 @@ async fn upstreams_added_reviewed_and_removed_beside_a_running_gateway_take_effe
         shown.contains("as the running larkgate sees them"),
         "{shown}"
     );
+    let metrics_url = format!("{}/metrics", server.url.trim_end_matches("/mcp"));
+    let metrics = || {
+        let url = metrics_url.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                reqwest::blocking::get(url).unwrap().text().unwrap()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let scraped = metrics().await;
+    assert!(
+        scraped.contains("larkgate_upstream_up{alias=\"local\"} 1"),
+        "{scraped}"
+    );
 
     // The server changes its tool's description (and restarts): quarantined, and the client
     // is told the tool left the listing.
@@ -218,6 +234,9 @@ async fn upstreams_added_reviewed_and_removed_beside_a_running_gateway_take_effe
     }
     let unknown = call_off(&server.url, &token, "local__echo", json!({"text": "x"})).await;
     assert_eq!(envelope(&unknown)["code"], "not_found", "{unknown}");
+    // Its series leave the metrics with it.
+    let scraped = metrics().await;
+    assert!(!scraped.contains("alias=\"local\""), "{scraped}");
     watcher.close().await;
     assert!(server.stop().success());
 
