@@ -259,13 +259,13 @@ impl UpstreamConfig {
                     limits.start_timeout.as_millis()
                 )
             })?;
-            return started.map_err(|e| e.to_string());
+            return started.map_err(down_cause);
         }
         let endpoint = self.endpoint(|name| std::env::var(name).ok())?;
         let guard = std::sync::Arc::new(self.guard(listen)?);
         crate::client::UpstreamClient::connect(&endpoint, guard, resolver)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(down_cause)
     }
 
     /// Checks everything that can be checked without connecting.
@@ -374,4 +374,13 @@ pub fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<Strin
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Why connecting failed, as an upstream's down cause: the cause itself for an unreachable
+/// server (the words `upstream list` and callers are told), the error otherwise.
+fn down_cause(error: crate::client::UpstreamError) -> String {
+    match error {
+        crate::client::UpstreamError::Unavailable(cause) => cause,
+        other => other.to_string(),
+    }
 }

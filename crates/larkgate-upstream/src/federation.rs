@@ -124,10 +124,6 @@ impl Upstream {
 
     /// Marks it down, for `why`: its tools answer `upstream_unavailable` until it is back.
     fn down(&self, why: String) {
-        let why = match why.strip_prefix("the upstream is unavailable: ") {
-            Some(cause) => cause.to_owned(),
-            None => why,
-        };
         self.link.down(why.clone());
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.connected = false;
@@ -267,9 +263,11 @@ impl Federation {
             .upstreams_revision()
             .await
             .map_err(|e| format!("the stored upstreams cannot be read: {e}"))?;
-        if *self.revision.lock().unwrap_or_else(|p| p.into_inner()) == Some(revision) {
+        let followed = *self.revision.lock().unwrap_or_else(|p| p.into_inner());
+        if followed == Some(revision) {
             return Ok(());
         }
+        let first = followed.is_none();
         let records = store
             .upstreams()
             .await
@@ -327,8 +325,10 @@ impl Federation {
                 tracing::error!(%e, "an added upstream's tools were not published");
             }
         }
-        // Pins that changed: every other upstream's listing checked again.
-        for upstream in self.upstreams() {
+        // Pins that changed: every other upstream's listing checked again (not at the first
+        // pass: `start` has just checked them).
+        let upstreams = if first { Vec::new() } else { self.upstreams() };
+        for upstream in upstreams {
             if started.iter().any(|s| Arc::ptr_eq(s, &upstream)) {
                 continue;
             }

@@ -90,10 +90,8 @@ pub async fn add(
     // Connect and list before anything is saved.
     let client = config.connect(listen, resolver).await.map_err(|e| {
         ManageError::Unreachable(format!(
-            "{alias}: cannot connect to {}: {}",
-            crate::redact::urls(&config.target()),
-            e.strip_prefix("the upstream is unavailable: ")
-                .unwrap_or(&e)
+            "{alias}: cannot connect to {}: {e}",
+            crate::redact::urls(&config.target())
         ))
     })?;
     let listed = client.list_tools().await;
