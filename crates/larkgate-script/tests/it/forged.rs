@@ -24,9 +24,7 @@ def write(message):
 fn forged_worker(dir: &std::path::Path, body: &str) -> WorkerCommand {
     let path = dir.join("forged-worker");
     let program = format!("#!/usr/bin/env python3\n{FRAMES}\n{body}\n");
-    std::fs::write(&path, program).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    crate::write_executable(&path, &program);
     WorkerCommand {
         program: path,
         address_space: 1 << 30,

@@ -406,21 +406,15 @@ async fn a_worker_that_died_while_idle_is_passed_over() {
     let dir = tempfile::tempdir().unwrap();
     let (pids, alive) = (dir.path().join("pids"), dir.path().join("alive"));
     let wrapper = dir.path().join("worker.sh");
-    std::fs::write(
+    crate::write_executable(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\n[ -e '{}' ] && exec '{}' \"$@\"\necho $$ >> '{}'\nexit 1\n",
             alive.display(),
             command().program.display(),
             pids.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
     let pool = larkgate_script::WorkerPool::new(
         WorkerCommand {
             program: wrapper,
@@ -475,19 +469,13 @@ async fn a_worker_in_a_binary_without_the_counting_allocator_refuses_to_run() {
     );
     let dir = tempfile::tempdir().unwrap();
     let wrapper = dir.path().join("uncounted.sh");
-    std::fs::write(
+    crate::write_executable(
         &wrapper,
-        format!(
+        &format!(
             "#!/bin/sh\nexec '{}' --exact worker::uncounted_worker_child --ignored --nocapture >/dev/null\n",
             std::env::current_exe().unwrap().display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    );
     let uncounted = WorkerCommand {
         program: wrapper,
         ..command()
