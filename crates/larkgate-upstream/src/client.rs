@@ -28,7 +28,10 @@ use rmcp::service::{
 };
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::auth::{AuthClient, AuthorizationManager};
+use rmcp::transport::streamable_http_client::{
+    InsufficientScopeError, StreamableHttpClientTransportConfig,
+};
 use rmcp::{ClientHandler, RoleClient};
 
 use crate::command::{self, CommandTarget, Launcher, ServerProcess};
@@ -89,6 +92,17 @@ pub enum UpstreamError {
     /// The configuration cannot be used (URL refused by the guard, bad header).
     #[error("{0}")]
     Config(String),
+    /// The server answered 403 `insufficient_scope` (OAuth): the token larkgate holds lacks a
+    /// scope this request needs. `challenge` is the server's `WWW-Authenticate`, which a new
+    /// sign-in ([`crate::oauth::sign_in`]) takes to ask for the scopes it names.
+    #[error(
+        "the server answered 403 Forbidden: the token larkgate holds lacks a scope this needs \
+         (sign in to the upstream again)"
+    )]
+    InsufficientScope {
+        /// The server's `WWW-Authenticate` header.
+        challenge: String,
+    },
 }
 
 /// An MCP client with no capabilities that notes `tools/list_changed`.
@@ -166,6 +180,28 @@ impl UpstreamClient {
         guard: Arc<UrlGuard>,
         resolver: Arc<dyn Resolve>,
     ) -> Result<Self, UpstreamError> {
+        Self::connect_http(endpoint, guard, resolver, None).await
+    }
+
+    /// Connects like [`UpstreamClient::connect`], sending the access tokens `manager` holds
+    /// (built by [`crate::oauth::GuardedOAuthHttp::manager`], so its own requests pass the same
+    /// guard). A token the server rejects is refreshed once and the request retried; a server
+    /// that still answers 401 or 403 is an error naming that answer.
+    pub async fn connect_authorized(
+        endpoint: &Endpoint,
+        guard: Arc<UrlGuard>,
+        resolver: Arc<dyn Resolve>,
+        manager: AuthorizationManager,
+    ) -> Result<Self, UpstreamError> {
+        Self::connect_http(endpoint, guard, resolver, Some(manager)).await
+    }
+
+    async fn connect_http(
+        endpoint: &Endpoint,
+        guard: Arc<UrlGuard>,
+        resolver: Arc<dyn Resolve>,
+        manager: Option<AuthorizationManager>,
+    ) -> Result<Self, UpstreamError> {
         let (url, _) = guard
             .parse(&endpoint.url)
             .map_err(|e| UpstreamError::Config(e.to_string()))?;
@@ -180,8 +216,17 @@ impl UpstreamClient {
         config.max_sse_event_size = limits.max_response_bytes;
         config.max_error_response_size = 64 * 1024;
         config.reinit_on_expired_session = true;
-        let transport = StreamableHttpClientTransport::with_client(http, config);
-        Self::start(transport, endpoint.revisions, limits, overflowed, None).await
+        match manager {
+            None => {
+                let transport = StreamableHttpClientTransport::with_client(http, config);
+                Self::start(transport, endpoint.revisions, limits, overflowed, None).await
+            }
+            Some(manager) => {
+                let http = AuthClient::new(http, manager);
+                let transport = StreamableHttpClientTransport::with_client(http, config);
+                Self::start(transport, endpoint.revisions, limits, overflowed, None).await
+            }
+        }
     }
 
     /// Starts the server `target` names through `launcher` and connects to it over its
@@ -483,6 +528,15 @@ fn short_kind(result: &ServerResult) -> String {
 }
 
 fn classify(error: ServiceError, limits: UpstreamLimits) -> UpstreamError {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = next {
+        if let Some(scope) = e.downcast_ref::<InsufficientScopeError>() {
+            return UpstreamError::InsufficientScope {
+                challenge: scope.www_authenticate_header.clone(),
+            };
+        }
+        next = e.source();
+    }
     match error {
         ServiceError::Timeout { timeout } => UpstreamError::Timeout(timeout),
         ServiceError::McpError(error) => UpstreamError::Protocol(error.message.to_string()),

@@ -54,6 +54,15 @@ pub enum HttpError {
     Http(#[from] reqwest::Error),
 }
 
+/// Which redirects a guarded client follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redirects {
+    /// Within `base`'s origin, at most [`MAX_REDIRECTS`] hops, each re-checked by the guard.
+    SameOrigin,
+    /// None: a redirect is returned to the caller as it is.
+    None,
+}
+
 /// Builds the guarded reqwest client for an upstream at `base`.
 pub fn build_client(
     guard: Arc<UrlGuard>,
@@ -61,11 +70,43 @@ pub fn build_client(
     base: &Url,
     connect_timeout: Duration,
 ) -> Result<reqwest::Client, HttpError> {
+    build_client_with(
+        guard,
+        resolver,
+        base,
+        connect_timeout,
+        Redirects::SameOrigin,
+    )
+}
+
+/// Builds a guarded reqwest client for requests to `base`'s origin, following `redirects`.
+pub fn build_client_with(
+    guard: Arc<UrlGuard>,
+    resolver: Arc<dyn Resolve>,
+    base: &Url,
+    connect_timeout: Duration,
+    redirects: Redirects,
+) -> Result<reqwest::Client, HttpError> {
     guard.check_url(base)?;
     let origin = base.origin();
     let port = base.port_or_known_default().unwrap_or(80);
     let redirect_guard = guard.clone();
-    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+    let policy = match redirects {
+        Redirects::None => reqwest::redirect::Policy::none(),
+        Redirects::SameOrigin => same_origin(origin, redirect_guard),
+    };
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(policy)
+        .dns_resolver(Arc::new(GuardedResolver::new(guard, resolver, port)))
+        .connect_timeout(connect_timeout)
+        .build()?;
+    Ok(client)
+}
+
+/// Follows redirects within `origin` only, each hop re-checked by `guard`.
+fn same_origin(origin: url::Origin, redirect_guard: Arc<UrlGuard>) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() > MAX_REDIRECTS {
             return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
         }
@@ -81,14 +122,7 @@ pub fn build_client(
             Ok(_) => attempt.follow(),
             Err(refused) => attempt.error(refused),
         }
-    });
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(policy)
-        .dns_resolver(Arc::new(GuardedResolver::new(guard, resolver, port)))
-        .connect_timeout(connect_timeout)
-        .build()?;
-    Ok(client)
+    })
 }
 
 /// rmcp's reqwest transport client behind the URL guard, with a cap on whole SSE streams.

@@ -11,6 +11,7 @@
 //!   of a running gateway.
 //! - [`http`]: the guarded HTTP client the MCP transport runs on: no proxies, redirects only
 //!   within the upstream's origin, names resolved only through the guard, response bytes capped.
+//! - [`oauth`]: OAuth-protected upstreams: rmcp's flows over a guarded client of their own.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod guard;
 pub mod http;
 pub mod launcher;
 pub mod manage;
+pub mod oauth;
 pub mod pinning;
 pub mod redact;
 pub mod tools;

@@ -298,6 +298,11 @@ fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
                 "{name}: the upstream's response exceeded the response-bytes limit ({limit} bytes)"
             ),
         ),
+        UpstreamError::InsufficientScope { .. } => Refusal::new(
+            Code::UpstreamUnavailable,
+            format!("{name}: the upstream {alias:?} refused it: {error}"),
+        )
+        .with_hint(UNAVAILABLE_HINT),
         UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::logged(
             Code::UpstreamUnavailable,
             format_args!("{name}: the upstream {alias:?} is unavailable"),

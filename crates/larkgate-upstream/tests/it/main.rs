@@ -4,6 +4,7 @@ mod config;
 mod federation;
 mod guard;
 mod hostile;
+mod oauth;
 mod peer;
 mod pinning;
 mod python;

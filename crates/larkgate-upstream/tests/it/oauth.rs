@@ -1,0 +1,297 @@
+//! Signing in to an OAuth-protected upstream against hostile authorization servers: each one is
+//! refused with a cause that says what was wrong, and no request goes where it should not.
+//!
+//! The peer is a small authorization server and protected resource on `127.0.0.1:0` that can
+//! misbehave in one way at a time ([`Fault`]); the sign-in is larkgate's own
+//! ([`larkgate_upstream::oauth::sign_in`]), its requests through the URL guard.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use larkgate_upstream::oauth::{self, ClientIdentity, GuardedOAuthHttp};
+use larkgate_upstream::{Allowed, Resolve, SystemResolver, UrlGuard};
+use rmcp::transport::auth::AuthError;
+
+/// The one way the peer misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// The token endpoint answers with an `access_token` that is not a string.
+    MalformedToken,
+    /// The authorization response names another issuer (RFC 9207).
+    WrongIssuer,
+    /// The protected resource metadata redirects to another origin.
+    RedirectElsewhere,
+    /// The protected resource names an authorization server whose name resolves to a private
+    /// address.
+    PrivateServer,
+}
+
+#[derive(Clone)]
+struct Peer {
+    base: String,
+    fault: Fault,
+    elsewhere: String,
+    tokens_issued: Arc<AtomicUsize>,
+}
+
+/// A resolver that knows one name, `internal.corp`, at a private address.
+struct Internal;
+
+impl Resolve for Internal {
+    fn lookup(
+        &self,
+        host: &str,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Vec<IpAddr>>> + Send + '_>,
+    > {
+        let answer = if host == "internal.corp" {
+            Ok(vec!["10.0.0.7".parse().unwrap()])
+        } else {
+            Err(std::io::Error::other("unknown name"))
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+async fn listener() -> (tokio::net::TcpListener, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+/// Another origin that counts the requests it gets.
+async fn elsewhere() -> (String, Arc<AtomicUsize>) {
+    let (listener, addr) = listener().await;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hits);
+    let app = axum::Router::new().fallback(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        async { (StatusCode::OK, "{}") }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), hits)
+}
+
+async fn peer(fault: Fault, elsewhere: &str) -> Peer {
+    let (listener, addr) = listener().await;
+    let peer = Peer {
+        base: format!("http://{addr}"),
+        fault,
+        elsewhere: elsewhere.to_owned(),
+        tokens_issued: Arc::default(),
+    };
+    let app = axum::Router::new()
+        .route("/mcp", post(challenge))
+        .route("/.well-known/oauth-protected-resource/mcp", get(resource))
+        .route("/.well-known/oauth-authorization-server", get(server))
+        .route("/register", post(register))
+        .route("/authorize", get(authorize))
+        .route("/token", post(token))
+        .with_state(peer.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    peer
+}
+
+async fn challenge(State(peer): State<Peer>) -> Response {
+    let value = format!(
+        "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+        peer.base
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, value)],
+    )
+        .into_response()
+}
+
+async fn resource(State(peer): State<Peer>) -> Response {
+    if peer.fault == Fault::RedirectElsewhere {
+        let to = format!(
+            "{}/.well-known/oauth-protected-resource/mcp",
+            peer.elsewhere
+        );
+        return (StatusCode::FOUND, [(header::LOCATION, to)]).into_response();
+    }
+    let server = match peer.fault {
+        Fault::PrivateServer => format!(
+            "http://internal.corp:{}",
+            peer.base.rsplit(':').next().unwrap()
+        ),
+        _ => peer.base.clone(),
+    };
+    axum::Json(serde_json::json!({
+        "resource": format!("{}/mcp", peer.base),
+        "authorization_servers": [server],
+    }))
+    .into_response()
+}
+
+async fn server(State(peer): State<Peer>) -> Response {
+    axum::Json(serde_json::json!({
+        "issuer": peer.base,
+        "authorization_endpoint": format!("{}/authorize", peer.base),
+        "token_endpoint": format!("{}/token", peer.base),
+        "registration_endpoint": format!("{}/register", peer.base),
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "authorization_response_iss_parameter_supported": true,
+    }))
+    .into_response()
+}
+
+async fn register(body: String) -> Response {
+    let asked: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    let mut answer = serde_json::json!({"client_id": "larkgate-test-client"});
+    answer["redirect_uris"] = asked["redirect_uris"].clone();
+    (StatusCode::CREATED, axum::Json(answer)).into_response()
+}
+
+async fn authorize(
+    State(peer): State<Peer>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let issuer = match peer.fault {
+        Fault::WrongIssuer => "https://issuer.example".to_owned(),
+        _ => peer.base.clone(),
+    };
+    let mut back = reqwest::Url::parse(&query["redirect_uri"]).unwrap();
+    back.query_pairs_mut()
+        .append_pair("code", "the-code")
+        .append_pair("state", &query["state"])
+        .append_pair("iss", &issuer);
+    (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
+}
+
+async fn token(State(peer): State<Peer>, _headers: HeaderMap) -> Response {
+    peer.tokens_issued.fetch_add(1, Ordering::SeqCst);
+    let body = match peer.fault {
+        Fault::MalformedToken => serde_json::json!({"access_token": 5, "token_type": "Bearer"}),
+        _ => serde_json::json!({
+            "access_token": "the-access-token",
+            "token_type": "Bearer",
+            "expires_in": 3600,
+        }),
+    };
+    axum::Json(body).into_response()
+}
+
+/// The test's browser: follows nothing, returns where the authorization endpoint redirects.
+async fn browser(url: String) -> Result<String, AuthError> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client.get(url).send().await.unwrap();
+    Ok(response.headers()[header::LOCATION]
+        .to_str()
+        .unwrap()
+        .to_owned())
+}
+
+/// Signs in to `peer` as larkgate does: the guard admits 127.0.0.1 only.
+async fn sign_in_to(peer: &Peer) -> Result<(), String> {
+    let guard = Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]));
+    let resolver: Arc<dyn Resolve> = if peer.fault == Fault::PrivateServer {
+        Arc::new(Internal)
+    } else {
+        Arc::new(SystemResolver)
+    };
+    let http = GuardedOAuthHttp::new(guard, resolver, std::time::Duration::from_secs(5));
+    let url = format!("{}/mcp", peer.base);
+    let challenge = oauth::challenge(&http, &url)
+        .await
+        .map_err(|e| e.to_string())?;
+    assert!(
+        challenge.is_some(),
+        "the resource's 401 carries its challenge"
+    );
+    let identity = ClientIdentity::Dynamic {
+        client_name: "larkgate".into(),
+        metadata_url: None,
+    };
+    oauth::sign_in(
+        http,
+        &url,
+        "http://127.0.0.1:1/callback",
+        &identity,
+        &[],
+        challenge.as_deref(),
+        browser,
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_well_behaved_server_signs_in() {
+    let (other, _) = elsewhere().await;
+    let peer = peer(Fault::None, &other).await;
+    sign_in_to(&peer).await.unwrap();
+    assert_eq!(peer.tokens_issued.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_is_not_a_string_is_refused() {
+    let (other, _) = elsewhere().await;
+    let peer = peer(Fault::MalformedToken, &other).await;
+    let error = sign_in_to(&peer).await.unwrap_err();
+    assert_eq!(peer.tokens_issued.load(Ordering::SeqCst), 1);
+    assert!(
+        error.contains("token exchange failed") && error.contains("expected a string"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_response_from_another_issuer_is_refused_before_the_code_is_sent() {
+    let (other, _) = elsewhere().await;
+    let peer = peer(Fault::WrongIssuer, &other).await;
+    let error = sign_in_to(&peer).await.unwrap_err();
+    assert!(
+        error.contains("issuer mismatch") && error.contains("https://issuer.example"),
+        "{error}"
+    );
+    assert_eq!(
+        peer.tokens_issued.load(Ordering::SeqCst),
+        0,
+        "the code went to the token endpoint"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_redirected_to_another_origin_is_not_followed() {
+    let (other, hits) = elsewhere().await;
+    let peer = peer(Fault::RedirectElsewhere, &other).await;
+    let error = sign_in_to(&peer).await.unwrap_err();
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "a request reached the other origin"
+    );
+    assert!(
+        error.contains(&format!("redirected to another origin ({other})")),
+        "{error}"
+    );
+    assert_eq!(peer.tokens_issued.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_server_on_a_private_address_is_refused_by_the_guard() {
+    let (other, _) = elsewhere().await;
+    let peer = peer(Fault::PrivateServer, &other).await;
+    let error = sign_in_to(&peer).await.unwrap_err();
+    assert_eq!(peer.tokens_issued.load(Ordering::SeqCst), 0);
+    assert!(
+        error.contains("internal.corp resolves to 10.0.0.7, which is not a public address"),
+        "{error}"
+    );
+}
