@@ -210,6 +210,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn save_upstream_statuses(&self, statuses: Vec<UpstreamStatusRecord>) -> Result<()>;
     /// The running gateway's view of its upstreams, by alias.
     async fn upstream_statuses(&self) -> Result<Vec<UpstreamStatusRecord>>;
+    /// An OAuth-protected upstream's credentials, as larkgate sealed them (the store never sees
+    /// them in the clear).
+    async fn upstream_credentials(&self, alias: &str) -> Result<Option<Vec<u8>>>;
+    /// Saves an upstream's sealed credentials, replacing what it had.
+    async fn save_upstream_credentials(
+        &self,
+        alias: &str,
+        sealed: Vec<u8>,
+        now_ms: i64,
+    ) -> Result<()>;
+    /// Forgets an upstream's credentials; `false` if it had none. Removing a stored upstream
+    /// forgets them too.
+    async fn remove_upstream_credentials(&self, alias: &str) -> Result<bool>;
 
     // ---- tokens ----
 

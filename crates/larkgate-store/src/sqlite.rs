@@ -361,6 +361,28 @@ impl Store for SqliteStore {
         self.with(upstreams::statuses).await
     }
 
+    async fn upstream_credentials(&self, alias: &str) -> Result<Option<Vec<u8>>> {
+        let alias = alias.to_owned();
+        self.with(move |c| upstreams::credentials(c, &alias)).await
+    }
+
+    async fn save_upstream_credentials(
+        &self,
+        alias: &str,
+        sealed: Vec<u8>,
+        now_ms: i64,
+    ) -> Result<()> {
+        let alias = alias.to_owned();
+        self.with(move |c| upstreams::save_credentials(c, &alias, &sealed, now_ms))
+            .await
+    }
+
+    async fn remove_upstream_credentials(&self, alias: &str) -> Result<bool> {
+        let alias = alias.to_owned();
+        self.with(move |c| upstreams::remove_credentials(c, &alias))
+            .await
+    }
+
     async fn add_token(&self, token: TokenRecord) -> Result<()> {
         self.with(move |c| principals::add_token(c, token)).await
     }

@@ -11,7 +11,8 @@
 //!   of a running gateway.
 //! - [`http`]: the guarded HTTP client the MCP transport runs on: no proxies, redirects only
 //!   within the upstream's origin, names resolved only through the guard, response bytes capped.
-//! - [`oauth`]: OAuth-protected upstreams: rmcp's flows over a guarded client of their own.
+//! - [`oauth`]: OAuth-protected upstreams: rmcp's flows over a guarded client of their own;
+//!   [`credentials`]: their tokens, sealed with the operator's key before they reach the store.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod credentials;
 pub mod federation;
 pub mod guard;
 pub mod http;

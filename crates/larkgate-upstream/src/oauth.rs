@@ -44,6 +44,7 @@ use rmcp::transport::auth::{
     OAuthHttpRedirectPolicy, OAuthHttpRequest, OAuthState,
 };
 
+use crate::credentials::SealedCredentials;
 use crate::guard::{Resolve, UrlGuard};
 use crate::http::{HttpError, Redirects, build_client_with};
 
@@ -307,8 +308,10 @@ impl std::fmt::Debug for ClientIdentity {
 /// was sent back to (`redirect_uri` with `code`, `state` and, from servers that send it, `iss`)
 /// — and the code exchange, which checks `state` and `iss` (RFC 9207). `scopes` empty: the
 /// scopes the server asks for (its challenge, then its metadata), or none.
+#[allow(clippy::too_many_arguments)]
 pub async fn sign_in<F, Fut>(
     http: GuardedOAuthHttp,
+    credentials: Option<SealedCredentials>,
     url: &str,
     redirect_uri: &str,
     identity: &ClientIdentity,
@@ -323,6 +326,7 @@ where
     let watch = http.clone();
     authorization_code(
         http,
+        credentials,
         url,
         redirect_uri,
         identity,
@@ -334,8 +338,10 @@ where
     .map_err(SignInError::of(&watch))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn authorization_code<F, Fut>(
     http: GuardedOAuthHttp,
+    credentials: Option<SealedCredentials>,
     url: &str,
     redirect_uri: &str,
     identity: &ClientIdentity,
@@ -347,7 +353,7 @@ where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = Result<String, AuthError>>,
 {
-    let mut state = OAuthState::new_with_oauth_http_client(url, Arc::new(http)).await?;
+    let mut state = unauthorized(http, credentials, url).await?;
     let mut request = AuthorizationRequest::new(redirect_uri);
     if !scopes.is_empty() {
         request = request.with_scopes(scopes.iter().cloned());
@@ -398,25 +404,27 @@ where
 /// upstream as the token's `resource`.
 pub async fn client_credentials(
     http: GuardedOAuthHttp,
+    credentials: Option<SealedCredentials>,
     url: &str,
     client_id: &str,
     client_secret: &str,
     scopes: &[String],
 ) -> Result<AuthorizationManager, SignInError> {
     let watch = http.clone();
-    client_credentials_grant(http, url, client_id, client_secret, scopes)
+    client_credentials_grant(http, credentials, url, client_id, client_secret, scopes)
         .await
         .map_err(SignInError::of(&watch))
 }
 
 async fn client_credentials_grant(
     http: GuardedOAuthHttp,
+    credentials: Option<SealedCredentials>,
     url: &str,
     client_id: &str,
     client_secret: &str,
     scopes: &[String],
 ) -> Result<AuthorizationManager, AuthError> {
-    let mut state = OAuthState::new_with_oauth_http_client(url, Arc::new(http)).await?;
+    let mut state = unauthorized(http, credentials, url).await?;
     let config = ClientCredentialsConfig::ClientSecret {
         client_id: client_id.to_owned(),
         client_secret: client_secret.to_owned(),
@@ -427,6 +435,38 @@ async fn client_credentials_grant(
     state.into_authorization_manager().ok_or_else(|| {
         AuthError::InternalError("the client credentials grant did not end authorized".to_owned())
     })
+}
+
+/// rmcp's state machine for `url`, keeping what it obtains in `credentials` when given.
+async fn unauthorized(
+    http: GuardedOAuthHttp,
+    credentials: Option<SealedCredentials>,
+    url: &str,
+) -> Result<OAuthState, AuthError> {
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(url, Arc::new(http)).await?;
+    if let Some(credentials) = credentials {
+        manager.set_credential_store(credentials);
+    }
+    Ok(OAuthState::Unauthorized(manager))
+}
+
+/// The authorization manager for `url` from the credentials an earlier sign-in stored, without
+/// asking anyone; `None` when nothing is stored (or the upstream's authorization server changed
+/// since, which forgets the tokens). Its tokens are refreshed before they expire and once on a
+/// 401, and every refresh is stored sealed again.
+pub async fn restore(
+    http: GuardedOAuthHttp,
+    credentials: SealedCredentials,
+    url: &str,
+) -> Result<Option<AuthorizationManager>, SignInError> {
+    let watch = http.clone();
+    let restored = async {
+        let mut manager =
+            AuthorizationManager::new_with_oauth_http_client(url, Arc::new(http)).await?;
+        manager.set_credential_store(credentials);
+        Ok(manager.initialize_from_store().await?.then_some(manager))
+    };
+    restored.await.map_err(SignInError::of(&watch))
 }
 
 /// Asks the upstream at `url` for its challenge: an MCP `initialize` without credentials,

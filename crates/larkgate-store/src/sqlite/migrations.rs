@@ -165,6 +165,13 @@ const MIGRATIONS: &[&str] = &[
         status TEXT NOT NULL,
         updated_at_ms INTEGER NOT NULL
     ) STRICT;",
+    // 9: an OAuth-protected upstream's credentials (tokens, client registration), sealed by
+    // larkgate with the operator's credential key before they reach the store.
+    "CREATE TABLE upstream_credentials (
+        alias TEXT PRIMARY KEY,
+        sealed BLOB NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    ) STRICT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

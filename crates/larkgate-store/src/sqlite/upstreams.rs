@@ -1,6 +1,6 @@
 //! Stored upstreams and the pins of their tools in SQLite.
 
-use rusqlite::{Connection, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use crate::{PinStatus, Result, ToolPin, UpstreamRecord, UpstreamStatusRecord};
 
@@ -86,6 +86,10 @@ pub(super) fn remove_upstream(c: &mut Connection, alias: &str) -> Result<bool> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let removed = tx.execute("DELETE FROM upstreams WHERE alias = ?1", params![alias])?;
     tx.execute("DELETE FROM upstream_pins WHERE alias = ?1", params![alias])?;
+    tx.execute(
+        "DELETE FROM upstream_credentials WHERE alias = ?1",
+        params![alias],
+    )?;
     tx.commit()?;
     Ok(removed > 0)
 }
@@ -133,4 +137,38 @@ pub(super) fn statuses(c: &mut Connection) -> Result<Vec<UpstreamStatusRecord>> 
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+}
+
+pub(super) fn credentials(c: &mut Connection, alias: &str) -> Result<Option<Vec<u8>>> {
+    let sealed = c
+        .query_row(
+            "SELECT sealed FROM upstream_credentials WHERE alias = ?1",
+            params![alias],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(sealed)
+}
+
+pub(super) fn save_credentials(
+    c: &mut Connection,
+    alias: &str,
+    sealed: &[u8],
+    now_ms: i64,
+) -> Result<()> {
+    c.execute(
+        "INSERT INTO upstream_credentials (alias, sealed, updated_at_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT (alias) DO UPDATE SET sealed = excluded.sealed,
+             updated_at_ms = excluded.updated_at_ms",
+        params![alias, sealed, now_ms],
+    )?;
+    Ok(())
+}
+
+pub(super) fn remove_credentials(c: &mut Connection, alias: &str) -> Result<bool> {
+    let removed = c.execute(
+        "DELETE FROM upstream_credentials WHERE alias = ?1",
+        params![alias],
+    )?;
+    Ok(removed > 0)
 }

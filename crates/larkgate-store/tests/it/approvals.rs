@@ -82,6 +82,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          DROP TRIGGER upstreams_deleted; DROP TRIGGER upstream_pins_inserted;
          DROP TRIGGER upstream_pins_updated; DROP TRIGGER upstream_pins_deleted;
          DROP TABLE upstream_revision; DROP TABLE upstream_status;
+         DROP TABLE upstream_credentials;
          PRAGMA user_version = 6;",
     )
     .unwrap();

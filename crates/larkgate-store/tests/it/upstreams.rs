@@ -111,3 +111,50 @@ async fn every_change_to_upstreams_or_pins_moves_the_revision_another_process_re
     gateway.save_upstream_statuses(Vec::new()).await.unwrap();
     assert!(cli.upstream_statuses().await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn sealed_credentials_persist_are_replaced_and_go_with_their_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        assert_eq!(store.upstream_credentials("weather").await.unwrap(), None);
+        store
+            .save_upstream_credentials("weather", vec![1, 2, 3], 5)
+            .await
+            .unwrap();
+        store
+            .save_upstream_credentials("weather", vec![4, 5], 6)
+            .await
+            .unwrap();
+        store
+            .save_upstream_credentials("other", vec![9], 6)
+            .await
+            .unwrap();
+    }
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.upstream_credentials("weather").await.unwrap(),
+        Some(vec![4, 5]),
+        "the second save replaced the first, and both survived a reopen"
+    );
+    let revision = store.upstreams_revision().await.unwrap();
+    store
+        .save_upstream(UpstreamRecord {
+            alias: "weather".into(),
+            config: "{}".into(),
+            added_by: "operator".into(),
+            added_at_ms: 5,
+        })
+        .await
+        .unwrap();
+    assert!(store.remove_upstream("weather").await.unwrap());
+    assert_eq!(
+        store.upstream_credentials("weather").await.unwrap(),
+        None,
+        "removing the upstream forgot its credentials"
+    );
+    assert!(store.upstreams_revision().await.unwrap() > revision);
+    assert!(store.remove_upstream_credentials("other").await.unwrap());
+    assert!(!store.remove_upstream_credentials("other").await.unwrap());
+    assert_eq!(store.upstream_credentials("other").await.unwrap(), None);
+}

@@ -59,7 +59,7 @@ async fn sign_in(
         let (Some(id), Some(secret)) = (&context.client_id, &context.client_secret) else {
             return Err("the suite named no client credentials".into());
         };
-        oauth::client_credentials(http, url, id, secret, &[]).await
+        oauth::client_credentials(http, None, url, id, secret, &[]).await
     } else {
         let identity = match context.client_id {
             Some(client_id) => ClientIdentity::Registered {
@@ -80,6 +80,7 @@ async fn sign_in(
         let consent = |authorization_url: String| browse(authorization_url, guard, resolver);
         oauth::sign_in(
             http,
+            None,
             url,
             REDIRECT_URI,
             &identity,

@@ -13,6 +13,8 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use larkgate_store::Store;
+use larkgate_upstream::credentials::{CredentialKey, SealedCredentials};
 use larkgate_upstream::oauth::{self, ClientIdentity, GuardedOAuthHttp};
 use larkgate_upstream::{Allowed, Resolve, SystemResolver, UrlGuard};
 use rmcp::transport::auth::AuthError;
@@ -198,13 +200,26 @@ async fn browser(url: String) -> Result<String, AuthError> {
 
 /// Signs in to `peer` as larkgate does: the guard admits 127.0.0.1 only.
 async fn sign_in_to(peer: &Peer) -> Result<(), String> {
+    sign_in_keeping(peer, None).await
+}
+
+/// The client larkgate signs in to `peer` with.
+fn guarded(peer: &Peer) -> GuardedOAuthHttp {
     let guard = Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]));
     let resolver: Arc<dyn Resolve> = if peer.fault == Fault::PrivateServer {
         Arc::new(Internal)
     } else {
         Arc::new(SystemResolver)
     };
-    let http = GuardedOAuthHttp::new(guard, resolver, std::time::Duration::from_secs(5));
+    GuardedOAuthHttp::new(guard, resolver, std::time::Duration::from_secs(5))
+}
+
+/// Signs in to `peer`, keeping the credentials in `credentials` when given.
+async fn sign_in_keeping(
+    peer: &Peer,
+    credentials: Option<SealedCredentials>,
+) -> Result<(), String> {
+    let http = guarded(peer);
     let url = format!("{}/mcp", peer.base);
     let challenge = oauth::challenge(&http, &url)
         .await
@@ -219,6 +234,7 @@ async fn sign_in_to(peer: &Peer) -> Result<(), String> {
     };
     oauth::sign_in(
         http,
+        credentials,
         &url,
         "http://127.0.0.1:1/callback",
         &identity,
@@ -295,3 +311,71 @@ async fn an_authorization_server_on_a_private_address_is_refused_by_the_guard() 
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_stored_sealed_and_a_later_start_uses_them_without_signing_in() {
+    let (other, _) = elsewhere().await;
+    let peer = peer(Fault::None, &other).await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = || Arc::new(CredentialKey::from_base64(KEY).unwrap());
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+        let credentials = SealedCredentials::new(Arc::clone(&store), "vault", key());
+        sign_in_keeping(&peer, Some(credentials)).await.unwrap();
+        let sealed = store.upstream_credentials("vault").await.unwrap().unwrap();
+        assert!(
+            !sealed.windows(16).any(|w| w == b"the-access-token"),
+            "the token is stored in the clear"
+        );
+    }
+    // Another process on the same data directory, as `larkgate serve` after `upstream login`.
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let url = format!("{}/mcp", peer.base);
+    let restored = oauth::restore(
+        guarded(&peer),
+        SealedCredentials::new(Arc::clone(&store), "vault", key()),
+        &url,
+    )
+    .await
+    .unwrap()
+    .expect("the stored sign-in is found");
+    assert_eq!(
+        restored.get_access_token().await.unwrap(),
+        "the-access-token"
+    );
+    assert_eq!(
+        peer.tokens_issued.load(Ordering::SeqCst),
+        1,
+        "no second sign-in"
+    );
+
+    // Under another key the record does not open, and the cause says what to do.
+    let other_key = Arc::new(CredentialKey::from_base64(OTHER_KEY).unwrap());
+    let error = oauth::restore(
+        guarded(&peer),
+        SealedCredentials::new(Arc::clone(&store), "vault", other_key),
+        &url,
+    )
+    .await
+    .err()
+    .expect("a record sealed under another key does not open")
+    .to_string();
+    assert!(
+        error.contains("cannot be opened with this credential key")
+            && error.contains("larkgate upstream login vault"),
+        "{error}"
+    );
+    // Another upstream's row holds nothing of this one's.
+    let elsewhere_row = oauth::restore(
+        guarded(&peer),
+        SealedCredentials::new(Arc::clone(&store), "another", key()),
+        &url,
+    )
+    .await
+    .unwrap();
+    assert!(elsewhere_row.is_none());
+}
+
+const KEY: &str = "q0nE7P0m3Qx5b2l6t1QmQ2xGb0h2V0J6b3NqU1lqN2U=";
+const OTHER_KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
