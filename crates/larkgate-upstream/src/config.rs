@@ -18,6 +18,17 @@
 //! env = { API_KEY = "${FS_API_KEY}" }   # set for the program, `${VAR}` from larkgate's
 //! inherit_env = ["PATH", "HOME"] # larkgate's own variables it sees (default: PATH HOME LANG TZ)
 //! cwd = "/srv"                   # its working directory (default: larkgate's)
+//!
+//! [[upstreams]]                  # a server that wants OAuth (the MCP authorization spec)
+//! alias = "vault"
+//! url = "https://mcp.vault.example/mcp"
+//! [upstreams.oauth]              # tokens sealed with LARKGATE_CREDENTIAL_KEY in the store
+//! grant = "authorization_code"   # a person signs in once: `larkgate upstream login vault`
+//! # grant = "client_credentials" # a machine account: client_id and client_secret required
+//! client_id = "larkgate"         # registered beforehand; absent: a client ID metadata
+//!                                # document or dynamic registration, as the server offers
+//! client_secret = "${VAULT_CLIENT_SECRET}"
+//! scopes = ["mcp:read"]          # absent: the scopes the server asks for
 //! [upstreams.limits]
 //! call_timeout_ms = 30000
 //! total_timeout_ms = 300000
@@ -28,6 +39,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -59,6 +71,35 @@ pub struct LimitsConfig {
     pub max_tools: Option<usize>,
     /// Time a command-launched server has to start and complete the handshake.
     pub start_timeout_ms: Option<u64>,
+}
+
+/// Which OAuth grant larkgate uses for an upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Grant {
+    /// A person signs in once (`larkgate upstream login NAME`); larkgate refreshes the tokens.
+    #[default]
+    AuthorizationCode,
+    /// A machine account: larkgate asks for tokens with its client ID and secret.
+    ClientCredentials,
+}
+
+/// How larkgate signs in to an OAuth-protected upstream (see [`crate::oauth`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The grant.
+    #[serde(default)]
+    pub grant: Grant,
+    /// A client ID registered with the authorization server beforehand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// Its secret; `${NAME}` is read from larkgate's environment at each use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// The scopes to ask for; none: those the server asks for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
 }
 
 /// The variables of larkgate's own environment a command-launched server sees by default.
@@ -104,6 +145,9 @@ pub struct UpstreamConfig {
     /// Limits.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// OAuth, for an HTTP upstream that wants it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
 }
 
 impl UpstreamConfig {
@@ -231,11 +275,29 @@ impl UpstreamConfig {
     }
 
     /// Connects as larkgate does: header secrets from the environment, the strict guard with
-    /// this upstream's allow-list, refusing larkgate's own `listen` address.
+    /// this upstream's allow-list, refusing larkgate's own `listen` address; for an OAuth
+    /// upstream, the tokens sealed in `store` (see [`UpstreamConfig::authorize`]).
     pub async fn connect(
         &self,
         listen: Option<SocketAddr>,
         resolver: std::sync::Arc<dyn crate::guard::Resolve>,
+        store: &std::sync::Arc<dyn larkgate_store::Store>,
+    ) -> Result<crate::client::UpstreamClient, String> {
+        let key = match self.oauth {
+            Some(_) => crate::credentials::CredentialKey::from_environment().map(Arc::new),
+            None => Err(crate::credentials::CredentialError::NoKey),
+        };
+        self.connect_keyed(listen, resolver, store, key).await
+    }
+
+    /// [`UpstreamConfig::connect`] with the credential key given rather than read from the
+    /// environment.
+    pub async fn connect_keyed(
+        &self,
+        listen: Option<SocketAddr>,
+        resolver: std::sync::Arc<dyn crate::guard::Resolve>,
+        store: &std::sync::Arc<dyn larkgate_store::Store>,
+        key: Result<Arc<crate::credentials::CredentialKey>, crate::credentials::CredentialError>,
     ) -> Result<crate::client::UpstreamClient, String> {
         if self.is_command() {
             let target = self.command_target(|name| std::env::var(name).ok())?;
@@ -263,9 +325,106 @@ impl UpstreamConfig {
         }
         let endpoint = self.endpoint(|name| std::env::var(name).ok())?;
         let guard = std::sync::Arc::new(self.guard(listen)?);
+        if self.oauth.is_some() {
+            let manager = self
+                .authorize(Arc::clone(&guard), Arc::clone(&resolver), store, key)
+                .await?;
+            return crate::client::UpstreamClient::connect_authorized(
+                &endpoint, guard, resolver, manager,
+            )
+            .await
+            .map_err(down_cause);
+        }
         crate::client::UpstreamClient::connect(&endpoint, guard, resolver)
             .await
             .map_err(down_cause)
+    }
+
+    /// The OAuth client of this upstream: its guard, its resolver.
+    pub fn oauth_http(
+        &self,
+        guard: Arc<UrlGuard>,
+        resolver: Arc<dyn crate::guard::Resolve>,
+    ) -> crate::oauth::GuardedOAuthHttp {
+        crate::oauth::GuardedOAuthHttp::new(guard, resolver, self.limits().connect_timeout)
+    }
+
+    /// This OAuth upstream's credentials in `store`, sealed with the operator's `key` (its
+    /// absence is the cause, in words that say how to give one).
+    pub fn sealed_credentials(
+        &self,
+        store: &Arc<dyn larkgate_store::Store>,
+        key: Result<Arc<crate::credentials::CredentialKey>, crate::credentials::CredentialError>,
+    ) -> Result<crate::credentials::SealedCredentials, String> {
+        let key = key.map_err(|e| e.to_string())?;
+        Ok(crate::credentials::SealedCredentials::new(
+            Arc::clone(store),
+            &self.alias,
+            key,
+        ))
+    }
+
+    /// The authorization an OAuth upstream's requests carry: the tokens an earlier
+    /// `larkgate upstream login` stored, or, for a machine account, new ones from the client
+    /// credentials grant. Each cause says what to do: no credential key, nobody signed in.
+    pub async fn authorize(
+        &self,
+        guard: Arc<UrlGuard>,
+        resolver: Arc<dyn crate::guard::Resolve>,
+        store: &Arc<dyn larkgate_store::Store>,
+        key: Result<Arc<crate::credentials::CredentialKey>, crate::credentials::CredentialError>,
+    ) -> Result<rmcp::transport::auth::AuthorizationManager, String> {
+        let Some(oauth) = &self.oauth else {
+            return Err(format!("upstream {:?} does not use OAuth", self.alias));
+        };
+        let url = self.url.clone().unwrap_or_default();
+        let credentials = self.sealed_credentials(store, key)?;
+        let http = self.oauth_http(guard, resolver);
+        match oauth.grant {
+            Grant::ClientCredentials => {
+                let secret = self.client_secret(|name| std::env::var(name).ok())?;
+                let (Some(id), Some(secret)) = (&oauth.client_id, secret) else {
+                    return Err(format!(
+                        "upstream {:?}: the client credentials grant needs oauth.client_id \
+                         and oauth.client_secret",
+                        self.alias
+                    ));
+                };
+                crate::oauth::client_credentials(
+                    http,
+                    Some(credentials),
+                    &url,
+                    id,
+                    &secret,
+                    &oauth.scopes,
+                )
+                .await
+                .map_err(|e| format!("signing in with the client credentials failed: {e}"))
+            }
+            Grant::AuthorizationCode => crate::oauth::restore(http, credentials, &url)
+                .await
+                .map_err(|e| format!("the stored sign-in cannot be used: {e}"))?
+                .ok_or_else(|| {
+                    format!(
+                        "nobody has signed in to it yet: an operator runs `larkgate upstream \
+                         login {}`",
+                        self.alias
+                    )
+                }),
+        }
+    }
+
+    /// The OAuth client secret with `${NAME}` expanded from `env`.
+    pub fn client_secret(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<String>, String> {
+        let Some(secret) = self.oauth.as_ref().and_then(|o| o.client_secret.as_ref()) else {
+            return Ok(None);
+        };
+        expand(secret, env)
+            .map(Some)
+            .map_err(|e| format!("upstream {:?}, oauth.client_secret: {e}", self.alias))
     }
 
     /// Checks everything that can be checked without connecting.
@@ -289,6 +448,9 @@ impl UpstreamConfig {
                 ));
             }
             (Some(url), true) => {
+                if let Some(oauth) = &self.oauth {
+                    self.validate_oauth(oauth)?;
+                }
                 let guard = self.guard(None)?;
                 guard
                     .parse(url)
@@ -312,6 +474,13 @@ impl UpstreamConfig {
                     return Err(format!(
                         "upstream {:?}: headers are for HTTP upstreams; give a command-launched \
                          one its secrets in env",
+                        self.alias
+                    ));
+                }
+                if self.oauth.is_some() {
+                    return Err(format!(
+                        "upstream {:?}: oauth is for HTTP upstreams; a command-launched server \
+                         takes its credentials in env",
                         self.alias
                     ));
                 }
@@ -346,6 +515,46 @@ impl UpstreamConfig {
             return Err(format!(
                 "upstream {:?}: limits must be greater than zero",
                 self.alias
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl UpstreamConfig {
+    fn validate_oauth(&self, oauth: &OAuthConfig) -> Result<(), String> {
+        let alias = &self.alias;
+        if self
+            .headers
+            .keys()
+            .any(|name| name.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(format!(
+                "upstream {alias:?} has both oauth and an Authorization header: larkgate sends \
+                 the OAuth token as the Authorization header; remove one"
+            ));
+        }
+        if oauth.client_secret.is_some() && oauth.client_id.is_none() {
+            return Err(format!(
+                "upstream {alias:?}: oauth.client_secret belongs to a registered client: give \
+                 its oauth.client_id too"
+            ));
+        }
+        if oauth.grant == Grant::ClientCredentials
+            && (oauth.client_id.is_none() || oauth.client_secret.is_none())
+        {
+            return Err(format!(
+                "upstream {alias:?}: the client credentials grant needs oauth.client_id and \
+                 oauth.client_secret (a machine account registered with the authorization server)"
+            ));
+        }
+        if let Some(scope) = oauth
+            .scopes
+            .iter()
+            .find(|s| s.is_empty() || s.contains(char::is_whitespace))
+        {
+            return Err(format!(
+                "upstream {alias:?}: {scope:?} is not one OAuth scope (a scope has no spaces)"
             ));
         }
         Ok(())

@@ -15,7 +15,8 @@
 //!   record copied onto another upstream's row does not open there (one upstream's tokens
 //!   cannot be sent to another's server by swapping rows).
 //! - **The key** comes from `LARKGATE_CREDENTIAL_KEY` (the base64 of 32 random bytes, e.g.
-//!   `openssl rand -base64 32`) or a file that only its owner may read. It is never logged,
+//!   `openssl rand -base64 32`) or a file that only its owner may read
+//!   (`LARKGATE_CREDENTIAL_KEY_FILE`). It is never logged,
 //!   printed or stored; its `Debug` form is redacted. Without a key an OAuth upstream is down
 //!   with that cause: nothing is ever stored unsealed.
 //!
@@ -34,6 +35,9 @@ use rmcp::transport::auth::{AuthError, CredentialStore, StoredCredentials};
 
 /// The environment variable that holds the credential key.
 pub const KEY_VARIABLE: &str = "LARKGATE_CREDENTIAL_KEY";
+
+/// The environment variable that names a file holding the credential key.
+pub const KEY_FILE_VARIABLE: &str = "LARKGATE_CREDENTIAL_KEY_FILE";
 
 /// The first byte of a sealed record: its format.
 const VERSION: u8 = 1;
@@ -58,7 +62,8 @@ pub enum CredentialError {
     /// No key was given.
     #[error(
         "OAuth credentials need a key to be sealed with: set {KEY_VARIABLE} (the base64 of 32 \
-         random bytes, `openssl rand -base64 32`) or `[store] credential_key_file`"
+         random bytes, `openssl rand -base64 32`) or {KEY_FILE_VARIABLE} (a file only its owner \
+         may read that holds one)"
     )]
     NoKey,
     /// A sealed record did not open: another key, another upstream's record, or damage.
@@ -109,6 +114,18 @@ impl CredentialKey {
         match std::env::var(KEY_VARIABLE) {
             Ok(text) if !text.trim().is_empty() => Self::from_base64(&text).map(Some),
             _ => Ok(None),
+        }
+    }
+
+    /// The operator's key: [`KEY_VARIABLE`], else the file [`KEY_FILE_VARIABLE`] names;
+    /// [`CredentialError::NoKey`] when neither is set.
+    pub fn from_environment() -> Result<Self, CredentialError> {
+        if let Some(key) = Self::from_env()? {
+            return Ok(key);
+        }
+        match std::env::var_os(KEY_FILE_VARIABLE) {
+            Some(path) if !path.is_empty() => Self::from_file(Path::new(&path)),
+            _ => Err(CredentialError::NoKey),
         }
     }
 

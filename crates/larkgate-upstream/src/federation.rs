@@ -379,7 +379,11 @@ impl Federation {
     async fn connect(&self, upstream: &Upstream) -> Result<(), Fatal> {
         let config = &upstream.config;
         let result = config
-            .connect(self.listen, Arc::clone(&self.resolver))
+            .connect(
+                self.listen,
+                Arc::clone(&self.resolver),
+                &self.platform.services().store,
+            )
             .await
             .map(Arc::new);
         match result {

@@ -88,7 +88,7 @@ pub async fn add(
         .check_alias(&alias)
         .map_err(|e| ManageError::Invalid(format!("{alias:?} cannot be an alias: {e}")))?;
     // Connect and list before anything is saved.
-    let client = config.connect(listen, resolver).await.map_err(|e| {
+    let client = config.connect(listen, resolver, store).await.map_err(|e| {
         ManageError::Unreachable(format!(
             "{alias}: cannot connect to {}: {e}",
             crate::redact::urls(&config.target())

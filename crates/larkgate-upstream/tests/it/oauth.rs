@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use larkgate_store::Store;
+use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::credentials::{CredentialKey, SealedCredentials};
 use larkgate_upstream::oauth::{self, ClientIdentity, GuardedOAuthHttp};
 use larkgate_upstream::{Allowed, Resolve, SystemResolver, UrlGuard};
@@ -40,6 +41,10 @@ struct Peer {
     fault: Fault,
     elsewhere: String,
     tokens_issued: Arc<AtomicUsize>,
+    /// The MCP server behind the resource's bearer check, when it serves one.
+    upstream: Option<String>,
+    /// Requests the resource let through (with the token it issued).
+    admitted: Arc<AtomicUsize>,
 }
 
 /// A resolver that knows one name, `internal.corp`, at a private address.
@@ -81,15 +86,22 @@ async fn elsewhere() -> (String, Arc<AtomicUsize>) {
 }
 
 async fn peer(fault: Fault, elsewhere: &str) -> Peer {
+    serve_peer(fault, elsewhere, None).await
+}
+
+/// A peer whose resource at `/mcp` is the MCP server at `upstream`, for bearers of its token.
+async fn serve_peer(fault: Fault, elsewhere: &str, upstream: Option<String>) -> Peer {
     let (listener, addr) = listener().await;
     let peer = Peer {
         base: format!("http://{addr}"),
         fault,
         elsewhere: elsewhere.to_owned(),
         tokens_issued: Arc::default(),
+        upstream,
+        admitted: Arc::default(),
     };
     let app = axum::Router::new()
-        .route("/mcp", post(challenge))
+        .route("/mcp", axum::routing::any(resource_server))
         .route("/.well-known/oauth-protected-resource/mcp", get(resource))
         .route("/.well-known/oauth-authorization-server", get(server))
         .route("/register", post(register))
@@ -110,6 +122,43 @@ async fn challenge(State(peer): State<Peer>) -> Response {
         [(header::WWW_AUTHENTICATE, value)],
     )
         .into_response()
+}
+
+/// The protected resource: the challenge without the token, else the MCP server behind it.
+async fn resource_server(
+    State(peer): State<Peer>,
+    method: axum::http::Method,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let Some(upstream) = peer.upstream.clone() else {
+        return challenge(State(peer)).await;
+    };
+    if bearer != Some("Bearer the-access-token") {
+        return challenge(State(peer)).await;
+    }
+    peer.admitted.fetch_add(1, Ordering::SeqCst);
+    let mut forwarded = reqwest::Client::new().request(method, upstream).body(body);
+    // Everything the MCP transport sends but the credential, which is this resource's alone.
+    for (name, value) in &headers {
+        let name = name.as_str();
+        if name.starts_with("mcp-") || ["content-type", "accept", "last-event-id"].contains(&name) {
+            forwarded = forwarded.header(name, value);
+        }
+    }
+    let answer = forwarded.send().await.unwrap();
+    let mut response = Response::builder().status(answer.status().as_u16());
+    for (name, value) in answer.headers() {
+        if name.as_str().starts_with("mcp-") || name == "content-type" {
+            response = response.header(name, value);
+        }
+    }
+    response
+        .body(axum::body::Body::from(answer.bytes().await.unwrap()))
+        .unwrap()
 }
 
 async fn resource(State(peer): State<Peer>) -> Response {
@@ -141,9 +190,9 @@ async fn server(State(peer): State<Peer>) -> Response {
         "token_endpoint": format!("{}/token", peer.base),
         "registration_endpoint": format!("{}/register", peer.base),
         "response_types_supported": ["code"],
-        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": ["none"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "authorization_response_iss_parameter_supported": true,
     }))
     .into_response()
@@ -379,3 +428,210 @@ async fn tokens_are_stored_sealed_and_a_later_start_uses_them_without_signing_in
 
 const KEY: &str = "q0nE7P0m3Qx5b2l6t1QmQ2xGb0h2V0J6b3NqU1lqN2U=";
 const OTHER_KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+/// The configuration of an OAuth upstream at `peer`, reachable on 127.0.0.1.
+fn oauth_upstream(peer: &Peer, oauth: larkgate_upstream::config::OAuthConfig) -> UpstreamConfig {
+    UpstreamConfig {
+        alias: "vault".into(),
+        url: Some(format!("{}/mcp", peer.base)),
+        allow: vec!["127.0.0.1".into()],
+        oauth: Some(oauth),
+        ..UpstreamConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oauth_upstream_says_what_it_lacks_until_login_and_is_then_reached_with_its_token() {
+    let weather = crate::peer::weather(&["--json"]);
+    let (other, _) = elsewhere().await;
+    let peer = serve_peer(Fault::None, &other, Some(weather.url.clone())).await;
+    let config = oauth_upstream(&peer, Default::default());
+    config.validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+    let key = || Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
+
+    let no_key = config
+        .connect_keyed(
+            None,
+            Arc::clone(&resolver),
+            &store,
+            Err(larkgate_upstream::credentials::CredentialError::NoKey),
+        )
+        .await
+        .unwrap_err();
+    assert!(no_key.contains("LARKGATE_CREDENTIAL_KEY"), "{no_key}");
+    let nobody = config
+        .connect_keyed(None, Arc::clone(&resolver), &store, key())
+        .await
+        .unwrap_err();
+    assert!(nobody.contains("larkgate upstream login vault"), "{nobody}");
+    assert_eq!(peer.admitted.load(Ordering::SeqCst), 0);
+
+    // `larkgate upstream login vault`, with this test as the person at the browser: it opens
+    // the URL it is shown and goes where the authorization server sends it (the loopback
+    // redirect URI larkgate listens on).
+    let (shown, url) = tokio::sync::oneshot::channel::<String>();
+    let person = tokio::spawn(async move {
+        let at = url.await.unwrap();
+        let back = browser(at).await.unwrap();
+        assert!(back.starts_with("http://127.0.0.1:"), "{back}");
+        reqwest::get(back).await.unwrap().text().await.unwrap()
+    });
+    larkgate_upstream::oauth::login(&config, None, Arc::clone(&resolver), &store, key(), |at| {
+        shown.send(at.to_owned()).unwrap()
+    })
+    .await
+    .unwrap();
+    let page = person.await.unwrap();
+    assert!(page.contains("you may close this page"), "{page}");
+
+    let client = config
+        .connect_keyed(None, Arc::clone(&resolver), &store, key())
+        .await
+        .unwrap();
+    let tools = client.list_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "forecast"), "{tools:?}");
+    let result = client
+        .call_tool(
+            "forecast",
+            serde_json::json!({"city": "Oslo"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        )
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    assert!(
+        peer.admitted.load(Ordering::SeqCst) >= 2,
+        "the calls carried the token"
+    );
+    assert_eq!(
+        peer.tokens_issued.load(Ordering::SeqCst),
+        1,
+        "one sign-in, reused"
+    );
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_account_signs_in_by_itself_with_the_client_credentials_grant() {
+    let weather = crate::peer::weather(&["--json"]);
+    let (other, _) = elsewhere().await;
+    let peer = serve_peer(Fault::None, &other, Some(weather.url.clone())).await;
+    let machine = larkgate_upstream::config::OAuthConfig {
+        grant: larkgate_upstream::config::Grant::ClientCredentials,
+        client_id: Some("reports".into()),
+        client_secret: Some("s3cret".into()),
+        scopes: Vec::new(),
+    };
+    let config = oauth_upstream(&peer, machine.clone());
+    config.validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let key = Arc::new(CredentialKey::from_base64(KEY).unwrap());
+    let client = config
+        .connect_keyed(None, Arc::new(SystemResolver), &store, Ok(key))
+        .await
+        .unwrap();
+    assert!(
+        client
+            .list_tools()
+            .await
+            .unwrap()
+            .iter()
+            .any(|t| t.name == "forecast")
+    );
+    assert_eq!(peer.tokens_issued.load(Ordering::SeqCst), 1);
+    client.close().await;
+
+    // Nobody logs in to a machine account, and a half-configured one says what is missing.
+    let error = larkgate_upstream::oauth::login(
+        &config,
+        None,
+        Arc::new(SystemResolver),
+        &store,
+        Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap())),
+        |_| panic!("no URL to open"),
+    )
+    .await
+    .unwrap_err();
+    assert!(error.contains("machine account"), "{error}");
+    let half = oauth_upstream(
+        &peer,
+        larkgate_upstream::config::OAuthConfig {
+            client_secret: None,
+            ..machine
+        },
+    );
+    let refused = half.validate().unwrap_err();
+    assert!(
+        refused.contains("needs oauth.client_id and oauth.client_secret"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn oauth_settings_that_cannot_work_are_refused_before_connecting() {
+    use larkgate_upstream::config::OAuthConfig;
+    let base = UpstreamConfig {
+        alias: "vault".into(),
+        url: Some("https://mcp.vault.example/mcp".into()),
+        oauth: Some(OAuthConfig::default()),
+        ..UpstreamConfig::default()
+    };
+    base.validate().unwrap();
+    let cases: Vec<(&str, UpstreamConfig, &str)> = vec![
+        (
+            "a header that would be replaced",
+            UpstreamConfig {
+                headers: [("authorization".to_owned(), "Bearer x".to_owned())].into(),
+                ..base.clone()
+            },
+            "both oauth and an Authorization header",
+        ),
+        (
+            "a secret without its client",
+            UpstreamConfig {
+                oauth: Some(OAuthConfig {
+                    client_secret: Some("${S}".into()),
+                    ..OAuthConfig::default()
+                }),
+                ..base.clone()
+            },
+            "give its oauth.client_id too",
+        ),
+        (
+            "a scope with a space",
+            UpstreamConfig {
+                oauth: Some(OAuthConfig {
+                    scopes: vec!["read write".into()],
+                    ..OAuthConfig::default()
+                }),
+                ..base.clone()
+            },
+            "is not one OAuth scope",
+        ),
+        (
+            "a command-launched server",
+            UpstreamConfig {
+                url: None,
+                command: vec!["server".into()],
+                ..base.clone()
+            },
+            "oauth is for HTTP upstreams",
+        ),
+    ];
+    for (case, config, expected) in cases {
+        let error = config.validate().unwrap_err();
+        assert!(error.contains(expected), "{case}: {error}");
+    }
+    let unknown = toml::from_str::<UpstreamConfig>(
+        "alias = \"vault\"\nurl = \"https://mcp.vault.example/mcp\"\n[oauth]\ngrant = \"password\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(unknown.contains("unknown variant `password`"), "{unknown}");
+}

@@ -57,6 +57,13 @@ pub(crate) enum Command {
         /// The alias.
         name: String,
     },
+    /// Sign in to an OAuth-protected upstream ([upstreams.oauth]): prints the URL to open in
+    /// a browser, receives the redirect on a loopback port, and stores the tokens sealed with
+    /// LARKGATE_CREDENTIAL_KEY; a running larkgate uses them at its next reconnect.
+    Login {
+        /// The alias.
+        name: String,
+    },
 }
 
 /// `upstream add`'s arguments.
@@ -175,6 +182,8 @@ pub(crate) async fn run(
                     start_timeout_ms,
                     ..LimitsConfig::default()
                 },
+                // OAuth upstreams are written in the configuration file ([upstreams.oauth]).
+                oauth: None,
             };
             add(context, config, out).await
         }
@@ -280,6 +289,38 @@ pub(crate) async fn run(
             }
             Ok(())
         }
+        Command::Login { name } => {
+            require_admin(&context.actor, "sign in to an upstream")?;
+            let config = configured(context, &name).await?;
+            let store: Arc<dyn larkgate_store::Store> = context.store.clone();
+            let show = |url: &str| {
+                let _ = writeln!(
+                    out,
+                    "open this URL in a browser on this machine to sign in to {name} (waiting \
+                     up to {} seconds):\n{url}",
+                    larkgate_upstream::oauth::LOGIN_WAIT.as_secs()
+                );
+                let _ = out.flush();
+            };
+            let key =
+                larkgate_upstream::credentials::CredentialKey::from_environment().map(Arc::new);
+            larkgate_upstream::oauth::login(
+                &config,
+                None,
+                Arc::new(SystemResolver),
+                &store,
+                key,
+                show,
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
+            writeln!(
+                out,
+                "signed in to {name}; the tokens are stored sealed; {}",
+                takes_effect(context)
+            )?;
+            Ok(())
+        }
         Command::Remove { name } => {
             require_admin(&context.actor, "remove an upstream")?;
             if manage::remove(&platform(context)?, &name, &context.actor.id).await? {
@@ -296,6 +337,20 @@ pub(crate) async fn run(
             }
         }
     }
+}
+
+/// The configuration of upstream `name`: from the configuration file, else as `upstream add`
+/// stored it.
+async fn configured(context: &StoreContext, name: &str) -> anyhow::Result<UpstreamConfig> {
+    if let Some(config) = context.config.upstreams.iter().find(|u| u.alias == name) {
+        return Ok(config.clone());
+    }
+    let stored = context.store.upstreams().await?;
+    let Some(record) = stored.into_iter().find(|u| u.alias == name) else {
+        bail!("there is no upstream {name:?}; `larkgate upstream list` shows them");
+    };
+    serde_json::from_str(&record.config)
+        .with_context(|| format!("the stored configuration of {name:?} cannot be read"))
 }
 
 /// `NAME=VALUE` arguments of `flag` as a map.
