@@ -589,8 +589,8 @@ pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
     } else if has("invalidcertificate") || has("certificate") || has("tls handshake") {
         "the TLS connection failed: its certificate or protocol was not accepted"
     } else if has("401 unauthorized") || has("authrequired") || has("auth required") {
-        "the server answered 401 Unauthorized: the credentials larkgate sends were refused \
-         (check the upstream's headers)"
+        "the server answered 401 Unauthorized: it refused the credentials larkgate sends (the \
+         upstream's headers, or its OAuth sign-in)"
     } else if has("403 forbidden") || has("insufficientscope") || has("insufficient scope") {
         "the server answered 403 Forbidden: the credentials larkgate sends may not do this"
     } else if has("timed out") || has("elapsed") {

@@ -333,7 +333,15 @@ impl UpstreamConfig {
                 &endpoint, guard, resolver, manager,
             )
             .await
-            .map_err(down_cause);
+            .map_err(|error| match down_cause(error) {
+                cause if cause.starts_with("the server answered 401") => format!(
+                    "the server answered 401 Unauthorized to larkgate's OAuth token, which could \
+                     not be refreshed: an operator signs in again with `larkgate upstream login \
+                     {}`",
+                    self.alias
+                ),
+                cause => cause,
+            });
         }
         crate::client::UpstreamClient::connect(&endpoint, guard, resolver)
             .await

@@ -33,6 +33,10 @@ enum Fault {
     /// The protected resource names an authorization server whose name resolves to a private
     /// address.
     PrivateServer,
+    /// Tokens live two seconds and come with a refresh token (not a fault: a short life).
+    ShortLived,
+    /// As `ShortLived`, but the refresh token is refused (`invalid_grant`).
+    RefreshRefused,
 }
 
 #[derive(Clone)]
@@ -45,6 +49,8 @@ struct Peer {
     upstream: Option<String>,
     /// Requests the resource let through (with the token it issued).
     admitted: Arc<AtomicUsize>,
+    /// The `grant_type` of every token request, in order.
+    grants: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// A resolver that knows one name, `internal.corp`, at a private address.
@@ -99,6 +105,7 @@ async fn serve_peer(fault: Fault, elsewhere: &str, upstream: Option<String>) -> 
         tokens_issued: Arc::default(),
         upstream,
         admitted: Arc::default(),
+        grants: Arc::default(),
     };
     let app = axum::Router::new()
         .route("/mcp", axum::routing::any(resource_server))
@@ -221,10 +228,26 @@ async fn authorize(
     (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
 }
 
-async fn token(State(peer): State<Peer>, _headers: HeaderMap) -> Response {
+async fn token(State(peer): State<Peer>, form: String) -> Response {
     peer.tokens_issued.fetch_add(1, Ordering::SeqCst);
+    let grant = url::form_urlencoded::parse(form.as_bytes())
+        .find(|(name, _)| name == "grant_type")
+        .map(|(_, value)| value.into_owned())
+        .unwrap_or_default();
+    if peer.fault == Fault::RefreshRefused && grant == "refresh_token" {
+        peer.grants.lock().unwrap().push(grant);
+        let refused = serde_json::json!({"error": "invalid_grant"});
+        return (StatusCode::BAD_REQUEST, axum::Json(refused)).into_response();
+    }
+    peer.grants.lock().unwrap().push(grant);
     let body = match peer.fault {
         Fault::MalformedToken => serde_json::json!({"access_token": 5, "token_type": "Bearer"}),
+        Fault::ShortLived | Fault::RefreshRefused => serde_json::json!({
+            "access_token": "the-access-token",
+            "token_type": "Bearer",
+            "expires_in": 2,
+            "refresh_token": "the-refresh-token",
+        }),
         _ => serde_json::json!({
             "access_token": "the-access-token",
             "token_type": "Bearer",
@@ -634,4 +657,95 @@ fn oauth_settings_that_cannot_work_are_refused_before_connecting() {
     .unwrap_err()
     .to_string();
     assert!(unknown.contains("unknown variant `password`"), "{unknown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed() {
+    let weather = crate::peer::weather(&["--json"]);
+    let (other, _) = elsewhere().await;
+    let peer = serve_peer(Fault::ShortLived, &other, Some(weather.url.clone())).await;
+    let config = oauth_upstream(&peer, Default::default());
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+    let key = || Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
+    let (shown, url) = tokio::sync::oneshot::channel::<String>();
+    let person = tokio::spawn(async move {
+        let back = browser(url.await.unwrap()).await.unwrap();
+        reqwest::get(back).await.unwrap().status()
+    });
+    larkgate_upstream::oauth::login(&config, None, Arc::clone(&resolver), &store, key(), |at| {
+        shown.send(at.to_owned()).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(person.await.unwrap().is_success());
+    let signed_in = store.upstream_credentials("vault").await.unwrap().unwrap();
+
+    let client = config
+        .connect_keyed(None, Arc::clone(&resolver), &store, key())
+        .await
+        .unwrap();
+    // Past the refresh point of a two-second token (rmcp counts whole seconds, so wait past
+    // two of them: the token is then due, whatever second the sign-in fell in).
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    client.list_tools().await.unwrap();
+    let grants = peer.grants.lock().unwrap().clone();
+    assert_eq!(
+        grants.first().map(String::as_str),
+        Some("authorization_code")
+    );
+    assert!(
+        grants.iter().any(|g| g == "refresh_token"),
+        "no refresh before expiry: {grants:?}"
+    );
+    let refreshed = store.upstream_credentials("vault").await.unwrap().unwrap();
+    assert_ne!(refreshed, signed_in, "the refreshed tokens were stored");
+    assert!(
+        !refreshed.windows(17).any(|w| w == b"the-refresh-token"),
+        "the refresh token is stored in the clear"
+    );
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_refresh_says_to_sign_in_again() {
+    let weather = crate::peer::weather(&["--json"]);
+    let (other, _) = elsewhere().await;
+    let peer = serve_peer(Fault::RefreshRefused, &other, Some(weather.url.clone())).await;
+    let config = oauth_upstream(&peer, Default::default());
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+    let key = || Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
+    let (shown, url) = tokio::sync::oneshot::channel::<String>();
+    let person = tokio::spawn(async move {
+        let back = browser(url.await.unwrap()).await.unwrap();
+        reqwest::get(back).await.unwrap().status()
+    });
+    larkgate_upstream::oauth::login(&config, None, Arc::clone(&resolver), &store, key(), |at| {
+        shown.send(at.to_owned()).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(person.await.unwrap().is_success());
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    let error = config
+        .connect_keyed(None, Arc::clone(&resolver), &store, key())
+        .await
+        .unwrap_err();
+    assert!(
+        error.contains("401 Unauthorized to larkgate's OAuth token")
+            && error.contains("larkgate upstream login vault"),
+        "{error}"
+    );
+    assert!(
+        peer.grants
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|g| g == "refresh_token"),
+        "a refresh was tried first"
+    );
+    assert!(!error.contains("the-access-token") && !error.contains("the-refresh-token"));
 }
