@@ -258,9 +258,16 @@ impl UpstreamClient {
             }
             Err(error) => {
                 // Say how the process ended, when it did (it may still be writing its last
-                // words: give it a moment).
+                // words: give it a moment). It may have ended because the handshake failed
+                // first and its pipes were closed, so the handshake's error is logged too.
                 for _ in 0..20 {
                     if let Some(ended) = process.ended() {
+                        tracing::warn!(
+                            alias = %target.alias,
+                            handshake = %error,
+                            %ended,
+                            "a command-launched server ended without completing the MCP handshake"
+                        );
                         return Err(UpstreamError::Unavailable(ended));
                     }
                     tokio::time::sleep(Duration::from_millis(25)).await;

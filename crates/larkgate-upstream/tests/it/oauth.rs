@@ -452,6 +452,30 @@ async fn tokens_are_stored_sealed_and_a_later_start_uses_them_without_signing_in
 const KEY: &str = "q0nE7P0m3Qx5b2l6t1QmQ2xGb0h2V0J6b3NqU1lqN2U=";
 const OTHER_KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
+/// `larkgate upstream login` of `config`, with this test as the person at the browser: it opens
+/// the URL it is shown and goes where the authorization server sends it (the loopback redirect
+/// URI larkgate listens on), and is told it may close the page.
+async fn login_as_a_person(
+    config: &UpstreamConfig,
+    resolver: &Arc<dyn Resolve>,
+    store: &Arc<dyn Store>,
+) {
+    let (shown, url) = tokio::sync::oneshot::channel::<String>();
+    let person = tokio::spawn(async move {
+        let back = browser(url.await.unwrap()).await.unwrap();
+        assert!(back.starts_with("http://127.0.0.1:"), "{back}");
+        reqwest::get(back).await.unwrap().text().await.unwrap()
+    });
+    let key = Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
+    larkgate_upstream::oauth::login(config, None, Arc::clone(resolver), store, key, |at| {
+        shown.send(at.to_owned()).unwrap()
+    })
+    .await
+    .unwrap();
+    let page = person.await.unwrap();
+    assert!(page.contains("you may close this page"), "{page}");
+}
+
 /// The configuration of an OAuth upstream at `peer`, reachable on 127.0.0.1.
 fn oauth_upstream(peer: &Peer, oauth: larkgate_upstream::config::OAuthConfig) -> UpstreamConfig {
     UpstreamConfig {
@@ -492,23 +516,7 @@ async fn an_oauth_upstream_says_what_it_lacks_until_login_and_is_then_reached_wi
     assert!(nobody.contains("larkgate upstream login vault"), "{nobody}");
     assert_eq!(peer.admitted.load(Ordering::SeqCst), 0);
 
-    // `larkgate upstream login vault`, with this test as the person at the browser: it opens
-    // the URL it is shown and goes where the authorization server sends it (the loopback
-    // redirect URI larkgate listens on).
-    let (shown, url) = tokio::sync::oneshot::channel::<String>();
-    let person = tokio::spawn(async move {
-        let at = url.await.unwrap();
-        let back = browser(at).await.unwrap();
-        assert!(back.starts_with("http://127.0.0.1:"), "{back}");
-        reqwest::get(back).await.unwrap().text().await.unwrap()
-    });
-    larkgate_upstream::oauth::login(&config, None, Arc::clone(&resolver), &store, key(), |at| {
-        shown.send(at.to_owned()).unwrap()
-    })
-    .await
-    .unwrap();
-    let page = person.await.unwrap();
-    assert!(page.contains("you may close this page"), "{page}");
+    login_as_a_person(&config, &resolver, &store).await;
 
     let client = config
         .connect_keyed(None, Arc::clone(&resolver), &store, key())
@@ -669,17 +677,7 @@ async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed()
     let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
     let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
     let key = || Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
-    let (shown, url) = tokio::sync::oneshot::channel::<String>();
-    let person = tokio::spawn(async move {
-        let back = browser(url.await.unwrap()).await.unwrap();
-        reqwest::get(back).await.unwrap().status()
-    });
-    larkgate_upstream::oauth::login(&config, None, Arc::clone(&resolver), &store, key(), |at| {
-        shown.send(at.to_owned()).unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(person.await.unwrap().is_success());
+    login_as_a_person(&config, &resolver, &store).await;
     let signed_in = store.upstream_credentials("vault").await.unwrap().unwrap();
 
     let client = config
@@ -718,17 +716,7 @@ async fn a_refused_refresh_says_to_sign_in_again() {
     let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
     let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
     let key = || Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
-    let (shown, url) = tokio::sync::oneshot::channel::<String>();
-    let person = tokio::spawn(async move {
-        let back = browser(url.await.unwrap()).await.unwrap();
-        reqwest::get(back).await.unwrap().status()
-    });
-    larkgate_upstream::oauth::login(&config, None, Arc::clone(&resolver), &store, key(), |at| {
-        shown.send(at.to_owned()).unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(person.await.unwrap().is_success());
+    login_as_a_person(&config, &resolver, &store).await;
     tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
     let error = config
         .connect_keyed(None, Arc::clone(&resolver), &store, key())

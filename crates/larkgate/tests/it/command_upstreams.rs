@@ -362,7 +362,9 @@ fn published_servers_from_the_npm_registry_are_federated_by_command() {
         server("server-everything"),
     );
     std::fs::write(crate::config_path(d), config).unwrap();
-    let listed = ok(d, &["upstream", "list"]);
+    let output = crate::larkgate_in(d, &["upstream", "list"]);
+    let (listed, said) = (crate::stdout(&output), crate::stderr(&output));
+    assert!(output.status.success(), "{said}");
     for (alias, name) in [
         ("fs", "secure-filesystem-server"),
         ("everything", "mcp-servers/everything"),
@@ -371,7 +373,10 @@ fn published_servers_from_the_npm_registry_are_federated_by_command() {
             .lines()
             .find(|l| l.starts_with(&format!("{alias}  ")))
             .unwrap_or_else(|| panic!("{listed}"));
-        assert!(line.contains(&format!("connected ({name}")), "{line}");
+        assert!(
+            line.contains(&format!("connected ({name}")),
+            "{line}\nlarkgate's log: {said}"
+        );
     }
     let note = files.join("note.txt").display().to_string();
     let read = ok(
