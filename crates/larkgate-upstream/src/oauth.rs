@@ -79,6 +79,14 @@ pub enum OAuthHttpError {
         /// The time allowed.
         after: Duration,
     },
+    /// The server could not be reached, in plain words (refused, not resolved, TLS, ...).
+    #[error("{url}: {cause}")]
+    Unreachable {
+        /// The URL, without its query.
+        url: String,
+        /// Why, as [`crate::client::plain_cause`] says it.
+        cause: String,
+    },
     /// rmcp handed over a request that is not one (no absolute URL).
     #[error("an OAuth request could not be built: {0}")]
     Request(String),
@@ -176,10 +184,11 @@ impl GuardedOAuthHttp {
         let after = timeout.map_or(MAX_OAUTH_REQUEST_TIME, |t| t.min(MAX_OAUTH_REQUEST_TIME));
         let exchange = async {
             let response = client.execute(request).await.map_err(|e| {
-                if let Some(cause) = crate::client::plain_cause(&e) {
-                    self.note_refusal(format!("{url}: {cause}"));
+                let error = unreachable(&url, e);
+                if let OAuthHttpError::Unreachable { .. } = error {
+                    self.note_refusal(error.to_string());
                 }
-                failed(HttpError::Http(e.without_url()))
+                error
             })?;
             if response.status().is_redirection()
                 && let Some(to) = response
@@ -231,6 +240,20 @@ impl OAuthHttpClient for GuardedOAuthHttp {
                 Box::new(error) as OAuthHttpClientError
             })
         })
+    }
+}
+
+/// A failed exchange with `url`, in plain words where they can be found.
+fn unreachable(url: &str, error: reqwest::Error) -> OAuthHttpError {
+    match crate::client::plain_cause(&error) {
+        Some(cause) => OAuthHttpError::Unreachable {
+            url: url.to_owned(),
+            cause,
+        },
+        None => OAuthHttpError::Http {
+            url: url.to_owned(),
+            source: HttpError::Http(error.without_url()),
+        },
     }
 }
 
@@ -517,7 +540,7 @@ pub async fn challenge(
             url: shown_url.clone(),
             after: MAX_OAUTH_REQUEST_TIME,
         })?
-        .map_err(|e| failed(HttpError::Http(e.without_url())))?;
+        .map_err(|e| unreachable(&shown_url, e))?;
     let status = response.status();
     if status != reqwest::StatusCode::UNAUTHORIZED && status != reqwest::StatusCode::FORBIDDEN {
         return Ok(None);
