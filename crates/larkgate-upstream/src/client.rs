@@ -595,6 +595,12 @@ pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         "its host name could not be resolved"
     } else if has("invalidcertificate") || has("certificate") || has("tls handshake") {
         "the TLS connection failed: its certificate or protocol was not accepted"
+    } else if has("token refresh failed") || has("tokenrefreshrejected") {
+        "the authorization server refused to refresh larkgate's OAuth token: an operator signs \
+         in again with `larkgate upstream login`"
+    } else if has("auth error") {
+        "larkgate's OAuth sign-in for it cannot be used (the log says why): an operator signs in \
+         again with `larkgate upstream login`"
     } else if has("401 unauthorized") || has("authrequired") || has("auth required") {
         "the server answered 401 Unauthorized: it refused the credentials larkgate sends (the \
          upstream's headers, or its OAuth sign-in)"

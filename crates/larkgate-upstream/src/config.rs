@@ -409,16 +409,20 @@ impl UpstreamConfig {
                 .await
                 .map_err(|e| format!("signing in with the client credentials failed: {e}"))
             }
-            Grant::AuthorizationCode => crate::oauth::restore(http, credentials, &url)
-                .await
-                .map_err(|e| format!("the stored sign-in cannot be used: {e}"))?
-                .ok_or_else(|| {
-                    format!(
-                        "nobody has signed in to it yet: an operator runs `larkgate upstream \
-                         login {}`",
-                        self.alias
-                    )
-                }),
+            Grant::AuthorizationCode => {
+                let secret = self.client_secret(|name| std::env::var(name).ok())?;
+                let confidential = oauth.client_id.as_deref().zip(secret.as_deref());
+                crate::oauth::restore(http, credentials, &url, confidential)
+                    .await
+                    .map_err(|e| format!("the stored sign-in cannot be used: {e}"))?
+                    .ok_or_else(|| {
+                        format!(
+                            "nobody has signed in to it yet: an operator runs `larkgate \
+                             upstream login {}`",
+                            self.alias
+                        )
+                    })
+            }
         }
     }
 

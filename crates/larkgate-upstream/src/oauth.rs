@@ -40,8 +40,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use rmcp::transport::auth::{
     AuthError, AuthorizationCallback, AuthorizationManager, AuthorizationRequest,
-    ClientCredentialsConfig, OAuthHttpClient, OAuthHttpClientError, OAuthHttpClientFuture,
-    OAuthHttpRedirectPolicy, OAuthHttpRequest, OAuthState,
+    ClientCredentialsConfig, OAuthClientConfig, OAuthHttpClient, OAuthHttpClientError,
+    OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest, OAuthState,
 };
 
 use crate::credentials::SealedCredentials;
@@ -476,18 +476,29 @@ async fn unauthorized(
 /// The authorization manager for `url` from the credentials an earlier sign-in stored, without
 /// asking anyone; `None` when nothing is stored (or the upstream's authorization server changed
 /// since, which forgets the tokens). Its tokens are refreshed before they expire and once on a
-/// 401, and every refresh is stored sealed again.
+/// 401, and every refresh is stored sealed again. A `confidential` client (a registered client
+/// ID and its secret, which the store never holds) authenticates its refreshes with them.
 pub async fn restore(
     http: GuardedOAuthHttp,
     credentials: SealedCredentials,
     url: &str,
+    confidential: Option<(&str, &str)>,
 ) -> Result<Option<AuthorizationManager>, SignInError> {
     let watch = http.clone();
     let restored = async {
         let mut manager =
             AuthorizationManager::new_with_oauth_http_client(url, Arc::new(http)).await?;
         manager.set_credential_store(credentials);
-        Ok(manager.initialize_from_store().await?.then_some(manager))
+        if !manager.initialize_from_store().await? {
+            return Ok(None);
+        }
+        if let Some((client_id, secret)) = confidential {
+            // The redirect URI plays no part in a refresh.
+            let client = OAuthClientConfig::new(client_id, "http://127.0.0.1/callback")
+                .with_client_secret(secret);
+            manager.configure_client(client)?;
+        }
+        Ok(Some(manager))
     };
     restored.await.map_err(SignInError::of(&watch))
 }

@@ -37,6 +37,9 @@ enum Fault {
     ShortLived,
     /// As `ShortLived`, but the refresh token is refused (`invalid_grant`).
     RefreshRefused,
+    /// As `ShortLived`, for a confidential client: a refresh without its secret (HTTP Basic,
+    /// `registered:s3cret`) is refused (`invalid_client`).
+    Confidential,
 }
 
 #[derive(Clone)]
@@ -228,12 +231,25 @@ async fn authorize(
     (StatusCode::FOUND, [(header::LOCATION, back.to_string())]).into_response()
 }
 
-async fn token(State(peer): State<Peer>, form: String) -> Response {
+async fn token(State(peer): State<Peer>, headers: HeaderMap, form: String) -> Response {
     peer.tokens_issued.fetch_add(1, Ordering::SeqCst);
     let grant = url::form_urlencoded::parse(form.as_bytes())
         .find(|(name, _)| name == "grant_type")
         .map(|(_, value)| value.into_owned())
         .unwrap_or_default();
+    let basic = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    // base64("registered:s3cret")
+    if peer.fault == Fault::Confidential && basic != "Basic cmVnaXN0ZXJlZDpzM2NyZXQ=" {
+        peer.grants
+            .lock()
+            .unwrap()
+            .push(format!("{grant} without the secret"));
+        let refused = serde_json::json!({"error": "invalid_client"});
+        return (StatusCode::UNAUTHORIZED, axum::Json(refused)).into_response();
+    }
     if peer.fault == Fault::RefreshRefused && grant == "refresh_token" {
         peer.grants.lock().unwrap().push(grant);
         let refused = serde_json::json!({"error": "invalid_grant"});
@@ -242,7 +258,7 @@ async fn token(State(peer): State<Peer>, form: String) -> Response {
     peer.grants.lock().unwrap().push(grant);
     let body = match peer.fault {
         Fault::MalformedToken => serde_json::json!({"access_token": 5, "token_type": "Bearer"}),
-        Fault::ShortLived | Fault::RefreshRefused => serde_json::json!({
+        Fault::ShortLived | Fault::RefreshRefused | Fault::Confidential => serde_json::json!({
             "access_token": "the-access-token",
             "token_type": "Bearer",
             "expires_in": 2,
@@ -408,6 +424,7 @@ async fn tokens_are_stored_sealed_and_a_later_start_uses_them_without_signing_in
         guarded(&peer),
         SealedCredentials::new(Arc::clone(&store), "vault", key()),
         &url,
+        None,
     )
     .await
     .unwrap()
@@ -428,6 +445,7 @@ async fn tokens_are_stored_sealed_and_a_later_start_uses_them_without_signing_in
         guarded(&peer),
         SealedCredentials::new(Arc::clone(&store), "vault", other_key),
         &url,
+        None,
     )
     .await
     .err()
@@ -443,6 +461,7 @@ async fn tokens_are_stored_sealed_and_a_later_start_uses_them_without_signing_in
         guarded(&peer),
         SealedCredentials::new(Arc::clone(&store), "another", key()),
         &url,
+        None,
     )
     .await
     .unwrap();
@@ -736,4 +755,64 @@ async fn a_refused_refresh_says_to_sign_in_again() {
         "a refresh was tried first"
     );
     assert!(!error.contains("the-access-token") && !error.contains("the-refresh-token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registered_confidential_client_refreshes_with_its_secret_after_a_restart() {
+    let weather = crate::peer::weather(&["--json"]);
+    let (other, _) = elsewhere().await;
+    let peer = serve_peer(Fault::Confidential, &other, Some(weather.url.clone())).await;
+    let config = oauth_upstream(
+        &peer,
+        larkgate_upstream::config::OAuthConfig {
+            client_id: Some("registered".into()),
+            client_secret: Some("s3cret".into()),
+            ..Default::default()
+        },
+    );
+    config.validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+    login_as_a_person(&config, &resolver, &store).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    // A later start: only the store and the configuration (the secret is never stored).
+    let key = Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
+    let client = config
+        .connect_keyed(None, Arc::clone(&resolver), &store, key)
+        .await
+        .unwrap();
+    client.list_tools().await.unwrap();
+    let grants = peer.grants.lock().unwrap().clone();
+    assert_eq!(
+        grants,
+        ["authorization_code", "refresh_token"],
+        "both token requests carried the client's secret"
+    );
+    client.close().await;
+
+    // The secret gone from the configuration (its variable unset, say): the refresh is
+    // refused, and the cause is in plain words, without a library's type names.
+    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    let without = oauth_upstream(
+        &peer,
+        larkgate_upstream::config::OAuthConfig {
+            client_id: Some("registered".into()),
+            ..Default::default()
+        },
+    );
+    let key = Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
+    let error = without
+        .connect_keyed(None, Arc::clone(&resolver), &store, key)
+        .await
+        .unwrap_err();
+    assert!(
+        error.contains("refused to refresh larkgate's OAuth token")
+            && error.contains("larkgate upstream login"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("rmcp::") && !error.contains("s3cret"),
+        "{error}"
+    );
 }
