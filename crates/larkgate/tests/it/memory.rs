@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use larkgate_upstream::client::Revisions;
 
 use crate::ok;
-use crate::serve::{admin_gateway, client};
+use crate::serve::{admin_gateway, client, client_with};
 
 /// A dict of 10^7 ints: about 480 MiB of container storage, which the interpreter's own heap
 /// limit does not count.
@@ -125,7 +125,15 @@ fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_se
             .map(|_| {
                 let (url, token) = (url.clone(), token.clone());
                 tokio::spawn(async move {
-                    let c = client(&url, &token, Revisions::Latest).await.unwrap();
+                    // A run may wait its turn up to start_wait_ms, then run: the client waits
+                    // as long (its default round trip of 30 s is not what is tested here).
+                    let limits = larkgate_upstream::client::UpstreamLimits {
+                        call_timeout: Duration::from_secs(240),
+                        ..Default::default()
+                    };
+                    let c = client_with(&url, &token, Revisions::Latest, limits)
+                        .await
+                        .unwrap();
                     let result = c
                         .call_tool(
                             "script_run_draft",

@@ -167,11 +167,21 @@ pub(crate) async fn client(
     token: &str,
     revisions: Revisions,
 ) -> Result<UpstreamClient, String> {
+    client_with(url, token, revisions, UpstreamLimits::default()).await
+}
+
+/// [`client`] with other limits (a call that may wait longer than the default round trip).
+pub(crate) async fn client_with(
+    url: &str,
+    token: &str,
+    revisions: Revisions,
+    limits: UpstreamLimits,
+) -> Result<UpstreamClient, String> {
     let endpoint = Endpoint {
         url: url.to_owned(),
         revisions,
         headers: BTreeMap::from([("Authorization".to_owned(), format!("Bearer {token}"))]),
-        limits: UpstreamLimits::default(),
+        limits,
     };
     let guard = UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]);
     UpstreamClient::connect(&endpoint, Arc::new(guard), Arc::new(SystemResolver))
