@@ -18,6 +18,9 @@ pub(crate) struct Server {
     child: Child,
     pub(crate) url: String,
     pub(crate) first_start: String,
+    /// What it wrote to stderr before the line naming its URL (an upstream's stderr logged
+    /// while serve connected it, say).
+    before_url: Vec<String>,
     /// What it has written to stderr since the line naming its URL.
     stderr: std::sync::mpsc::Receiver<String>,
 }
@@ -34,12 +37,14 @@ impl Server {
             .spawn()
             .unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut before_url = Vec::new();
         let url = loop {
             let mut line = String::new();
             assert!(stderr.read_line(&mut line).unwrap() > 0, "serve exited");
             if let Some(rest) = line.trim().strip_prefix("larkgate: serving MCP at ") {
                 break rest.to_owned();
             }
+            before_url.push(line.trim_end().to_owned());
         };
         // Keep draining stderr so the server never blocks on it.
         let (errors, stderr_lines) = std::sync::mpsc::channel();
@@ -68,6 +73,7 @@ impl Server {
             child,
             url,
             first_start,
+            before_url,
             stderr: stderr_lines,
         }
     }
@@ -97,8 +103,9 @@ impl Server {
             .expect("serve wrote no further line")
     }
 
-    /// SIGTERM, then every line it wrote to stderr and had not been read, until it exited.
-    pub(crate) fn stop_reading_stderr(self) -> Vec<String> {
+    /// SIGTERM, then every line it wrote to stderr and had not been read, until it exited —
+    /// the lines before the one naming its URL first.
+    pub(crate) fn stop_reading_stderr(mut self) -> Vec<String> {
         let pid = self.child.id().to_string();
         assert!(
             Command::new("kill")
@@ -107,7 +114,7 @@ impl Server {
                 .unwrap()
                 .success()
         );
-        let mut lines = Vec::new();
+        let mut lines = std::mem::take(&mut self.before_url);
         while let Ok(line) = self.stderr.recv_timeout(std::time::Duration::from_secs(30)) {
             lines.push(line);
         }
