@@ -30,7 +30,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 use rmcp::transport::streamable_http_client::{
-    InsufficientScopeError, StreamableHttpClientTransportConfig,
+    AuthRequiredError, InsufficientScopeError, StreamableHttpClientTransportConfig,
 };
 use rmcp::{ClientHandler, RoleClient};
 
@@ -92,6 +92,14 @@ pub enum UpstreamError {
     /// The configuration cannot be used (URL refused by the guard, bad header).
     #[error("{0}")]
     Config(String),
+    /// The server answered 401 Unauthorized inside a session it had accepted: it no longer
+    /// takes the credentials larkgate sends (a revoked key; for OAuth, a token that expired
+    /// and could not be refreshed). The upstream must be connected again, which says why.
+    #[error(
+        "the server answered 401 Unauthorized: it refused the credentials larkgate sends (the \
+         upstream's headers, or its OAuth sign-in)"
+    )]
+    Unauthorized,
     /// The server answered 403 `insufficient_scope` (OAuth): the token larkgate holds lacks a
     /// scope this request needs. `challenge` is the server's `WWW-Authenticate`, which a new
     /// sign-in ([`crate::oauth::sign_in`]) takes to ask for the scopes it names.
@@ -541,6 +549,9 @@ fn classify(error: ServiceError, limits: UpstreamLimits) -> UpstreamError {
             return UpstreamError::InsufficientScope {
                 challenge: scope.www_authenticate_header.clone(),
             };
+        }
+        if e.is::<AuthRequiredError>() {
+            return UpstreamError::Unauthorized;
         }
         next = e.source();
     }

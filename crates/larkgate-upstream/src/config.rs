@@ -100,6 +100,11 @@ pub struct OAuthConfig {
     /// The scopes to ask for; none: those the server asks for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// The HTTPS URL of a client ID metadata document the operator publishes for larkgate
+    /// (the MCP authorization spec's preferred client identity): used as the client ID where
+    /// the authorization server accepts such documents, otherwise larkgate registers itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
 }
 
 /// The variables of larkgate's own environment a command-launched server sees by default.
@@ -559,6 +564,29 @@ impl UpstreamConfig {
                 "upstream {alias:?}: the client credentials grant needs oauth.client_id and \
                  oauth.client_secret (a machine account registered with the authorization server)"
             ));
+        }
+        if let Some(document) = &oauth.client_metadata_url {
+            if oauth.client_id.is_some() {
+                return Err(format!(
+                    "upstream {alias:?}: oauth.client_metadata_url is a client identity of its \
+                     own; give it or oauth.client_id, not both"
+                ));
+            }
+            let usable = url::Url::parse(document).is_ok_and(|url| {
+                url.scheme() == "https"
+                    && url.host_str().is_some()
+                    && url.path() != "/"
+                    && url.fragment().is_none()
+                    && url.username().is_empty()
+                    && url.password().is_none()
+            });
+            if !usable {
+                // Not repeated: it may hold credentials.
+                return Err(format!(
+                    "upstream {alias:?}: oauth.client_metadata_url is not the https URL of a \
+                     document (https://host/path, without a fragment or credentials)"
+                ));
+            }
         }
         if let Some(scope) = oauth
             .scopes

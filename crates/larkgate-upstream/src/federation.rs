@@ -69,6 +69,11 @@ pub struct Upstream {
     /// change, without asking the server).
     listing: Mutex<Option<Listing>>,
     retry: Mutex<Retry>,
+    /// For an OAuth upstream signed in by a person: its sealed credentials as the store held
+    /// them after this process last tried to connect it (`None` until then, or when they could
+    /// not be read). A change beside it is a `larkgate upstream login`, which a down upstream
+    /// does not wait out its backoff for.
+    credentials_seen: Mutex<Option<Option<Vec<u8>>>>,
 }
 
 /// A listing as the server gave it, names made distinct.
@@ -114,7 +119,17 @@ impl Upstream {
             link: Link::new(),
             listing: Mutex::new(None),
             retry: Mutex::new(Retry::new()),
+            credentials_seen: Mutex::new(None),
         })
+    }
+
+    /// Whether a person signs in to it (`larkgate upstream login`), as opposed to a machine
+    /// account or none.
+    fn signs_in(&self) -> bool {
+        self.config
+            .oauth
+            .as_ref()
+            .is_some_and(|oauth| oauth.grant == crate::config::Grant::AuthorizationCode)
     }
 
     /// Its configuration.
@@ -386,6 +401,21 @@ impl Federation {
             )
             .await
             .map(Arc::new);
+        if upstream.signs_in() {
+            // After the attempt, so that what it saved itself (a refresh) is not taken for a
+            // sign-in; a sign-in saved during the attempt waits for the next try.
+            let stored = self
+                .platform
+                .services()
+                .store
+                .upstream_credentials(&config.alias)
+                .await
+                .ok();
+            *upstream
+                .credentials_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = stored;
+        }
         match result {
             Ok(client) => self.refresh(upstream, client).await,
             Err(why) => {
@@ -546,7 +576,12 @@ impl Federation {
                 }
             }
             Some(_) => upstream.retry().backoff = Duration::from_secs(1),
-            None if tokio::time::Instant::now() >= upstream.retry().next_try => {
+            None => {
+                let due = tokio::time::Instant::now() >= upstream.retry().next_try;
+                let signed_in = self.signed_in_beside(upstream).await;
+                if !due && !signed_in {
+                    return;
+                }
                 if let Err(Fatal(e)) = self.connect(upstream).await {
                     tracing::error!(%e, "an upstream's tools were not published");
                 }
@@ -554,7 +589,40 @@ impl Federation {
                     upstream.retry().later();
                 }
             }
-            None => {}
+        }
+    }
+
+    /// Whether someone signed in to down upstream `upstream` beside this process since it last
+    /// tried it (`larkgate upstream login` changed its stored credentials): then it is tried at
+    /// once rather than after its backoff (up to five minutes). Only for upstreams a person
+    /// signs in to: a machine account's tokens change at every try of this process's own.
+    async fn signed_in_beside(&self, upstream: &Upstream) -> bool {
+        if !upstream.signs_in() {
+            return false;
+        }
+        let Some(seen) = upstream
+            .credentials_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        else {
+            return false;
+        };
+        match self
+            .platform
+            .services()
+            .store
+            .upstream_credentials(&upstream.config.alias)
+            .await
+        {
+            Ok(stored) if stored != seen => {
+                tracing::info!(
+                    alias = %upstream.config.alias,
+                    "someone signed in to a down upstream; connecting it again"
+                );
+                true
+            }
+            Ok(_) | Err(_) => false,
         }
     }
 

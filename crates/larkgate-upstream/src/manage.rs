@@ -63,6 +63,62 @@ pub struct AddedTool {
     pub read_only: bool,
 }
 
+/// Whether `config` could be added, before anything is asked of the server: it is valid, and
+/// its alias is free (`taken` are the configuration file's aliases) and can be one.
+pub async fn addable(
+    platform: &Platform,
+    config: &UpstreamConfig,
+    taken: &[String],
+) -> Result<(), ManageError> {
+    config.validate().map_err(ManageError::Invalid)?;
+    let alias = &config.alias;
+    let stored = platform
+        .services()
+        .store
+        .upstreams()
+        .await
+        .map_err(failed)?;
+    if taken.contains(alias) || stored.iter().any(|u| &u.alias == alias) {
+        return Err(ManageError::Invalid(format!(
+            "an upstream named {alias:?} exists already; remove it first to replace it"
+        )));
+    }
+    platform
+        .registry()
+        .check_alias(alias)
+        .map_err(|e| ManageError::Invalid(format!("{alias:?} cannot be an alias: {e}")))
+}
+
+/// Signs `actor` larkgate in to OAuth upstream `config` ([`crate::oauth::login`]: `show` is
+/// given the URL to open in a browser) and records `upstream_signed_in`. The tokens are
+/// stored sealed with `key`; a running gateway connects a down upstream with them within a
+/// second.
+pub async fn sign_in(
+    platform: &Platform,
+    config: &UpstreamConfig,
+    actor: &str,
+    listen: Option<SocketAddr>,
+    resolver: Arc<dyn Resolve>,
+    key: Result<Arc<crate::credentials::CredentialKey>, crate::credentials::CredentialError>,
+    show: impl FnOnce(&str),
+) -> Result<(), ManageError> {
+    let store = &platform.services().store;
+    crate::oauth::login(config, listen, resolver, store, key, show)
+        .await
+        .map_err(ManageError::Unreachable)?;
+    event(
+        platform,
+        actor,
+        EventKind::UpstreamSignedIn,
+        format!(
+            "signed in to upstream {:?} at {}",
+            config.alias,
+            crate::redact::urls(&config.target())
+        ),
+    )
+    .map_err(ManageError::Failed)
+}
+
 /// Adds upstream `config` as `actor`: connects, lists its tools, pins every definition, saves
 /// it, and records `upstream_added`. Nothing is saved when the server cannot be reached or
 /// listed. `taken` are the aliases of the configuration file's upstreams.
@@ -74,19 +130,9 @@ pub async fn add(
     listen: Option<SocketAddr>,
     resolver: Arc<dyn Resolve>,
 ) -> Result<Added, ManageError> {
-    config.validate().map_err(ManageError::Invalid)?;
+    addable(platform, config, taken).await?;
     let alias = config.alias.clone();
     let store = &platform.services().store;
-    let stored = store.upstreams().await.map_err(failed)?;
-    if taken.contains(&alias) || stored.iter().any(|u| u.alias == alias) {
-        return Err(ManageError::Invalid(format!(
-            "an upstream named {alias:?} exists already; remove it first to replace it"
-        )));
-    }
-    platform
-        .registry()
-        .check_alias(&alias)
-        .map_err(|e| ManageError::Invalid(format!("{alias:?} cannot be an alias: {e}")))?;
     // Connect and list before anything is saved.
     let client = config.connect(listen, resolver, store).await.map_err(|e| {
         ManageError::Unreachable(format!(

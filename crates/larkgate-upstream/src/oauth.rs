@@ -614,7 +614,7 @@ pub async fn login(
         },
         None => ClientIdentity::Dynamic {
             client_name: "larkgate".to_owned(),
-            metadata_url: None,
+            metadata_url: oauth.client_metadata_url.clone(),
         },
     };
     let challenge = challenge(&http, &url).await.map_err(|e| e.to_string())?;

@@ -262,9 +262,11 @@ impl ToolHandler for UpstreamTool {
         let result = match called.await {
             Ok(result) => result,
             Err(error) => {
-                if client.is_closed() {
-                    // The connection is gone: mark the upstream down so it is reconnected,
-                    // saying how a command-launched server ended when it did.
+                let refused = matches!(error, UpstreamError::Unauthorized);
+                if client.is_closed() || refused {
+                    // The connection is gone, or its credentials are no longer accepted: mark
+                    // the upstream down so it is reconnected (which says why in `upstream
+                    // list`), saying how a command-launched server ended when it did.
                     let mut ended = client.process_ended();
                     for _ in 0..10 {
                         if ended.is_some() || !client.is_command() {
@@ -273,7 +275,11 @@ impl ToolHandler for UpstreamTool {
                         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                         ended = client.process_ended();
                     }
-                    let why = ended.unwrap_or_else(|| format!("the connection was lost: {error}"));
+                    let why = match ended {
+                        Some(ended) => ended,
+                        None if refused => error.to_string(),
+                        None => format!("the connection was lost: {error}"),
+                    };
                     self.link.down(why.clone());
                     if !matches!(error, UpstreamError::TooLarge { .. }) {
                         return Err(down_refusal(&self.alias, &name, &why));
@@ -301,6 +307,11 @@ fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
         UpstreamError::InsufficientScope { .. } => Refusal::new(
             Code::UpstreamUnavailable,
             format!("{name}: the upstream {alias:?} refused it: {error}"),
+        )
+        .with_hint(UNAVAILABLE_HINT),
+        UpstreamError::Unauthorized => Refusal::new(
+            Code::UpstreamUnavailable,
+            format!("{name}: the upstream {alias:?} is unavailable: {error}"),
         )
         .with_hint(UNAVAILABLE_HINT),
         UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::logged(
@@ -331,6 +342,8 @@ pub fn told(why: &str) -> &str {
         "the TLS connection failed",
         "the server answered 401",
         "the server answered 403",
+        "nobody has signed in to it yet",
+        "OAuth credentials need a key",
         "the server did not answer in time",
         "the server closed the connection",
         "the server did not complete the MCP handshake",

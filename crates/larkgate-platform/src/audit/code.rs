@@ -55,11 +55,13 @@ pub enum EventKind {
     UpstreamAdded,
     /// An admin removed an upstream added at run time, and its pins.
     UpstreamRemoved,
+    /// An admin signed larkgate in to an OAuth-protected upstream (`larkgate upstream login`).
+    UpstreamSignedIn,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -75,6 +77,7 @@ impl EventKind {
         EventKind::AuthenticationFailed,
         EventKind::UpstreamAdded,
         EventKind::UpstreamRemoved,
+        EventKind::UpstreamSignedIn,
     ];
 
     /// The name recorded in the chain.
@@ -95,6 +98,7 @@ impl EventKind {
             EventKind::AuthenticationFailed => "authentication_failed",
             EventKind::UpstreamAdded => "upstream_added",
             EventKind::UpstreamRemoved => "upstream_removed",
+            EventKind::UpstreamSignedIn => "upstream_signed_in",
         }
     }
 }

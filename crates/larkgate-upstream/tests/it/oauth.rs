@@ -54,6 +54,10 @@ struct Peer {
     admitted: Arc<AtomicUsize>,
     /// The `grant_type` of every token request, in order.
     grants: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The `client_id` of every authorization request, in order.
+    clients: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Dynamic client registrations made.
+    registrations: Arc<AtomicUsize>,
 }
 
 /// A resolver that knows one name, `internal.corp`, at a private address.
@@ -109,6 +113,8 @@ async fn serve_peer(fault: Fault, elsewhere: &str, upstream: Option<String>) -> 
         upstream,
         admitted: Arc::default(),
         grants: Arc::default(),
+        clients: Arc::default(),
+        registrations: Arc::default(),
     };
     let app = axum::Router::new()
         .route("/mcp", axum::routing::any(resource_server))
@@ -204,11 +210,13 @@ async fn server(State(peer): State<Peer>) -> Response {
         "code_challenge_methods_supported": ["S256"],
         "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "authorization_response_iss_parameter_supported": true,
+        "client_id_metadata_document_supported": true,
     }))
     .into_response()
 }
 
-async fn register(body: String) -> Response {
+async fn register(State(peer): State<Peer>, body: String) -> Response {
+    peer.registrations.fetch_add(1, Ordering::SeqCst);
     let asked: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     let mut answer = serde_json::json!({"client_id": "larkgate-test-client"});
     answer["redirect_uris"] = asked["redirect_uris"].clone();
@@ -223,6 +231,10 @@ async fn authorize(
         Fault::WrongIssuer => "https://issuer.example".to_owned(),
         _ => peer.base.clone(),
     };
+    peer.clients
+        .lock()
+        .unwrap()
+        .push(query.get("client_id").cloned().unwrap_or_default());
     let mut back = reqwest::Url::parse(&query["redirect_uri"]).unwrap();
     back.query_pairs_mut()
         .append_pair("code", "the-code")
@@ -575,7 +587,7 @@ async fn a_machine_account_signs_in_by_itself_with_the_client_credentials_grant(
         grant: larkgate_upstream::config::Grant::ClientCredentials,
         client_id: Some("reports".into()),
         client_secret: Some("s3cret".into()),
-        scopes: Vec::new(),
+        ..Default::default()
     };
     let config = oauth_upstream(&peer, machine.clone());
     config.validate().unwrap();
@@ -678,6 +690,47 @@ fn oauth_settings_that_cannot_work_are_refused_before_connecting() {
         let error = config.validate().unwrap_err();
         assert!(error.contains(expected), "{case}: {error}");
     }
+    let document = |url: &str| UpstreamConfig {
+        oauth: Some(OAuthConfig {
+            client_metadata_url: Some(url.into()),
+            ..OAuthConfig::default()
+        }),
+        ..base.clone()
+    };
+    document("https://larkgate.example.org/oauth/client.json")
+        .validate()
+        .unwrap();
+    let documents = [
+        ("plain http", "http://larkgate.example.org/client.json"),
+        ("no path", "https://larkgate.example.org/"),
+        ("a fragment", "https://larkgate.example.org/client.json#x"),
+        (
+            "credentials",
+            "https://me:pw@larkgate.example.org/client.json",
+        ),
+        ("not a URL", "larkgate client"),
+    ];
+    for (case, url) in documents {
+        let error = document(url).validate().unwrap_err();
+        assert!(
+            error.contains("is not the https URL of a document"),
+            "{case}: {error}"
+        );
+        assert!(
+            !error.contains(":pw"),
+            "the message repeats a password: {error}"
+        );
+    }
+    let both = UpstreamConfig {
+        oauth: Some(OAuthConfig {
+            client_id: Some("larkgate".into()),
+            client_metadata_url: Some("https://larkgate.example.org/client.json".into()),
+            ..OAuthConfig::default()
+        }),
+        ..base.clone()
+    };
+    let error = both.validate().unwrap_err();
+    assert!(error.contains("not both"), "{error}");
     let unknown = toml::from_str::<UpstreamConfig>(
         "alias = \"vault\"\nurl = \"https://mcp.vault.example/mcp\"\n[oauth]\ngrant = \"password\"\n",
     )
@@ -815,4 +868,25 @@ async fn a_registered_confidential_client_refreshes_with_its_secret_after_a_rest
         !error.contains("rmcp::") && !error.contains("s3cret"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_client_metadata_document_is_the_client_id_and_nothing_is_registered() {
+    let (other, _) = elsewhere().await;
+    let peer = peer(Fault::None, &other).await;
+    let document = "https://larkgate.example.org/oauth/client.json";
+    let config = oauth_upstream(
+        &peer,
+        larkgate_upstream::config::OAuthConfig {
+            client_metadata_url: Some(document.into()),
+            ..Default::default()
+        },
+    );
+    config.validate().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
+    let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
+    login_as_a_person(&config, &resolver, &store).await;
+    assert_eq!(*peer.clients.lock().unwrap(), [document]);
+    assert_eq!(peer.registrations.load(Ordering::SeqCst), 0);
 }

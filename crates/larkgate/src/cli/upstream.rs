@@ -23,7 +23,7 @@ use larkgate_platform::Platform;
 use larkgate_store::Store;
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
-use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
+use larkgate_upstream::config::{Grant, LimitsConfig, OAuthConfig, UpstreamConfig};
 use larkgate_upstream::federation::{Federation, UpstreamStatus};
 use larkgate_upstream::manage;
 use larkgate_upstream::tools::Approval;
@@ -113,6 +113,29 @@ pub(crate) struct AddArgs {
     /// Tools kept from its listing.
     #[arg(long, value_name = "N")]
     max_tools: Option<usize>,
+    /// The server wants OAuth: sign in first (the URL to open in a browser is printed), then
+    /// connect with the tokens, stored sealed with LARKGATE_CREDENTIAL_KEY.
+    #[arg(long)]
+    oauth: bool,
+    /// OAuth as a machine account (the client credentials grant) with --client-id and
+    /// --client-secret: nobody signs in.
+    #[arg(long)]
+    client_credentials: bool,
+    /// An OAuth client ID registered with the authorization server beforehand (otherwise
+    /// larkgate registers itself as the server offers).
+    #[arg(long, value_name = "ID")]
+    client_id: Option<String>,
+    /// Its secret, as `${NAME}`: read from larkgate's environment at each use, so the secret
+    /// is not stored.
+    #[arg(long, value_name = "${NAME}")]
+    client_secret: Option<String>,
+    /// An OAuth scope to ask for (repeatable; default: those the server asks for).
+    #[arg(long = "scope", value_name = "SCOPE")]
+    scopes: Vec<String>,
+    /// The https URL of a client ID metadata document published for larkgate: its client ID
+    /// where the authorization server accepts such documents.
+    #[arg(long, value_name = "URL")]
+    client_metadata_url: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -143,8 +166,25 @@ pub(crate) async fn run(
                 timeout_ms,
                 max_response_bytes,
                 max_tools,
+                oauth,
+                client_credentials,
+                client_id,
+                client_secret,
+                scopes,
+                client_metadata_url,
             } = *arguments;
             require_admin(&context.actor, "add an upstream")?;
+            let oauth = oauth_settings(
+                oauth,
+                client_credentials,
+                OAuthConfig {
+                    client_id,
+                    client_secret,
+                    scopes,
+                    client_metadata_url,
+                    ..OAuthConfig::default()
+                },
+            )?;
             let header_map = pairs(&headers, "--header")?;
             if let Some(url) = &url
                 && command.is_empty()
@@ -182,8 +222,7 @@ pub(crate) async fn run(
                     start_timeout_ms,
                     ..LimitsConfig::default()
                 },
-                // OAuth upstreams are written in the configuration file ([upstreams.oauth]).
-                oauth: None,
+                oauth,
             };
             add(context, config, out).await
         }
@@ -292,28 +331,7 @@ pub(crate) async fn run(
         Command::Login { name } => {
             require_admin(&context.actor, "sign in to an upstream")?;
             let config = configured(context, &name).await?;
-            let store: Arc<dyn larkgate_store::Store> = context.store.clone();
-            let show = |url: &str| {
-                let _ = writeln!(
-                    out,
-                    "open this URL in a browser on this machine to sign in to {name} (waiting \
-                     up to {} seconds):\n{url}",
-                    larkgate_upstream::oauth::LOGIN_WAIT.as_secs()
-                );
-                let _ = out.flush();
-            };
-            let key =
-                larkgate_upstream::credentials::CredentialKey::from_environment().map(Arc::new);
-            larkgate_upstream::oauth::login(
-                &config,
-                None,
-                Arc::new(SystemResolver),
-                &store,
-                key,
-                show,
-            )
-            .await
-            .map_err(anyhow::Error::msg)?;
+            sign_in(context, &config, out).await?;
             writeln!(
                 out,
                 "signed in to {name}; the tokens are stored sealed; {}",
@@ -351,6 +369,72 @@ async fn configured(context: &StoreContext, name: &str) -> anyhow::Result<Upstre
     };
     serde_json::from_str(&record.config)
         .with_context(|| format!("the stored configuration of {name:?} cannot be read"))
+}
+
+/// Signs in to OAuth upstream `config` as the command's admin, printing the URL to open.
+async fn sign_in(
+    context: &StoreContext,
+    config: &UpstreamConfig,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let alias = &config.alias;
+    let show = |url: &str| {
+        let _ = writeln!(
+            out,
+            "open this URL in a browser on this machine to sign in to {alias} (waiting up to \
+             {} seconds):\n{url}",
+            larkgate_upstream::oauth::LOGIN_WAIT.as_secs()
+        );
+        let _ = out.flush();
+    };
+    let key = larkgate_upstream::credentials::CredentialKey::from_environment().map(Arc::new);
+    manage::sign_in(
+        &platform(context)?,
+        config,
+        &context.actor.id,
+        None,
+        Arc::new(SystemResolver),
+        key,
+        show,
+    )
+    .await?;
+    Ok(())
+}
+
+/// `upstream add`'s OAuth flags as an `[upstreams.oauth]` table (`settings` without its
+/// grant), or none without them.
+fn oauth_settings(
+    oauth: bool,
+    client_credentials: bool,
+    settings: OAuthConfig,
+) -> anyhow::Result<Option<OAuthConfig>> {
+    if !oauth && !client_credentials {
+        if settings != OAuthConfig::default() {
+            bail!(
+                "--client-id, --client-secret, --scope and --client-metadata-url are OAuth \
+                 settings: add --oauth (a person signs in) or --client-credentials (a machine \
+                 account)"
+            );
+        }
+        return Ok(None);
+    }
+    if let Some(secret) = &settings.client_secret
+        && !(secret.starts_with("${") && secret.ends_with('}'))
+    {
+        bail!(
+            "--client-secret is stored with the upstream, so it takes the name of a variable of \
+             larkgate's environment that holds the secret, not the secret: for example \
+             --client-secret '${{VAULT_CLIENT_SECRET}}'"
+        );
+    }
+    Ok(Some(OAuthConfig {
+        grant: if client_credentials {
+            Grant::ClientCredentials
+        } else {
+            Grant::AuthorizationCode
+        },
+        ..settings
+    }))
 }
 
 /// `NAME=VALUE` arguments of `flag` as a map.
@@ -419,15 +503,41 @@ async fn add(
         .iter()
         .map(|u| u.alias.clone())
         .collect();
+    let platform = platform(context)?;
+    // A person signs in before the server is asked for its tools; nothing of the upstream is
+    // kept when that or the connection fails.
+    let signs_in = config
+        .oauth
+        .as_ref()
+        .is_some_and(|oauth| oauth.grant == Grant::AuthorizationCode);
+    if config.oauth.is_some() {
+        manage::addable(&platform, &config, &taken).await?;
+    }
+    if signs_in {
+        sign_in(context, &config, out).await?;
+    }
     let added = manage::add(
-        &platform(context)?,
+        &platform,
         &config,
         &taken,
         &context.actor.id,
         None,
         Arc::new(SystemResolver),
     )
-    .await?;
+    .await;
+    let added = match added {
+        Ok(added) => added,
+        Err(error) => {
+            // Its alias was free (checked above): the tokens are this attempt's.
+            if config.oauth.is_some() && matches!(error, manage::ManageError::Unreachable(_)) {
+                context
+                    .store
+                    .remove_upstream_credentials(&config.alias)
+                    .await?;
+            }
+            return Err(error.into());
+        }
+    };
     writeln!(
         out,
         "{}: {} ({}), {} tools",

@@ -17,6 +17,7 @@ mod stdio;
 mod tokens;
 mod traces;
 mod upstream_changes;
+mod upstream_oauth;
 mod upstreams;
 mod walkthrough;
 

@@ -27,9 +27,15 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(dir: &Path) -> Server {
+        Server::start_with_env(dir, &[])
+    }
+
+    /// [`Server::start`] with these variables added to its environment.
+    pub(crate) fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
             .current_dir(dir)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             // Its own process group, as a shell gives a foreground command (see `interrupt`).
             .process_group(0)
             .stdout(Stdio::piped())
@@ -158,6 +164,14 @@ impl Drop for Server {
 /// A data directory configured by `config`, with the principal `ada` (admin) and a token for
 /// it, and `larkgate serve` started on it.
 pub(crate) fn admin_gateway(config: &str) -> (tempfile::TempDir, Server, String) {
+    admin_gateway_with_env(config, &[])
+}
+
+/// [`admin_gateway`], its `serve` started with these variables added to its environment.
+pub(crate) fn admin_gateway_with_env(
+    config: &str,
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, Server, String) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(crate::config_path(d), config).unwrap();
@@ -165,7 +179,7 @@ pub(crate) fn admin_gateway(config: &str) -> (tempfile::TempDir, Server, String)
     let token = ok(d, &["token", "create", "--principal", "ada"])
         .trim()
         .to_owned();
-    let server = Server::start(d);
+    let server = Server::start_with_env(d, env);
     (dir, server, token)
 }
 

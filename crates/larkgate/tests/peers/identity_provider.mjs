@@ -12,6 +12,12 @@
 // - POST /test/rotate with kid=KID adds a new RS256 key with that id (published at once) and
 //   signs the access tokens issued after it with that key (the `kid` header says which);
 // - GET /test/public-key?kid=KID answers that key's public JWK (for crafting forged tokens).
+// As an authorization server for an OAuth client (larkgate's upstream sign-in): GET /authorize
+// redirects at once with a code for the user `johndoe` (nobody is asked), PKCE is checked, a
+// token's `aud` is the `resource` (RFC 8707) it was asked for, which a refresh keeps; and
+// - POST /test/lifetime with seconds=N makes later tokens expire N seconds after issue;
+// - POST /test/refresh with refuse=true|false refuses later refreshes (invalid_grant) or not;
+// - GET /test/grants answers the grant_type of every token request so far, in order.
 // It stops when its standard input closes (the test process went away).
 
 import path from 'node:path';
@@ -25,8 +31,17 @@ const { OAuth2Server, Events } = await import(
 const server = new OAuth2Server();
 await server.issuer.keys.generate('RS256', { kid: 'key-1' });
 
+// What a refresh token was issued for: the resource a refresh keeps as the token's audience.
+const resourceOf = new Map();
+let lifetime; // seconds, or the provider's default
+let refuseRefresh = false;
+const grants = [];
+
 server.service.on(Events.BeforeTokenSigning, (token, req) => {
   const form = req.body ?? {};
+  const resource = form.resource ?? resourceOf.get(form.refresh_token);
+  if (resource !== undefined && form.aud === undefined) token.payload.aud = resource;
+  if (lifetime !== undefined) token.payload.exp = token.payload.iat + lifetime;
   for (const claim of ['aud', 'scope', 'iss', 'email']) {
     if (form[claim] !== undefined) token.payload[claim] = form[claim];
   }
@@ -35,6 +50,21 @@ server.service.on(Events.BeforeTokenSigning, (token, req) => {
     token.payload.exp = token.payload.iat + Number(form.expires_in);
     token.payload.nbf = Math.min(token.payload.nbf, token.payload.exp - 1);
   }
+});
+
+server.service.on(Events.BeforeResponse, (response, req) => {
+  const form = req.body ?? {};
+  grants.push(form.grant_type);
+  if (form.grant_type === 'refresh_token' && refuseRefresh) {
+    response.statusCode = 400;
+    response.body = { error: 'invalid_grant', error_description: 'the refresh token was revoked' };
+    return;
+  }
+  const resource = form.resource ?? resourceOf.get(form.refresh_token);
+  if (response.body.refresh_token !== undefined && resource !== undefined) {
+    resourceOf.set(response.body.refresh_token, resource);
+  }
+  if (lifetime !== undefined) response.body.expires_in = lifetime;
 });
 
 const json = (res, status, body) => {
@@ -56,6 +86,20 @@ server.service.addRoute('POST', '/test/rotate', async (req, res) => {
 server.service.addRoute('GET', '/test/public-key', async (req, res) => {
   const key = server.issuer.keys.toJSON().find((k) => k.kid === req.query.kid);
   json(res, key ? 200 : 404, key ?? {});
+});
+
+server.service.addRoute('POST', '/test/lifetime', async (req, res) => {
+  lifetime = Number(req.body.seconds);
+  json(res, 200, { lifetime });
+});
+
+server.service.addRoute('POST', '/test/refresh', async (req, res) => {
+  refuseRefresh = req.body.refuse === 'true';
+  json(res, 200, { refuse: refuseRefresh });
+});
+
+server.service.addRoute('GET', '/test/grants', async (req, res) => {
+  json(res, 200, grants);
 });
 
 await server.start(0, '127.0.0.1');
