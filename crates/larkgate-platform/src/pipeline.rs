@@ -95,8 +95,8 @@ impl CallRequest {
 /// How a call ended.
 #[derive(Debug)]
 pub struct CallResponse {
-    /// The structured result, or the refusal.
-    pub result: Result<Map, Refusal>,
+    /// The result, or the refusal.
+    pub result: Result<crate::registry::ToolOutput, Refusal>,
     /// Whether the call was admitted (its intent written). Refusals before that are audited
     /// as refusals; after it, as the outcome.
     pub admitted: bool,

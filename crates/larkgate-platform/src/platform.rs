@@ -155,6 +155,19 @@ impl Platform {
         tool: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<Map, Refusal> {
+        self.call_for_client(identity, tool, arguments)
+            .await
+            .map(|output| output.value)
+    }
+
+    /// [`Platform::call`] for an MCP client: with the answer as MCP content where the tool
+    /// passes one on (see [`crate::registry::ToolHandler::call_for_client`]).
+    pub async fn call_for_client(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        tool: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<crate::registry::ToolOutput, Refusal> {
         use tower::ServiceExt;
         let request = CallRequest::new(identity, tool, arguments);
         match self.pipeline.service().clone().oneshot(request).await {

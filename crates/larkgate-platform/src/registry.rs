@@ -94,6 +94,46 @@ pub struct ToolSpec {
 pub trait ToolHandler: Send + Sync {
     /// Runs the tool.
     async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal>;
+
+    /// Runs the tool for an MCP client: [`ToolHandler::call`]'s value, and the answer as MCP
+    /// content when the tool has one to pass on as it came (an upstream's result: text as
+    /// text, images, audio, resource links, embedded resources). By default, the value alone.
+    async fn call_for_client(
+        &self,
+        context: &CallContext,
+        arguments: Map,
+    ) -> Result<ToolOutput, Refusal> {
+        self.call(context, arguments).await.map(ToolOutput::from)
+    }
+}
+
+/// What a call answered: its structured value (what a script sees), and, from a tool that
+/// answers in MCP content of its own, that content for MCP clients.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    /// The structured value.
+    pub value: Map,
+    /// The answer as MCP content, passed to MCP clients unchanged; without it they are sent
+    /// the value as structured content.
+    pub content: Option<McpContent>,
+}
+
+impl From<Map> for ToolOutput {
+    fn from(value: Map) -> Self {
+        ToolOutput {
+            value,
+            content: None,
+        }
+    }
+}
+
+/// A tool result's MCP content, as another server answered it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct McpContent {
+    /// Its content blocks, every kind the protocol defines.
+    pub blocks: Vec<rmcp::model::ContentBlock>,
+    /// Its structured content, when it had one.
+    pub structured: Option<serde_json::Value>,
 }
 
 /// A registered tool.

@@ -34,6 +34,7 @@ use crate::envelope::Refusal;
 use crate::identity::{RunContext, RunKind, SessionIdentity};
 use crate::observe::Exchange;
 use crate::platform::Platform;
+use crate::registry::ToolOutput;
 use crate::tokens;
 use tracing::Instrument;
 
@@ -261,7 +262,7 @@ impl ServerHandler for PlatformServer {
                         exchange.principal(&identity.run.principal.id);
                     }
                     self.platform
-                        .call(identity, &request.name, request.arguments)
+                        .call_for_client(identity, &request.name, request.arguments)
                         .await
                 }
                 Err(refusal) => Err(refusal),
@@ -276,8 +277,17 @@ impl ServerHandler for PlatformServer {
             });
         }
         let result = match result {
-            Ok(map) => {
-                let json = serde_json::Value::Object(larkgate_binding::map_to_json(&map));
+            // Another server's answer, as it came: every kind of content, text as text.
+            Ok(ToolOutput {
+                content: Some(content),
+                ..
+            }) => {
+                let mut answer = CallToolResult::success(content.blocks);
+                answer.structured_content = content.structured;
+                answer
+            }
+            Ok(ToolOutput { value, .. }) => {
+                let json = serde_json::Value::Object(larkgate_binding::map_to_json(&value));
                 CallToolResult::structured(json)
             }
             Err(refusal) => refusal.to_result(),

@@ -20,7 +20,7 @@ use std::sync::{Arc, RwLock};
 
 use larkgate_binding::{Limits, Map, from_json_object};
 use larkgate_platform::registry::{
-    Origin, Source, ToolAnnotations, ToolHandler, ToolSpec, prefixed_name,
+    McpContent, Origin, Source, ToolAnnotations, ToolHandler, ToolOutput, ToolSpec, prefixed_name,
 };
 use larkgate_platform::{CallContext, Code, Refusal};
 use rmcp::model::{CallToolResult, Tool};
@@ -239,7 +239,19 @@ pub fn handlers(
 
 #[async_trait::async_trait]
 impl ToolHandler for UpstreamTool {
-    async fn call(&self, _context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
+    async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
+        self.call_for_client(context, arguments)
+            .await
+            .map(|output| output.value)
+    }
+
+    /// The upstream's answer goes to MCP clients as it came (every content kind, text as
+    /// text, its structured content); scripts get its value ([`result_map`]).
+    async fn call_for_client(
+        &self,
+        _context: &CallContext,
+        arguments: Map,
+    ) -> Result<ToolOutput, Refusal> {
         let name = prefixed_name(&self.alias, &self.original);
         let Some(client) = self.link.client() else {
             let why = self
@@ -288,7 +300,17 @@ impl ToolHandler for UpstreamTool {
                 return Err(refusal(&self.alias, &name, error));
             }
         };
-        result_map(&name, &result, self.limits)
+        let value = result_map(&name, &result, self.limits)?;
+        Ok(ToolOutput {
+            value,
+            content: Some(McpContent {
+                blocks: result.content,
+                // An object only: what every protocol revision's clients accept (2025-11-25
+                // allows nothing else). The text of another value is in the content, as the
+                // specification asks of servers.
+                structured: result.structured_content.filter(|value| value.is_object()),
+            }),
+        })
     }
 }
 

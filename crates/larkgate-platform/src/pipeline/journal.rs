@@ -16,7 +16,7 @@ use crate::approvals;
 use crate::audit::{AuditCode, AuditEntry};
 use crate::envelope::Refusal;
 use crate::identity::{CallContext, SessionIdentity};
-use crate::registry::RegisteredTool;
+use crate::registry::{RegisteredTool, ToolOutput};
 use crate::services::Services;
 
 use super::{BoxFuture, CallRequest, CallResponse};
@@ -152,10 +152,10 @@ async fn run(
     identity: &Arc<SessionIdentity>,
     tool: &RegisteredTool,
     arguments: Map,
-) -> Result<Map, Refusal> {
+) -> Result<ToolOutput, Refusal> {
     let context = CallContext {
         identity: Arc::clone(identity),
         services: Arc::clone(services),
     };
-    tool.handler.call(&context, arguments).await
+    tool.handler.call_for_client(&context, arguments).await
 }

@@ -29,18 +29,22 @@ fn upstream(alias: &str, mode: &str, extra: &str) -> String {
     )
 }
 
-/// The structured answer of a call that succeeded.
+/// The answer of a call that succeeded: its structured content, else its text (as JSON
+/// when it is).
 fn answer(result: &Value) -> Value {
     assert_eq!(result["result"]["isError"], false, "{result}");
-    let text = result["result"]["structuredContent"]["text"]
-        .as_str()
-        .map(str::to_owned);
     let structured = &result["result"]["structuredContent"];
-    match text {
-        Some(text) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        None if structured.get("result").is_some() => structured["result"].clone(),
-        None => structured.clone(),
+    if structured.get("result").is_some() {
+        return structured["result"].clone();
     }
+    if !structured.is_null() {
+        return structured.clone();
+    }
+    let text = result["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("neither structured content nor text: {result}"))
+        .to_owned();
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
 }
 
 /// The answer of a call of `tool` that must succeed.

@@ -560,8 +560,8 @@ fn a_providers_token_is_never_passed_on_to_an_upstream() {
         let (status, _, body) = call_with(&server.url, Some(&token), tool, serde_json::json!({}));
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["result"]["isError"], false, "{body}");
-        // The peer's dict is text content, which larkgate passes on as `{"text": ...}`.
-        let text = body["result"]["structuredContent"]["text"]
+        // The peer's dict is text content, which larkgate passes on as it came.
+        let text = body["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or_else(|| panic!("{body}"));
         let seen: serde_json::Value = serde_json::from_str(text).unwrap();

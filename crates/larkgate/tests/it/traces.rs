@@ -201,8 +201,8 @@ fn a_call_is_traced_from_the_clients_context_through_the_pipeline_a_script_and_a
         "tracer__seen",
         json!({}),
     );
-    // The peer's dict is text content, which larkgate passes on as `{"text": ...}`.
-    let seen = answer["result"]["structuredContent"]["text"]
+    // The peer's dict is text content, which larkgate passes on as it came.
+    let seen = answer["result"]["content"][0]["text"]
         .as_str()
         .unwrap_or_else(|| panic!("{answer}"));
     let seen: Value = serde_json::from_str(seen).unwrap();

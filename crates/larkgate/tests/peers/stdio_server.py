@@ -13,7 +13,8 @@ MODE is how it behaves before (or instead of) serving:
 Its tools: `echo` (read-only; its description is the text of `echo-description.txt` in the
 working directory when there is one, so a test can change a definition between two starts), `notes.read` (a name with a dot), `environment` (the variables it sees and its working
 directory), `spawn` (starts a child process that sleeps, and answers its pid), `huge` (a result
-of that many bytes, on one line), `die` (writes a line to stderr and exits with status 4).
+of that many bytes, on one line), `die` (writes a line to stderr and exits with status 4),
+`sound` (audio content beside a caption).
 """
 
 import os
@@ -23,7 +24,7 @@ import threading
 import time
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import AudioContent, TextContent, ToolAnnotations
 
 server = MCPServer("stdio-peer")
 
@@ -64,6 +65,19 @@ def spawn() -> int:
 def huge(size: int) -> str:
     """A result of `size` bytes."""
     return "x" * size
+
+
+# The first bytes of a WAV file, as base64.
+SOUND = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA="
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def sound() -> list:
+    """A short sound: audio content beside its caption."""
+    return [
+        TextContent(type="text", text="a short beep"),
+        AudioContent(type="audio", data=SOUND, mime_type="audio/wav"),
+    ]
 
 
 @server.tool()
