@@ -33,6 +33,32 @@ pub use wire::{Category, Code, ENVELOPE_META_KEY, Envelope, RunKind};
 /// verbatim.
 pub const TEXT_RESULT_KEY: &str = "text";
 
+/// The key a result's content blocks arrive under when it has other kinds than text (an
+/// upstream's image, audio, resource link or embedded resource): every block, in order, as its
+/// MCP JSON object (`{"type": "image", "mimeType": ..., "data": ...}`). Absent when the content
+/// is only text, and when the structured result has a `content` field of its own.
+pub const CONTENT_RESULT_KEY: &str = "content";
+
+/// Adds a result's content `blocks` (MCP content JSON objects, in order) to `value` under
+/// [`CONTENT_RESULT_KEY`] when some block is not text and `value` has no such field; within
+/// `limits`, like the rest of a result.
+pub fn add_content(
+    value: &mut Map,
+    blocks: &[serde_json::Value],
+    limits: larkgate_binding::Limits,
+) -> larkgate_binding::Result<()> {
+    let only_text = blocks.iter().all(|block| block["type"] == "text");
+    if only_text || value.contains_key(CONTENT_RESULT_KEY) {
+        return Ok(());
+    }
+    let wrapped = serde_json::Map::from_iter([(
+        CONTENT_RESULT_KEY.to_owned(),
+        serde_json::Value::Array(blocks.to_vec()),
+    )]);
+    value.extend(larkgate_binding::from_json_object(&wrapped, limits)?);
+    Ok(())
+}
+
 /// Where a tool comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -157,4 +183,59 @@ pub trait Caller: Send + Sync {
     /// at all: `(read_only, known)`. The annotation is a plain bool in the protocol, so
     /// "declared false" and "declared nothing" are one answer; only `true` is a statement.
     fn declares_read_only(&self, name: &str) -> impl Future<Output = (bool, bool)> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use larkgate_binding::{Limits, Map, Value};
+    use serde_json::json;
+
+    use super::{CONTENT_RESULT_KEY, add_content};
+
+    fn text_value() -> Map {
+        Map::from([("text".to_owned(), Value::from("a caption"))])
+    }
+
+    #[test]
+    fn content_is_added_only_beside_other_kinds_than_text_and_never_over_a_field() {
+        let text = json!({"type": "text", "text": "a caption"});
+        let image = json!({"type": "image", "mimeType": "image/png", "data": "iVBORw0K"});
+        let cases: Vec<(&str, Map, Vec<serde_json::Value>, bool)> = vec![
+            ("only text", text_value(), vec![text.clone()], false),
+            ("no content", text_value(), vec![], false),
+            (
+                "an image",
+                text_value(),
+                vec![text.clone(), image.clone()],
+                true,
+            ),
+            (
+                "a structured `content` field of its own",
+                Map::from([(CONTENT_RESULT_KEY.to_owned(), Value::from("kept"))]),
+                vec![image.clone()],
+                false,
+            ),
+        ];
+        for (case, value, blocks, added) in cases {
+            let mut changed = value.clone();
+            add_content(&mut changed, &blocks, Limits::default()).unwrap();
+            if added {
+                let content = larkgate_binding::map_to_json(&changed)[CONTENT_RESULT_KEY].clone();
+                assert_eq!(content, serde_json::Value::Array(blocks), "{case}");
+                assert_eq!(changed["text"], value["text"], "{case}");
+            } else {
+                assert_eq!(changed, value, "{case}");
+            }
+        }
+    }
+
+    #[test]
+    fn content_over_the_limits_is_an_error_not_a_truncation() {
+        let image = json!({"type": "image", "mimeType": "image/png", "data": "x".repeat(2048)});
+        let mut value = text_value();
+        let small = Limits::new(64, 1000, 1024).unwrap();
+        let error = add_content(&mut value, &[image], small).unwrap_err();
+        assert!(error.to_string().contains("bytes"), "{error}");
+        assert_eq!(value, text_value(), "nothing was added");
+    }
 }

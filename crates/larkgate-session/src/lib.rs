@@ -19,7 +19,7 @@ use futures::channel::mpsc;
 use larkgate_binding::{Limits, Map, from_json_object};
 use larkgate_caller::{
     Annotations, CallError, Caller, Envelope, Origin, RefusalError, Source, TEXT_RESULT_KEY,
-    ToolInfo,
+    ToolInfo, add_content,
 };
 use larkgate_platform::observe::Observed;
 use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
@@ -204,18 +204,29 @@ fn read_result(result: CallToolResult, limits: Limits) -> Result<Map, CallError>
             text: text_of(&result),
         }));
     }
-    match &result.structured_content {
+    let mut map = match &result.structured_content {
         Some(serde_json::Value::Object(object)) => from_json_object(object, limits)
-            .map_err(|e| CallError::Transport(format!("the result is unusable: {e}"))),
-        Some(other) => Err(CallError::Transport(format!(
-            "the structured result is not an object but {other}"
-        ))),
+            .map_err(|e| CallError::Transport(format!("the result is unusable: {e}")))?,
+        Some(other) => {
+            return Err(CallError::Transport(format!(
+                "the structured result is not an object but {other}"
+            )));
+        }
         None => {
             let mut map = Map::new();
             map.insert(TEXT_RESULT_KEY.to_owned(), text_of(&result).into());
-            Ok(map)
+            map
         }
-    }
+    };
+    // Content of other kinds than text (an upstream's images, audio, links, resources).
+    let blocks: Vec<serde_json::Value> = result
+        .content
+        .iter()
+        .filter_map(|block| serde_json::to_value(block).ok())
+        .collect();
+    add_content(&mut map, &blocks, limits)
+        .map_err(|e| CallError::Transport(format!("the result's content is unusable: {e}")))?;
+    Ok(map)
 }
 
 impl Caller for SessionCaller {

@@ -425,14 +425,37 @@ fn result_map(name: &str, result: &CallToolResult, limits: Limits) -> Result<Map
         .as_ref()
         .and_then(|v| v.as_object())
     {
-        return from_json_object(structured, limits).map_err(|e| {
+        let value = from_json_object(structured, limits).map_err(|e| {
             Refusal::new(
                 Code::UpstreamError,
                 format!("{name}: the upstream's structured result cannot be used: {e}"),
             )
-        });
+        })?;
+        return with_content(name, value, result, limits);
     }
     let mut map = BTreeMap::new();
     map.insert(larkgate_caller::TEXT_RESULT_KEY.to_owned(), text.into());
-    Ok(map)
+    with_content(name, map, result, limits)
+}
+
+/// `value` with the result's content blocks when some are not text (see
+/// [`larkgate_caller::CONTENT_RESULT_KEY`]): what a script sees of the same answer.
+fn with_content(
+    name: &str,
+    mut value: Map,
+    result: &CallToolResult,
+    limits: Limits,
+) -> Result<Map, Refusal> {
+    let blocks: Vec<serde_json::Value> = result
+        .content
+        .iter()
+        .filter_map(|block| serde_json::to_value(block).ok())
+        .collect();
+    larkgate_caller::add_content(&mut value, &blocks, limits).map_err(|e| {
+        Refusal::new(
+            Code::UpstreamError,
+            format!("{name}: the upstream's content cannot be used: {e}"),
+        )
+    })?;
+    Ok(value)
 }

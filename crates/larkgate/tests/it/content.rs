@@ -2,7 +2,8 @@
 //! came, in both protocol revisions: text as text (not `{"text": ...}`), images, audio,
 //! resource links, embedded resources, annotations, structured content. The servers are real:
 //! `@modelcontextprotocol/server-everything` from the npm registry and the official Python
-//! SDK's stdio server (`tests/peers/stdio_server.py`); scripts see the value they saw before.
+//! SDK's stdio server (`tests/peers/stdio_server.py`); scripts see the value they saw before,
+//! and the other kinds of content under `content`.
 
 use serde_json::{Value, json};
 
@@ -188,9 +189,11 @@ async fn every_kind_of_content_reaches_clients_of_both_revisions_as_it_came() {
     legacy.close().await;
 
     // A script (a draft: these tools declare themselves read-only) sees the value it always
-    // saw: the text as `{"text": ...}`, or the structured content.
+    // saw (the text as `{"text": ...}`, or the structured content), and, where some content
+    // is not text, every block under `content`.
     let source = "def main():\n    return [everything.echo(message = \"hi\"), py.echo(text = \"hi\"), \
-                  everything[\"get-structured-content\"](location = \"Chicago\")]\n";
+                  everything[\"get-structured-content\"](location = \"Chicago\"), \
+                  everything[\"get-tiny-image\"](), py.sound()]\n";
     let url = server.url.clone();
     let ran = tokio::task::spawn_blocking(move || {
         call(
@@ -208,5 +211,29 @@ async fn every_kind_of_content_reaches_clients_of_both_revisions_as_it_came() {
     assert_eq!(value[0], json!({"text": "Echo: hi"}), "{ran}");
     assert_eq!(value[1], json!({"result": "hi"}), "{ran}");
     assert!(value[2]["temperature"].is_number(), "{ran}");
-    drop((dir, server));
+    assert!(
+        value[2].get("content").is_none(),
+        "only text beside it: {ran}"
+    );
+    let image = &value[3];
+    assert_eq!(
+        image["text"],
+        "Here's the image you requested:\nThe image above is the MCP logo."
+    );
+    assert_eq!(image["content"][1]["type"], "image", "{ran}");
+    assert_eq!(image["content"][1]["data"], tiny_image());
+    assert_eq!(
+        value[4]["content"],
+        json!([
+            {"type": "text", "text": "a short beep"},
+            {"type": "audio", "mimeType": "audio/wav", "data": SOUND},
+        ]),
+        "{ran}"
+    );
+
+    // `larkgate call` on the host shows the same value.
+    assert!(server.stop().success());
+    let called = crate::ok(dir.path(), &["call", "py__sound"]);
+    let called: Value = serde_json::from_str(called.trim()).unwrap_or_else(|_| panic!("{called}"));
+    assert_eq!(called["content"][1]["data"], SOUND, "{called}");
 }
