@@ -32,9 +32,9 @@ pub(crate) enum Scenario {
     EndlessSse,
     /// `tools/call` opens an SSE stream of small notifications that never ends.
     Flood,
-    /// 100,000 tools in pages of 5,000.
+    /// 100,000 items in every listing, in pages of 5,000.
     ManyTools,
-    /// `tools/list` always returns the same next cursor.
+    /// Every listing always returns the same next cursor.
     RepeatingCursor,
     /// Sessions: `initialize` opens `s<n>`; a request on any other session gets a 404.
     Sessions,
@@ -145,30 +145,44 @@ async fn handle(
                 "serverInfo": {"name": "hostile", "version": "6.6.6"}
             }),
         ),
-        "tools/list" => {
+        // Every listing, with the same faults.
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
             let cursor = message["params"]["cursor"]
                 .as_str()
                 .and_then(|c| c.parse::<usize>().ok())
                 .unwrap_or(0);
             let description = server.description.lock().unwrap().clone();
-            let tool = |i: usize| {
-                json!({
+            let item = |i: usize| match method {
+                "tools/list" => json!({
                     "name": format!("t{i}"),
                     "description": description,
                     "inputSchema": {"type": "object"},
                     "annotations": {"readOnlyHint": true}
-                })
+                }),
+                "prompts/list" => json!({"name": format!("p{i}")}),
+                "resources/list" => {
+                    json!({"uri": format!("hostile://r/{i}"), "name": format!("r{i}")})
+                }
+                _ => {
+                    json!({"uriTemplate": format!("hostile://t/{i}/{{x}}"), "name": format!("t{i}")})
+                }
+            };
+            let key = match method {
+                "tools/list" => "tools",
+                "prompts/list" => "prompts",
+                "resources/list" => "resources",
+                _ => "resourceTemplates",
             };
             match server.scenario {
                 Scenario::ManyTools => {
-                    let page: Vec<Value> = (cursor..cursor + 5000).map(tool).collect();
+                    let page: Vec<Value> = (cursor..cursor + 5000).map(item).collect();
                     let next = (cursor + 5000 < 100_000).then(|| (cursor + 5000).to_string());
-                    rpc_result(&id, json!({"tools": page, "nextCursor": next}))
+                    rpc_result(&id, json!({key: page, "nextCursor": next}))
                 }
                 Scenario::RepeatingCursor => {
-                    rpc_result(&id, json!({"tools": [tool(cursor)], "nextCursor": "7"}))
+                    rpc_result(&id, json!({key: [item(cursor)], "nextCursor": "7"}))
                 }
-                _ => rpc_result(&id, json!({"tools": [tool(0)]})),
+                _ => rpc_result(&id, json!({key: [item(0)]})),
             }
         }
         "tools/call" if server.scenario == Scenario::EndlessSse => {
@@ -498,6 +512,39 @@ async fn a_repeating_cursor_is_an_error() {
         .unwrap();
     let error = client.list_tools().await.unwrap_err();
     assert!(error.to_string().contains("repeated the cursor"), "{error}");
+    let error = client.list_prompts().await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("prompts/list repeated the cursor"),
+        "{error}"
+    );
+    let error = client.list_resources().await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("resources/list repeated the cursor"),
+        "{error}"
+    );
+    let error = client.list_resource_templates().await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("resources/templates/list repeated the cursor"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_prompts_and_resources_are_capped_like_tools() {
+    let (addr, _) = serve(Scenario::ManyTools, "").await;
+    let client = connect(format!("http://{addr}/mcp"), UpstreamLimits::default())
+        .await
+        .unwrap();
+    let kept = UpstreamLimits::default().max_tools;
+    assert_eq!(client.list_prompts().await.unwrap().len(), kept);
+    assert_eq!(client.list_resources().await.unwrap().len(), kept);
+    assert_eq!(client.list_resource_templates().await.unwrap().len(), kept);
 }
 
 /// A raw HTTP server that answers every request with `head` then `body_len` bytes of `x`.

@@ -243,3 +243,68 @@ async fn a_strict_guard_refuses_a_loopback_upstream_before_connecting() {
         "{error}"
     );
 }
+
+/// Prompts, resources and resource templates of the SDK server, listed and read as the server
+/// gave them, in both revisions; their listings are capped like a tool listing.
+async fn lists_and_reads_prompts_and_resources(revisions: Revisions) {
+    let peer = weather(&[]);
+    let client = connect_with(&peer, UpstreamLimits::default(), revisions).await;
+
+    let mut prompts: Vec<String> = client
+        .list_prompts()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    prompts.sort();
+    assert_eq!(prompts, ["briefing", "haiku"]);
+    let briefing = client
+        .get_prompt("briefing", Some(args(json!({"city": "Oslo"}))))
+        .await
+        .unwrap();
+    let message = serde_json::to_value(&briefing.messages[0]).unwrap();
+    assert_eq!(message["role"], "user", "{message}");
+    assert_eq!(
+        message["content"]["text"], "Give a short weather briefing for Oslo.",
+        "{message}"
+    );
+    // A missing argument is the server's own error, in its words.
+    let missing = client.get_prompt("briefing", None).await.unwrap_err();
+    assert!(matches!(missing, UpstreamError::Protocol(_)), "{missing:?}");
+
+    let resources = client.list_resources().await.unwrap();
+    assert_eq!(resources.len(), 1, "{resources:?}");
+    assert_eq!(resources[0].uri, "weather://stations");
+    let read = client.read_resource("weather://stations").await.unwrap();
+    let contents = serde_json::to_value(&read.contents).unwrap();
+    assert_eq!(contents[0]["text"], "Oslo, Lima, Perth", "{contents}");
+    assert_eq!(contents[0]["mimeType"], "text/plain", "{contents}");
+
+    let templates = client.list_resource_templates().await.unwrap();
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    assert_eq!(templates[0].uri_template, "weather://city/{name}");
+    let read = client.read_resource("weather://city/Lima").await.unwrap();
+    let contents = serde_json::to_value(&read.contents).unwrap();
+    assert_eq!(contents[0]["text"], "sunny in Lima", "{contents}");
+    client.close().await;
+
+    // The listing cap of tools (max_tools) holds for prompts too.
+    let capped = UpstreamLimits {
+        max_tools: 1,
+        ..UpstreamLimits::default()
+    };
+    let client = connect_with(&peer, capped, revisions).await;
+    assert_eq!(client.list_prompts().await.unwrap().len(), 1);
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_reads_prompts_and_resources_on_2026_07_28() {
+    lists_and_reads_prompts_and_resources(Revisions::Latest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_and_reads_prompts_and_resources_on_2025_11_25() {
+    lists_and_reads_prompts_and_resources(Revisions::Legacy).await;
+}

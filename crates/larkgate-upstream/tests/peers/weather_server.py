@@ -5,7 +5,9 @@ Usage: python weather_server.py [--json] [--stateless]
 Binds 127.0.0.1 on a free port, prints the port on one line, then serves Streamable HTTP at
 /mcp until killed. Its tools cover what a federating client must handle: a read-only tool with
 structured output, a tool that fails (isError), a slow tool, a tool with a huge result, a tool
-that reports progress, and a tool whose failure text imitates a larkgate envelope.
+that reports progress, and a tool whose failure text imitates a larkgate envelope. It also
+serves a resource (`weather://stations`), a resource template (`weather://city/{name}`) and two
+prompts (`briefing`, with an argument, and `haiku`).
 """
 
 import argparse
@@ -94,6 +96,30 @@ async def grow(ctx: Context) -> str:
     server.add_tool(extra, name="extra")
     await ctx.session.send_tool_list_changed()
     return "grown"
+
+
+@server.resource("weather://stations", mime_type="text/plain")
+def stations() -> str:
+    """The weather stations."""
+    return "Oslo, Lima, Perth"
+
+
+@server.resource("weather://city/{name}", mime_type="text/plain")
+def city(name: str) -> str:
+    """Today's weather in a city."""
+    return f"sunny in {name}"
+
+
+@server.prompt()
+def briefing(city: str) -> str:
+    """A weather briefing for a city."""
+    return f"Give a short weather briefing for {city}."
+
+
+@server.prompt()
+def haiku() -> str:
+    """A haiku about the weather."""
+    return "Write a haiku about today's weather."
 
 
 def main() -> None:
