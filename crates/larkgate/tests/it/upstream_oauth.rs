@@ -26,9 +26,19 @@ const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 /// The protected upstream: a gateway trusting `provider`, where its user `johndoe` may call
 /// `clock_now`.
 fn protected(provider: &Provider) -> (tempfile::TempDir, Server) {
+    protected_with(provider, "")
+}
+
+/// [`protected`], with `settings` added to its `[[sign_in.issuers]]` entry.
+fn protected_with(provider: &Provider, settings: &str) -> (tempfile::TempDir, Server) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
+    let config = sign_in_config(&provider.issuer).replace(
+        "key_refetch_seconds = 1\n",
+        &format!("key_refetch_seconds = 1\n{settings}"),
+    );
+    assert!(config.contains(settings));
+    std::fs::write(crate::config_path(d), config).unwrap();
     ok(d, &["principal", "add", "johndoe", "--roles", "author"]);
     let server = Server::start(d);
     (dir, server)
@@ -263,6 +273,33 @@ fn expiring_tokens_are_refreshed_and_a_refused_refresh_is_shown_until_someone_si
     listed_with(d, "connected");
     let answered = clock(&server.url, &token);
     assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert!(server.stop().success());
+}
+
+#[test]
+fn a_token_the_upstream_refuses_before_its_stated_expiry_is_refreshed_on_the_401() {
+    let provider = Provider::start();
+    // Tokens die after two seconds, though the provider says they last an hour; the upstream
+    // allows no clock skew, so it answers 401 to a token larkgate holds for valid.
+    provider.set("/test/lifetime", &[("seconds", "2"), ("claimed", "3600")]);
+    let (_upstream_dir, upstream) = protected_with(&provider, "leeway_seconds = 0\n");
+    let (dir, server, token) = gateway(&upstream_config(&upstream.url));
+    let d = dir.path();
+    let (signed, printed) = signing_in(d, &["upstream", "login", "inner"]);
+    assert!(signed, "{printed}");
+    listed_with(d, "connected");
+    let refreshes = |grants: Vec<String>| grants.iter().filter(|g| *g == "refresh_token").count();
+    let before = refreshes(provider.grants());
+
+    std::thread::sleep(Duration::from_secs(3));
+    let answered = clock(&server.url, &token);
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert!(
+        refreshes(provider.grants()) > before,
+        "no refresh on the 401: {:?}",
+        provider.grants()
+    );
+    listed_with(d, "connected");
     assert!(server.stop().success());
 }
 

@@ -15,7 +15,9 @@
 // As an authorization server for an OAuth client (larkgate's upstream sign-in): GET /authorize
 // redirects at once with a code for the user `johndoe` (nobody is asked), PKCE is checked, a
 // token's `aud` is the `resource` (RFC 8707) it was asked for, which a refresh keeps; and
-// - POST /test/lifetime with seconds=N makes later tokens expire N seconds after issue;
+// - POST /test/lifetime with seconds=N makes later tokens expire N seconds after issue (and
+//   claimed=M, when given, has the token response say they expire in M seconds: a token
+//   refused before the client expected);
 // - POST /test/refresh with refuse=true|false refuses later refreshes (invalid_grant) or not;
 // - GET /test/grants answers the grant_type of every token request so far, in order.
 // It stops when its standard input closes (the test process went away).
@@ -34,6 +36,7 @@ await server.issuer.keys.generate('RS256', { kid: 'key-1' });
 // What a refresh token was issued for: the resource a refresh keeps as the token's audience.
 const resourceOf = new Map();
 let lifetime; // seconds, or the provider's default
+let claimed; // the expires_in token responses say, when not the lifetime
 let refuseRefresh = false;
 const grants = [];
 
@@ -64,7 +67,7 @@ server.service.on(Events.BeforeResponse, (response, req) => {
   if (response.body.refresh_token !== undefined && resource !== undefined) {
     resourceOf.set(response.body.refresh_token, resource);
   }
-  if (lifetime !== undefined) response.body.expires_in = lifetime;
+  if (lifetime !== undefined) response.body.expires_in = claimed ?? lifetime;
 });
 
 const json = (res, status, body) => {
@@ -90,7 +93,8 @@ server.service.addRoute('GET', '/test/public-key', async (req, res) => {
 
 server.service.addRoute('POST', '/test/lifetime', async (req, res) => {
   lifetime = Number(req.body.seconds);
-  json(res, 200, { lifetime });
+  claimed = req.body.claimed === undefined ? undefined : Number(req.body.claimed);
+  json(res, 200, { lifetime, claimed });
 });
 
 server.service.addRoute('POST', '/test/refresh', async (req, res) => {
