@@ -353,6 +353,14 @@ impl UpstreamConfig {
             .map_err(down_cause)
     }
 
+    /// Whether a person signs larkgate in to it (`larkgate upstream login`: OAuth with the
+    /// authorization code grant), as opposed to a machine account or no OAuth at all.
+    pub fn signs_in(&self) -> bool {
+        self.oauth
+            .as_ref()
+            .is_some_and(|oauth| oauth.grant == Grant::AuthorizationCode)
+    }
+
     /// The OAuth client of this upstream: its guard, its resolver.
     pub fn oauth_http(
         &self,

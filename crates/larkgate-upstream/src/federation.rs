@@ -123,15 +123,6 @@ impl Upstream {
         })
     }
 
-    /// Whether a person signs in to it (`larkgate upstream login`), as opposed to a machine
-    /// account or none.
-    fn signs_in(&self) -> bool {
-        self.config
-            .oauth
-            .as_ref()
-            .is_some_and(|oauth| oauth.grant == crate::config::Grant::AuthorizationCode)
-    }
-
     /// Its configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.config
@@ -401,7 +392,7 @@ impl Federation {
             )
             .await
             .map(Arc::new);
-        if upstream.signs_in() {
+        if upstream.config.signs_in() {
             // After the attempt, so that what it saved itself (a refresh) is not taken for a
             // sign-in; a sign-in saved during the attempt waits for the next try.
             let stored = self
@@ -597,7 +588,7 @@ impl Federation {
     /// once rather than after its backoff (up to five minutes). Only for upstreams a person
     /// signs in to: a machine account's tokens change at every try of this process's own.
     async fn signed_in_beside(&self, upstream: &Upstream) -> bool {
-        if !upstream.signs_in() {
+        if !upstream.config.signs_in() {
             return false;
         }
         let Some(seen) = upstream

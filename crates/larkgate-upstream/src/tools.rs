@@ -326,14 +326,10 @@ fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {
                 "{name}: the upstream's response exceeded the response-bytes limit ({limit} bytes)"
             ),
         ),
-        UpstreamError::InsufficientScope { .. } => Refusal::new(
+        // (`Unauthorized` marks the upstream down before it gets here.)
+        UpstreamError::InsufficientScope { .. } | UpstreamError::Unauthorized => Refusal::new(
             Code::UpstreamUnavailable,
             format!("{name}: the upstream {alias:?} refused it: {error}"),
-        )
-        .with_hint(UNAVAILABLE_HINT),
-        UpstreamError::Unauthorized => Refusal::new(
-            Code::UpstreamUnavailable,
-            format!("{name}: the upstream {alias:?} is unavailable: {error}"),
         )
         .with_hint(UNAVAILABLE_HINT),
         UpstreamError::Unavailable(why) | UpstreamError::Config(why) => Refusal::logged(

@@ -331,7 +331,7 @@ pub(crate) async fn run(
         Command::Login { name } => {
             require_admin(&context.actor, "sign in to an upstream")?;
             let config = configured(context, &name).await?;
-            sign_in(context, &config, out).await?;
+            sign_in(&platform(context)?, context, &config, out).await?;
             writeln!(
                 out,
                 "signed in to {name}; the tokens are stored sealed; {}",
@@ -373,6 +373,7 @@ async fn configured(context: &StoreContext, name: &str) -> anyhow::Result<Upstre
 
 /// Signs in to OAuth upstream `config` as the command's admin, printing the URL to open.
 async fn sign_in(
+    platform: &Platform,
     context: &StoreContext,
     config: &UpstreamConfig,
     out: &mut impl Write,
@@ -389,7 +390,7 @@ async fn sign_in(
     };
     let key = larkgate_upstream::credentials::CredentialKey::from_environment().map(Arc::new);
     manage::sign_in(
-        &platform(context)?,
+        platform,
         config,
         &context.actor.id,
         None,
@@ -506,15 +507,11 @@ async fn add(
     let platform = platform(context)?;
     // A person signs in before the server is asked for its tools; nothing of the upstream is
     // kept when that or the connection fails.
-    let signs_in = config
-        .oauth
-        .as_ref()
-        .is_some_and(|oauth| oauth.grant == Grant::AuthorizationCode);
     if config.oauth.is_some() {
         manage::addable(&platform, &config, &taken).await?;
     }
-    if signs_in {
-        sign_in(context, &config, out).await?;
+    if config.signs_in() {
+        sign_in(&platform, context, &config, out).await?;
     }
     let added = manage::add(
         &platform,
