@@ -34,6 +34,7 @@ pub mod approvals;
 pub mod audit;
 pub mod bounded;
 pub mod capabilities;
+pub mod catalog;
 pub mod envelope;
 pub mod identity;
 pub mod metrics;

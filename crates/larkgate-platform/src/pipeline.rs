@@ -31,8 +31,10 @@ use larkgate_binding::Map;
 use tower::{Layer, Service, ServiceBuilder};
 use tracing::Instrument;
 
+use crate::catalog::Catalog;
 use crate::envelope::Refusal;
 use crate::identity::SessionIdentity;
+use crate::policy::TargetKind;
 use crate::registry::{RegisteredTool, ToolTable};
 use crate::services::Services;
 
@@ -51,8 +53,13 @@ pub const ANONYMOUS: &str = "anonymous";
 /// One call on its way through the pipeline. Steps fill in what they learn.
 #[derive(Debug)]
 pub struct CallRequest {
-    /// The tool name as the client sent it.
+    /// The tool name as the client sent it; for a resource read or a prompt get, how the
+    /// audit and the logs name it (`resources/read <uri>`, `prompts/get <name>`).
     pub tool: String,
+    /// What the call is made to.
+    pub kind: TargetKind,
+    /// The tool name, the resource's larkgate URI or the prompt's name, as the client sent it.
+    pub target: String,
     /// The arguments as the client sent them.
     pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
     /// The session's bound identity; `None` when nothing authenticated it.
@@ -74,14 +81,34 @@ impl CallRequest {
         tool: impl Into<String>,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Self {
+        let tool = tool.into();
         CallRequest {
-            tool: tool.into(),
+            target: tool.clone(),
+            tool,
+            kind: TargetKind::Tool,
             arguments,
             identity,
             resolved: None,
             canonical: None,
             args_hash: None,
             approval_id: None,
+        }
+    }
+
+    /// A resource read (`target`: its larkgate URI; `arguments`: none) or a prompt get
+    /// (`target`: its larkgate name; `arguments`: the prompt's) as it arrives.
+    pub fn read(
+        identity: Option<Arc<SessionIdentity>>,
+        kind: TargetKind,
+        target: impl Into<String>,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Self {
+        let target = target.into();
+        CallRequest {
+            tool: format!("{} {target}", kind.method()),
+            kind,
+            target,
+            ..CallRequest::new(identity, String::new(), arguments)
         }
     }
 
@@ -222,7 +249,7 @@ impl Order {
 
 /// Builds the pipeline. Read top to bottom, this is the path of a call; the layer order is
 /// the precedence of refusals.
-pub fn build(services: Arc<Services>, registry: Arc<ToolTable>) -> Pipeline {
+pub fn build(services: Arc<Services>, registry: Arc<ToolTable>, catalog: Arc<Catalog>) -> Pipeline {
     let mut order = Order::default();
     let service = ServiceBuilder::new()
         .layer(AuditRefusalsLayer::new(Arc::clone(&services)))
@@ -230,6 +257,7 @@ pub fn build(services: Arc<Services>, registry: Arc<ToolTable>) -> Pipeline {
         .layer(order.step(Authorize {
             services: Arc::clone(&services),
             registry,
+            catalog,
         }))
         .layer(order.step(Arguments {
             services: Arc::clone(&services),

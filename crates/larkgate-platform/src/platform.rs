@@ -6,10 +6,12 @@ use larkgate_binding::Map;
 use larkgate_store::Store;
 
 use crate::audit::AuditSink;
+use crate::catalog::Catalog;
 use crate::envelope::Refusal;
 use crate::identity::SessionIdentity;
 use crate::pipeline::{self, CallRequest, Pipeline};
 use crate::policy::Policy;
+use crate::policy::TargetKind;
 use crate::ratelimit::{Clock, DEFAULT_MAX_KEYS, RateLimiter, TokioClock};
 use crate::registry::{Registry, RegistryError, ToolTable};
 use crate::services::{CallLimits, Services};
@@ -20,6 +22,7 @@ use crate::{access, approvals, capabilities};
 pub struct Platform {
     services: Arc<Services>,
     registry: Arc<ToolTable>,
+    catalog: Arc<Catalog>,
     pipeline: Pipeline,
 }
 
@@ -83,10 +86,16 @@ impl PlatformBuilder {
             metrics: crate::metrics::Metrics::default(),
         });
         let registry = Arc::new(ToolTable::new(self.registry));
+        let catalog = Arc::new(Catalog::default());
         Platform {
-            pipeline: pipeline::build(Arc::clone(&services), Arc::clone(&registry)),
+            pipeline: pipeline::build(
+                Arc::clone(&services),
+                Arc::clone(&registry),
+                Arc::clone(&catalog),
+            ),
             services,
             registry,
+            catalog,
         }
     }
 }
@@ -132,6 +141,69 @@ impl Platform {
         &self.registry
     }
 
+    /// The upstreams' resources and prompts, for replacing an upstream's as they change.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// The resources `identity` may read, as MCP listings.
+    pub fn list_resources(&self, identity: Option<&SessionIdentity>) -> Vec<rmcp::model::Resource> {
+        let Some(principal) = identity.map(|i| &i.run.principal) else {
+            return Vec::new();
+        };
+        let policy = &self.services.policy;
+        self.catalog
+            .resources(|uri| policy.may_read_resource(principal, uri))
+    }
+
+    /// The resource templates `identity` may read through, as MCP listings.
+    pub fn list_resource_templates(
+        &self,
+        identity: Option<&SessionIdentity>,
+    ) -> Vec<rmcp::model::ResourceTemplate> {
+        let Some(principal) = identity.map(|i| &i.run.principal) else {
+            return Vec::new();
+        };
+        let policy = &self.services.policy;
+        self.catalog
+            .templates(|template| policy.may_read_resource(principal, template))
+    }
+
+    /// The prompts `identity` may get, as MCP listings.
+    pub fn list_prompts(&self, identity: Option<&SessionIdentity>) -> Vec<rmcp::model::Prompt> {
+        let Some(principal) = identity.map(|i| &i.run.principal) else {
+            return Vec::new();
+        };
+        let policy = &self.services.policy;
+        self.catalog
+            .prompts(|name| policy.may_get_prompt(principal, name))
+    }
+
+    /// Reads resource `uri` (its larkgate URI) through the pipeline, as one call: authorized
+    /// by the policy's resource patterns, rate limited, gated only where an approval pattern
+    /// names it, audited. The value is the upstream's `{"contents": [...]}`.
+    pub async fn read_resource(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        uri: &str,
+    ) -> Result<Map, Refusal> {
+        let request = CallRequest::read(identity, TargetKind::Resource, uri, None);
+        self.dispatch(request).await.map(|output| output.value)
+    }
+
+    /// Gets prompt `name` (its larkgate name) with `arguments` through the pipeline, as
+    /// [`Platform::read_resource`] reads. The value is the upstream's
+    /// `{"description": ..., "messages": [...]}`.
+    pub async fn get_prompt(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        name: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Map, Refusal> {
+        let request = CallRequest::read(identity, TargetKind::Prompt, name, arguments);
+        self.dispatch(request).await.map(|output| output.value)
+    }
+
     /// The tools `identity` may see, as MCP listings.
     pub fn list(&self, identity: Option<&SessionIdentity>) -> Vec<rmcp::model::Tool> {
         let Some(identity) = identity else {
@@ -168,8 +240,12 @@ impl Platform {
         tool: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<crate::registry::ToolOutput, Refusal> {
+        self.dispatch(CallRequest::new(identity, tool, arguments))
+            .await
+    }
+
+    async fn dispatch(&self, request: CallRequest) -> Result<crate::registry::ToolOutput, Refusal> {
         use tower::ServiceExt;
-        let request = CallRequest::new(identity, tool, arguments);
         match self.pipeline.service().clone().oneshot(request).await {
             Ok(response) => response.result,
             Err(never) => match never {},

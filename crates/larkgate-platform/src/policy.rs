@@ -7,13 +7,19 @@
 //! ```toml
 //! [roles.admin]
 //! call = ["*"]                      # may list and call every tool
+//! resources = ["*"]                 # and list and read every upstream resource
+//! prompts = ["*"]                   # and list and get every upstream prompt
 //!
 //! [roles.viewer]
 //! list = ["*"]                      # may see every tool...
 //! call = ["kv_get", "clock_now"]    # ...but call only these (others: `forbidden`)
+//! resources = ["larkgate://docs/*"] # upstream resources it may list and read
+//! prompts = ["docs__*"]             # upstream prompts it may list and get
 //!
 //! [approvals]
 //! require = ["kv_delete", "github__*"]
+//! resources = []                    # reads that need an approval (none by default)
+//! prompts = []                      # prompt gets that need one (none by default)
 //! ttl_seconds = 3600                # how long an approval stays usable
 //!
 //! [[rate_limits]]
@@ -29,7 +35,15 @@
 //! burst = 5
 //! ```
 //!
-//! Patterns are tool names where `*` stands for any run of characters (`kv_*`, `github__*`).
+//! Patterns are tool names where `*` stands for any run of characters (`kv_*`, `github__*`);
+//! prompt patterns are prompt names the same way (`docs__*`); resource patterns are larkgate
+//! resource URIs the same way (`larkgate://docs/*`), and a template is listed when a pattern
+//! matches its text. Resources and prompts have no "list but not read" grant: what a role may
+//! not read it does not see, and reading it is answered as for a URI nobody listed.
+//!
+//! A rate limit counts tool calls matching `tools`, resource reads matching `resources` and
+//! prompt gets matching `prompts`. A rule that names none of the three counts everything (one
+//! budget for all a principal does); a rule that names some counts only those.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,6 +130,83 @@ impl fmt::Debug for Pattern {
     }
 }
 
+/// A resource-URI pattern: `*` matches any run of characters, everything else itself. Any
+/// visible character may appear; whitespace and control characters may not, so a pattern is
+/// never silently different from what it looks like.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct UriPattern(String);
+
+impl UriPattern {
+    /// Parses a pattern.
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        let valid = !pattern.is_empty()
+            && pattern
+                .chars()
+                .all(|c| !c.is_whitespace() && !c.is_control());
+        if valid {
+            Ok(UriPattern(pattern.to_owned()))
+        } else {
+            Err(format!(
+                "{pattern:?} is not a resource pattern: write a larkgate resource URI \
+                 (larkgate://ALIAS/...) without spaces, with * for any run of characters"
+            ))
+        }
+    }
+
+    /// Whether `uri` matches.
+    pub fn matches(&self, uri: &str) -> bool {
+        glob(self.0.as_bytes(), uri.as_bytes())
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for UriPattern {
+    type Error = String;
+    fn try_from(value: String) -> Result<Self, String> {
+        UriPattern::new(&value)
+    }
+}
+
+impl From<UriPattern> for String {
+    fn from(pattern: UriPattern) -> Self {
+        pattern.0
+    }
+}
+
+impl fmt::Debug for UriPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+/// What a call is made to: a tool, an upstream resource (read) or an upstream prompt (get).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TargetKind {
+    /// A tool (`tools/call`).
+    #[default]
+    Tool,
+    /// A resource (`resources/read`), named by its larkgate URI.
+    Resource,
+    /// A prompt (`prompts/get`), named by its larkgate name.
+    Prompt,
+}
+
+impl TargetKind {
+    /// The MCP method that reaches it.
+    pub fn method(self) -> &'static str {
+        match self {
+            TargetKind::Tool => "tools/call",
+            TargetKind::Resource => "resources/read",
+            TargetKind::Prompt => "prompts/get",
+        }
+    }
+}
+
 /// What one role grants.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,6 +217,12 @@ pub struct RoleRules {
     /// Tools the role may see and call.
     #[serde(default)]
     pub call: Vec<Pattern>,
+    /// Upstream resources (larkgate URIs) and templates the role may list and read.
+    #[serde(default)]
+    pub resources: Vec<UriPattern>,
+    /// Upstream prompts the role may list and get.
+    #[serde(default)]
+    pub prompts: Vec<Pattern>,
 }
 
 /// Which calls need an approver's approval.
@@ -135,6 +232,12 @@ pub struct ApprovalRules {
     /// Tools whose every call needs an approval for its exact arguments.
     #[serde(default)]
     pub require: Vec<Pattern>,
+    /// Resources whose every read needs an approval (reads are read-only: none by default).
+    #[serde(default)]
+    pub resources: Vec<UriPattern>,
+    /// Prompts whose every get needs an approval for its exact arguments (none by default).
+    #[serde(default)]
+    pub prompts: Vec<Pattern>,
     /// How long an approval stays usable after it is granted.
     #[serde(default = "default_ttl")]
     pub ttl_seconds: u64,
@@ -148,6 +251,8 @@ impl Default for ApprovalRules {
     fn default() -> Self {
         ApprovalRules {
             require: Vec::new(),
+            resources: Vec::new(),
+            prompts: Vec::new(),
             ttl_seconds: default_ttl(),
         }
     }
@@ -170,9 +275,16 @@ pub enum RateScope {
 pub struct RateLimitRule {
     /// What the budget is keyed by.
     pub per: RateScope,
-    /// The tools it applies to (default: all).
-    #[serde(default = "all_tools")]
-    pub tools: Vec<Pattern>,
+    /// The tools it counts calls of. When none of `tools`, `resources` and `prompts` is
+    /// given, the rule counts every call, read and get.
+    #[serde(default)]
+    pub tools: Option<Vec<Pattern>>,
+    /// The resources it counts reads of (see `tools`).
+    #[serde(default)]
+    pub resources: Option<Vec<UriPattern>>,
+    /// The prompts it counts gets of (see `tools`).
+    #[serde(default)]
+    pub prompts: Option<Vec<Pattern>>,
     /// Calls allowed per period (at least 1).
     pub calls: u32,
     /// The period, in seconds (at least 1).
@@ -180,6 +292,22 @@ pub struct RateLimitRule {
     /// The largest burst; defaults to `calls`.
     #[serde(default)]
     pub burst: Option<u32>,
+}
+
+impl RateLimitRule {
+    /// Whether the rule counts a call of `kind` to `name` (a tool or prompt name, a larkgate
+    /// resource URI).
+    pub fn counts(&self, kind: TargetKind, name: &str) -> bool {
+        let everything = self.tools.is_none() && self.resources.is_none() && self.prompts.is_none();
+        if everything {
+            return true;
+        }
+        match kind {
+            TargetKind::Tool => self.tools.iter().flatten().any(|p| p.matches(name)),
+            TargetKind::Resource => self.resources.iter().flatten().any(|p| p.matches(name)),
+            TargetKind::Prompt => self.prompts.iter().flatten().any(|p| p.matches(name)),
+        }
+    }
 }
 
 fn all_tools() -> Vec<Pattern> {
@@ -202,7 +330,8 @@ pub struct Policy {
 }
 
 impl Default for Policy {
-    /// The default policy: `admin` may list and call everything; nothing else is granted.
+    /// The default policy: `admin` may list and call every tool, and list and read or get every
+    /// resource and prompt; nothing else is granted.
     fn default() -> Self {
         let mut roles = BTreeMap::new();
         roles.insert(
@@ -210,6 +339,8 @@ impl Default for Policy {
             RoleRules {
                 list: Vec::new(),
                 call: all_tools(),
+                resources: vec![UriPattern("*".into())],
+                prompts: all_tools(),
             },
         );
         Policy {
@@ -253,6 +384,28 @@ impl Policy {
     /// Whether calls of `tool` need an approval.
     pub fn requires_approval(&self, tool: &str) -> bool {
         self.approvals.require.iter().any(|p| p.matches(tool))
+    }
+
+    /// Whether `principal` may list and read the resource (or template) at larkgate `uri`.
+    pub fn may_read_resource(&self, principal: &Principal, uri: &str) -> bool {
+        self.rules(principal)
+            .any(|r| r.resources.iter().any(|p| p.matches(uri)))
+    }
+
+    /// Whether `principal` may list and get prompt `name`.
+    pub fn may_get_prompt(&self, principal: &Principal, name: &str) -> bool {
+        self.rules(principal)
+            .any(|r| r.prompts.iter().any(|p| p.matches(name)))
+    }
+
+    /// Whether a call of `kind` to `name` needs an approval: a tool by `require`, a resource
+    /// read by `resources`, a prompt get by `prompts`.
+    pub fn requires_approval_of(&self, kind: TargetKind, name: &str) -> bool {
+        match kind {
+            TargetKind::Tool => self.requires_approval(name),
+            TargetKind::Resource => self.approvals.resources.iter().any(|p| p.matches(name)),
+            TargetKind::Prompt => self.approvals.prompts.iter().any(|p| p.matches(name)),
+        }
     }
 }
 
@@ -351,5 +504,106 @@ mod tests {
             toml::from_str("[[rate_limits]]\nper = \"principal\"\ncalls = 0\nperiod_seconds = 1\n")
                 .unwrap();
         assert!(policy.validate().unwrap_err().contains("rate_limits[0]"));
+    }
+
+    #[test]
+    fn resource_and_prompt_grants_are_their_own_and_fail_closed() {
+        let policy: Policy = toml::from_str(
+            r#"
+            [roles.reader]
+            call = ["*"]
+            resources = ["larkgate://docs/*"]
+            prompts = ["docs__*"]
+            [approvals]
+            resources = ["larkgate://docs/secret/*"]
+            "#,
+        )
+        .unwrap();
+        let reader = principal(&["reader"]);
+        let table = [
+            ("larkgate://docs/readme", true),
+            ("larkgate://docs/", true),
+            // Another alias that starts like it: the `/` after the alias keeps them apart.
+            ("larkgate://docs2/readme", false),
+            ("larkgate://other/larkgate://docs/readme", false),
+            ("docs://readme", false),
+        ];
+        for (uri, allowed) in table {
+            assert_eq!(policy.may_read_resource(&reader, uri), allowed, "{uri}");
+        }
+        assert!(policy.may_get_prompt(&reader, "docs__summary"));
+        assert!(!policy.may_get_prompt(&reader, "other__summary"));
+        // `call = ["*"]` grants tools only.
+        let tools_only: Policy = toml::from_str("[roles.r]\ncall = [\"*\"]\n").unwrap();
+        let r = principal(&["r"]);
+        assert!(!tools_only.may_read_resource(&r, "larkgate://docs/readme"));
+        assert!(!tools_only.may_get_prompt(&r, "docs__summary"));
+        // Approvals: reads only where a resource pattern names them, and tool patterns never.
+        assert!(policy.requires_approval_of(TargetKind::Resource, "larkgate://docs/secret/k"));
+        assert!(!policy.requires_approval_of(TargetKind::Resource, "larkgate://docs/readme"));
+        let star: Policy = toml::from_str("[approvals]\nrequire = [\"*\"]\n").unwrap();
+        assert!(star.requires_approval_of(TargetKind::Tool, "kv_get"));
+        assert!(!star.requires_approval_of(TargetKind::Resource, "larkgate://docs/readme"));
+        assert!(!star.requires_approval_of(TargetKind::Prompt, "docs__summary"));
+        // The default policy's admin reads everything; nobody else anything.
+        let default = Policy::default();
+        assert!(default.may_read_resource(&principal(&["admin"]), "larkgate://docs/x"));
+        assert!(default.may_get_prompt(&principal(&["admin"]), "docs__x"));
+        assert!(!default.may_read_resource(&principal(&["author"]), "larkgate://docs/x"));
+    }
+
+    #[test]
+    fn malformed_resource_patterns_are_refused_with_what_to_write() {
+        for bad in ["", "larkgate://docs/ x", "larkgate://docs/\n", "\t"] {
+            let err = UriPattern::new(bad).unwrap_err();
+            assert!(err.contains("larkgate://ALIAS/"), "{bad:?}: {err}");
+        }
+        let err = toml::from_str::<Policy>("[roles.r]\nresources = [\"a b\"]\n").unwrap_err();
+        assert!(err.to_string().contains("not a resource pattern"), "{err}");
+    }
+
+    #[test]
+    fn a_rate_limit_counts_what_it_names_or_everything_when_it_names_nothing() {
+        let rules: Policy = toml::from_str(
+            r#"
+            [[rate_limits]]
+            per = "principal"
+            calls = 1
+            period_seconds = 1
+            [[rate_limits]]
+            per = "principal"
+            tools = ["kv_set"]
+            calls = 1
+            period_seconds = 1
+            [[rate_limits]]
+            per = "principal"
+            resources = ["larkgate://docs/*"]
+            calls = 1
+            period_seconds = 1
+            "#,
+        )
+        .unwrap();
+        let [all, tools, reads] = &rules.rate_limits[..] else {
+            panic!("three rules");
+        };
+        let table = [
+            (TargetKind::Tool, "kv_set", [true, true, false]),
+            (TargetKind::Tool, "kv_get", [true, false, false]),
+            (
+                TargetKind::Resource,
+                "larkgate://docs/a",
+                [true, false, true],
+            ),
+            (
+                TargetKind::Resource,
+                "larkgate://web/a",
+                [true, false, false],
+            ),
+            (TargetKind::Prompt, "docs__p", [true, false, false]),
+        ];
+        for (kind, name, expected) in table {
+            let counted = [all, tools, reads].map(|rule| rule.counts(kind, name));
+            assert_eq!(counted, expected, "{kind:?} {name}");
+        }
     }
 }

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::policy::{RateLimitRule, RateScope};
+use crate::policy::{RateLimitRule, RateScope, TargetKind};
 
 /// A monotonic time source: the time since some fixed start.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -114,17 +114,37 @@ impl RateLimiter {
     /// Checks one call of `tool` by `principal` against every matching rule, charging each
     /// only if all allow it. Refused: the longest wait among the rules that refuse.
     pub fn check(&self, principal: &str, tool: &str) -> Result<(), Limited> {
+        self.check_target(principal, TargetKind::Tool, tool, tool)
+    }
+
+    /// [`RateLimiter::check`] for a call of any kind: the rules that count `kind` calls to
+    /// `name` (a tool or prompt name, a resource's larkgate URI) apply, and a `principal_tool`
+    /// rule keeps one budget per (principal, `key`). For a tool or prompt `key` is its name;
+    /// for a resource it is the listed entry the URI was found by (the resource, or the
+    /// template it matched), so that reading many URIs through one template cannot fill the
+    /// key table.
+    pub fn check_target(
+        &self,
+        principal: &str,
+        kind: TargetKind,
+        name: &str,
+        key: &str,
+    ) -> Result<(), Limited> {
         let now = self.clock.now();
         let matching: Vec<(&Bucket, Key)> = self
             .buckets
             .iter()
-            .filter(|b| b.rule.tools.iter().any(|p| p.matches(tool)))
+            .filter(|b| b.rule.counts(kind, name))
             .map(|b| {
                 let key = match b.rule.per {
                     RateScope::Principal => Key::Principal(principal.to_owned()),
-                    RateScope::PrincipalTool => {
-                        Key::PrincipalTool(principal.to_owned(), tool.to_owned())
-                    }
+                    RateScope::PrincipalTool => Key::PrincipalTool(
+                        principal.to_owned(),
+                        match kind {
+                            TargetKind::Tool => key.to_owned(),
+                            other => format!("{} {key}", other.method()),
+                        },
+                    ),
                 };
                 (b, key)
             })
@@ -234,7 +254,9 @@ mod tests {
     ) -> RateLimitRule {
         RateLimitRule {
             per,
-            tools: tools.iter().map(|t| Pattern::new(t).unwrap()).collect(),
+            tools: Some(tools.iter().map(|t| Pattern::new(t).unwrap()).collect()),
+            resources: None,
+            prompts: None,
             calls,
             period_seconds: secs,
             burst,

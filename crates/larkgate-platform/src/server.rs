@@ -20,20 +20,39 @@
 //!   `toolsListChanged` (only that category is accepted).
 //!
 //! In-memory sessions (script runs) are not told: a run reads the listing once.
+//!
+//! ## Resources and prompts
+//!
+//! The upstreams' resources, resource templates and prompts ([`crate::catalog`]) are listed
+//! to each caller as the policy's resource and prompt patterns admit; `resources/read` and
+//! `prompts/get` cross the pipeline as calls do ([`Platform::read_resource`]). A refusal is a
+//! JSON-RPC error (these methods have no error result): `-32002` for a resource not found
+//! (2025-11-25; rmcp answers 2026-07-28 clients `-32602`, as that revision asks), `-32602` for a
+//! prompt not found or bad arguments, `-32603` for larkgate's own failure and
+//! `-32000` for every other refusal; its `data` carries the envelope under
+//! `larkgate/envelope`, as a refused tool call's `_meta` does. Their lists changing is told
+//! like the tool list's (`notifications/resources/list_changed`,
+//! `notifications/prompts/list_changed`; in 2026-07-28 on `subscriptions/listen` streams that
+//! ask for them).
 
 use std::sync::Arc;
 
+use larkgate_caller::ENVELOPE_META_KEY;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
+    SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use crate::envelope::Refusal;
+use crate::envelope::{Code, Refusal};
 use crate::identity::{RunContext, RunKind, SessionIdentity};
 use crate::observe::Exchange;
 use crate::platform::Platform;
+use crate::policy::TargetKind;
 use crate::registry::ToolOutput;
 use crate::tokens;
 use tracing::Instrument;
@@ -159,17 +178,98 @@ impl PlatformServer {
 }
 
 /// What larkgate says of itself at initialization: its name and version, and that it serves
-/// tools.
+/// tools, resources and prompts, and tells when their lists change.
 pub fn server_config() -> ServerConfig {
     let mut config = ServerConfig::new(
         ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed()
             .build(),
     );
     config.server_info.name = "larkgate".into();
     config.server_info.version = env!("CARGO_PKG_VERSION").into();
     config
+}
+
+impl PlatformServer {
+    /// The caller of a listing request, noted on its exchange; `None` (an empty listing: it
+    /// lists nothing it may not) when it cannot be decided.
+    async fn lister(&self, context: &RequestContext<RoleServer>) -> Option<Arc<SessionIdentity>> {
+        let exchange = Exchange::of(context);
+        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
+        let identity = self.identity(context).instrument(span).await.ok().flatten();
+        if let Some(exchange) = exchange {
+            if let Some(identity) = &identity {
+                exchange.principal(&identity.run.principal.id);
+            }
+            exchange.outcome("ok");
+        }
+        identity
+    }
+
+    /// Runs a read or get (`run`, given the caller) in the request's span, noting its caller
+    /// and outcome on the exchange; a refusal becomes the JSON-RPC error for `kind`.
+    async fn dispatch<F, Fut>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        kind: TargetKind,
+        run: F,
+    ) -> Result<serde_json::Value, ErrorData>
+    where
+        F: FnOnce(Option<Arc<SessionIdentity>>) -> Fut,
+        Fut: std::future::Future<Output = Result<larkgate_binding::Map, Refusal>>,
+    {
+        let exchange = Exchange::of(context);
+        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
+        let result = async {
+            let identity = self.identity(context).await?;
+            if let (Some(exchange), Some(identity)) = (exchange, &identity) {
+                exchange.principal(&identity.run.principal.id);
+            }
+            run(identity).await
+        }
+        .instrument(span)
+        .await;
+        if let Some(exchange) = exchange {
+            exchange.outcome(match &result {
+                Ok(_) => "ok",
+                Err(refusal) => refusal.code.as_str(),
+            });
+        }
+        match result {
+            Ok(value) => Ok(serde_json::Value::Object(larkgate_binding::map_to_json(
+                &value,
+            ))),
+            Err(refusal) => Err(refusal_error(kind, &refusal)),
+        }
+    }
+}
+
+/// A read's or get's value as the MCP result it came as.
+fn answer_as<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ErrorData> {
+    serde_json::from_value(value).map_err(|error| {
+        let refusal = Refusal::internal("the upstream's answer could not be passed on", error);
+        refusal_error(TargetKind::Tool, &refusal)
+    })
+}
+
+/// A refused read or get as a JSON-RPC error; see the module documentation.
+pub fn refusal_error(kind: TargetKind, refusal: &Refusal) -> ErrorData {
+    let envelope = refusal.envelope();
+    let code = match (refusal.code, kind) {
+        (Code::NotFound, TargetKind::Resource) => ErrorCode::RESOURCE_NOT_FOUND,
+        (Code::NotFound | Code::InvalidArguments, _) => ErrorCode::INVALID_PARAMS,
+        (Code::Internal, _) => ErrorCode::INTERNAL_ERROR,
+        _ => ErrorCode(-32000),
+    };
+    let data = serde_json::to_value(&envelope)
+        .ok()
+        .map(|envelope| serde_json::json!({ ENVELOPE_META_KEY: envelope }));
+    ErrorData::new(code, envelope.text(), data)
 }
 
 impl ServerHandler for PlatformServer {
@@ -182,11 +282,27 @@ impl ServerHandler for PlatformServer {
         if matches!(self.identity, Identity::Bound(_)) {
             return;
         }
-        let mut changes = self.platform.tool_table().changes();
+        let mut tools = self.platform.tool_table().changes();
+        let mut resources = self.platform.catalog().resource_changes();
+        let mut prompts = self.platform.catalog().prompt_changes();
         let peer = context.peer;
         let task = tokio::spawn(async move {
-            while changes.changed().await.is_ok() {
-                if peer.notify_tool_list_changed().await.is_err() {
+            loop {
+                let told = tokio::select! {
+                    changed = tools.changed() => match changed {
+                        Ok(()) => peer.notify_tool_list_changed().await.is_ok(),
+                        Err(_) => false,
+                    },
+                    changed = resources.changed() => match changed {
+                        Ok(()) => peer.notify_resource_list_changed().await.is_ok(),
+                        Err(_) => false,
+                    },
+                    changed = prompts.changed() => match changed {
+                        Ok(()) => peer.notify_prompt_list_changed().await.is_ok(),
+                        Err(_) => false,
+                    },
+                };
+                if !told {
                     return;
                 }
             }
@@ -200,20 +316,35 @@ impl ServerHandler for PlatformServer {
     ) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
+        accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
+        accepted.prompts_list_changed = requested.prompts_list_changed.filter(|wanted| *wanted);
         Some(accepted)
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut changes = self.platform.tool_table().changes();
-        let wanted = subscription.accepted().tools_list_changed == Some(true);
+        let mut tools = self.platform.tool_table().changes();
+        let mut resources = self.platform.catalog().resource_changes();
+        let mut prompts = self.platform.catalog().prompt_changes();
+        let accepted = subscription.accepted();
+        let wants_tools = accepted.tools_list_changed == Some(true);
+        let wants_resources = accepted.resources_list_changed == Some(true);
+        let wants_prompts = accepted.prompts_list_changed == Some(true);
+        let sink = subscription.sink();
         loop {
-            tokio::select! {
+            let told = tokio::select! {
                 () = subscription.cancelled() => return Ok(()),
-                changed = changes.changed(), if wanted => {
-                    if changed.is_err() || subscription.sink().notify_tool_list_changed().await.is_err() {
-                        return Ok(());
-                    }
+                changed = tools.changed(), if wants_tools => {
+                    changed.is_ok() && sink.notify_tool_list_changed().await.is_ok()
                 }
+                changed = resources.changed(), if wants_resources => {
+                    changed.is_ok() && sink.notify_resource_list_changed().await.is_ok()
+                }
+                changed = prompts.changed(), if wants_prompts => {
+                    changed.is_ok() && sink.notify_prompt_list_changed().await.is_ok()
+                }
+            };
+            if !told {
+                return Ok(());
             }
         }
     }
@@ -223,26 +354,83 @@ impl ServerHandler for PlatformServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let exchange = Exchange::of(&context);
-        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
-        // A listing whose caller cannot be decided is empty: it lists nothing it may not.
-        let identity = self
-            .identity(&context)
-            .instrument(span.clone())
-            .await
-            .ok()
-            .flatten();
-        if let Some(exchange) = exchange {
-            if let Some(identity) = &identity {
-                exchange.principal(&identity.run.principal.id);
-            }
-            exchange.outcome("ok");
-        }
-        let _entered = span.enter();
+        let identity = self.lister(&context).await;
         Ok(ListToolsResult {
             tools: self.platform.list(identity.as_deref()),
             ..Default::default()
         })
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let identity = self.lister(&context).await;
+        Ok(ListResourcesResult {
+            resources: self.platform.list_resources(identity.as_deref()),
+            ..Default::default()
+        })
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let identity = self.lister(&context).await;
+        Ok(ListResourceTemplatesResult {
+            resource_templates: self.platform.list_resource_templates(identity.as_deref()),
+            ..Default::default()
+        })
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let identity = self.lister(&context).await;
+        Ok(ListPromptsResult {
+            prompts: self.platform.list_prompts(identity.as_deref()),
+            ..Default::default()
+        })
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let platform = self.platform.clone();
+        let uri = request.uri;
+        let value = self
+            .dispatch(&context, TargetKind::Resource, |identity| async move {
+                platform.read_resource(identity, &uri).await
+            })
+            .await?;
+        let mut result: ReadResourceResult = answer_as(value)?;
+        // Complete, whatever revision the upstream spoke (rmcp leaves it out for 2025-11-25
+        // clients); cache hints are rmcp's defaults for 2026-07-28: private, no lifetime.
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result.into())
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let platform = self.platform.clone();
+        let (name, arguments) = (request.name, request.arguments);
+        let value = self
+            .dispatch(&context, TargetKind::Prompt, |identity| async move {
+                platform.get_prompt(identity, &name, arguments).await
+            })
+            .await?;
+        let mut result: GetPromptResult = answer_as(value)?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result.into())
     }
 
     async fn call_tool(

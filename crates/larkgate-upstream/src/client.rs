@@ -114,10 +114,12 @@ pub enum UpstreamError {
     },
 }
 
-/// An MCP client with no capabilities that notes `tools/list_changed`.
+/// An MCP client with no capabilities that notes `tools/list_changed`, and
+/// `resources/list_changed` and `prompts/list_changed` together.
 #[derive(Debug, Default)]
 struct Handler {
     tools_changed: Arc<AtomicBool>,
+    catalog_changed: Arc<AtomicBool>,
     /// The version `initialize` offers: 2025-11-25 when only that revision is wanted.
     legacy: bool,
 }
@@ -125,6 +127,14 @@ struct Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.store(true, Ordering::SeqCst);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.catalog_changed.store(true, Ordering::SeqCst);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.catalog_changed.store(true, Ordering::SeqCst);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -169,6 +179,7 @@ pub struct UpstreamClient {
     limits: UpstreamLimits,
     overflowed: Arc<AtomicBool>,
     tools_changed: Arc<AtomicBool>,
+    catalog_changed: Arc<AtomicBool>,
     dropped: AtomicUsize,
     /// A command-launched server's process group, killed when the client goes.
     process: Option<ServerProcess>,
@@ -298,8 +309,10 @@ impl UpstreamClient {
         E: std::error::Error + Send + Sync + 'static,
     {
         let tools_changed = Arc::new(AtomicBool::new(false));
+        let catalog_changed = Arc::new(AtomicBool::new(false));
         let handler = Handler {
             tools_changed: tools_changed.clone(),
+            catalog_changed: catalog_changed.clone(),
             legacy: revisions == Revisions::Legacy,
         };
         let lifecycle = match revisions {
@@ -332,6 +345,7 @@ impl UpstreamClient {
             limits,
             overflowed,
             tools_changed,
+            catalog_changed,
             dropped: AtomicUsize::new(0),
             process,
         })
@@ -370,6 +384,27 @@ impl UpstreamClient {
     /// Whether the server said its tools changed since the last listing.
     pub fn tools_changed(&self) -> bool {
         self.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the server said its resources or prompts changed since
+    /// [`UpstreamClient::take_catalog_changed`] last asked.
+    pub fn catalog_changed(&self) -> bool {
+        self.catalog_changed.load(Ordering::SeqCst)
+    }
+
+    /// Clears [`UpstreamClient::catalog_changed`] before the listings are read again.
+    pub fn take_catalog_changed(&self) -> bool {
+        self.catalog_changed.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether the server said at initialization that it serves resources, and prompts.
+    pub fn serves_resources_and_prompts(&self) -> (bool, bool) {
+        self.service.peer_info().map_or((false, false), |info| {
+            (
+                info.capabilities.resources.is_some(),
+                info.capabilities.prompts.is_some(),
+            )
+        })
     }
 
     /// Tools dropped from the last listing for being over [`UpstreamLimits::max_tools`].

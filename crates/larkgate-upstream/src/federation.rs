@@ -49,8 +49,18 @@ pub struct UpstreamStatus {
     /// Tools dropped for being over `max_tools`.
     pub dropped: usize,
     /// Tools dropped for their names, each with why (listed twice, a mapped name another tool
-    /// has, empty or too long).
+    /// has, empty or too long); resources, templates and prompts dropped, each with why; and
+    /// resource or prompt listings that failed.
     pub invalid: Vec<String>,
+    /// Resources federated.
+    #[serde(default)]
+    pub resources: usize,
+    /// Resource templates federated.
+    #[serde(default)]
+    pub resource_templates: usize,
+    /// Prompts federated.
+    #[serde(default)]
+    pub prompts: usize,
     /// Whether it was added at run time (`larkgate upstream add`), so `upstream remove` can
     /// remove it; the others come from the configuration file.
     #[serde(default)]
@@ -367,6 +377,7 @@ impl Federation {
         {
             tracing::error!(%alias, %e, "a removed upstream's tools could not be withdrawn");
         }
+        self.platform.catalog().replace_upstream(&alias, None);
         let client = upstream.link.client();
         upstream.down("the upstream was removed".to_owned());
         if let Some(client) = client
@@ -434,8 +445,30 @@ impl Federation {
         };
         *upstream.listing.lock().unwrap_or_else(|p| p.into_inner()) = Some(listing.clone());
         self.publish(upstream, &client, listing).await?;
-        upstream.link.connected(client);
+        upstream.link.connected(Arc::clone(&client));
+        self.refresh_catalog(upstream, &client).await;
         Ok(())
+    }
+
+    /// Lists `client`'s resources and prompts into the platform's catalogue.
+    async fn refresh_catalog(&self, upstream: &Upstream, client: &UpstreamClient) {
+        let alias = upstream.config.alias.as_str();
+        let listed = crate::catalog::list(alias, client, &upstream.link).await;
+        let (resources, templates, prompts) = listed.catalog.counts();
+        self.platform
+            .catalog()
+            .replace_upstream(alias, Some(listed.catalog));
+        let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.resources = resources;
+        status.resource_templates = templates;
+        status.prompts = prompts;
+        status.invalid.retain(|why| !why.starts_with(CATALOG_MARK));
+        status.invalid.extend(
+            listed
+                .problems
+                .into_iter()
+                .map(|why| format!("{CATALOG_MARK}{why}")),
+        );
     }
 
     /// Checks `listing` against the pins and publishes the usable tools.
@@ -469,11 +502,18 @@ impl Federation {
         status.tools = count;
         status.quarantined = checked.quarantined;
         status.dropped = client.dropped_tools();
+        let catalog_problems = status
+            .invalid
+            .iter()
+            .filter(|why| why.starts_with(CATALOG_MARK))
+            .cloned()
+            .collect::<Vec<_>>();
         status.invalid = listing
             .repeated
             .into_iter()
             .chain(adoption.invalid)
             .map(|(name, why)| format!("{name} ({why})"))
+            .chain(catalog_problems)
             .collect();
         Ok(())
     }
@@ -566,6 +606,9 @@ impl Federation {
                     tracing::error!(%e, "an upstream's new tools were not published");
                 }
             }
+            Some(client) if client.catalog_changed() => {
+                self.refresh_catalog(upstream, &client).await;
+            }
             Some(_) => upstream.retry().backoff = Duration::from_secs(1),
             None => {
                 let due = tokio::time::Instant::now() >= upstream.retry().next_try;
@@ -655,6 +698,10 @@ impl Federation {
         }
     }
 }
+
+/// How the problems of resource and prompt listings begin among an upstream's `invalid`, so
+/// that a new listing replaces them and leaves the tools' alone.
+const CATALOG_MARK: &str = "resources and prompts: ";
 
 /// An error that must stop larkgate (configuration, not connectivity).
 struct Fatal(String);

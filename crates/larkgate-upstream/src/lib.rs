@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod catalog;
 pub mod client;
 pub mod command;
 pub mod config;

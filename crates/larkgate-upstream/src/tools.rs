@@ -253,13 +253,7 @@ impl ToolHandler for UpstreamTool {
         arguments: Map,
     ) -> Result<ToolOutput, Refusal> {
         let name = prefixed_name(&self.alias, &self.original);
-        let Some(client) = self.link.client() else {
-            let why = self
-                .link
-                .down_because()
-                .unwrap_or_else(|| "not connected yet".to_owned());
-            return Err(down_refusal(&self.alias, &name, &why));
-        };
+        let client = connected(&self.link, &self.alias, &name)?;
         let arguments = larkgate_binding::map_to_json(&arguments);
         // The upstream's own spans join this trace: the client sends this span's context.
         let span = tracing::info_span!(
@@ -273,32 +267,7 @@ impl ToolHandler for UpstreamTool {
         let called = client.call_tool(&self.original, arguments).instrument(span);
         let result = match called.await {
             Ok(result) => result,
-            Err(error) => {
-                let refused = matches!(error, UpstreamError::Unauthorized);
-                if client.is_closed() || refused {
-                    // The connection is gone, or its credentials are no longer accepted: mark
-                    // the upstream down so it is reconnected (which says why in `upstream
-                    // list`), saying how a command-launched server ended when it did.
-                    let mut ended = client.process_ended();
-                    for _ in 0..10 {
-                        if ended.is_some() || !client.is_command() {
-                            break;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                        ended = client.process_ended();
-                    }
-                    let why = match ended {
-                        Some(ended) => ended,
-                        None if refused => error.to_string(),
-                        None => format!("the connection was lost: {error}"),
-                    };
-                    self.link.down(why.clone());
-                    if !matches!(error, UpstreamError::TooLarge { .. }) {
-                        return Err(down_refusal(&self.alias, &name, &why));
-                    }
-                }
-                return Err(refusal(&self.alias, &name, error));
-            }
+            Err(error) => return Err(failed(&self.link, &self.alias, &name, &client, error).await),
         };
         let value = result_map(&name, &result, self.limits)?;
         Ok(ToolOutput {
@@ -312,6 +281,54 @@ impl ToolHandler for UpstreamTool {
             }),
         })
     }
+}
+
+/// The refusal of a request to `name` (a tool, resource or prompt of upstream `alias`) that
+/// failed with `error` on `client`. When the connection is gone or its credentials are no
+/// longer accepted, the upstream is marked down first, so that it is reconnected (and `upstream
+/// list` says why), with how a command-launched server ended when it did.
+pub(crate) async fn failed(
+    link: &Link,
+    alias: &str,
+    name: &str,
+    client: &UpstreamClient,
+    error: UpstreamError,
+) -> Refusal {
+    let refused = matches!(error, UpstreamError::Unauthorized);
+    if client.is_closed() || refused {
+        let mut ended = client.process_ended();
+        for _ in 0..10 {
+            if ended.is_some() || !client.is_command() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            ended = client.process_ended();
+        }
+        let why = match ended {
+            Some(ended) => ended,
+            None if refused => error.to_string(),
+            None => format!("the connection was lost: {error}"),
+        };
+        link.down(why.clone());
+        if !matches!(error, UpstreamError::TooLarge { .. }) {
+            return down_refusal(alias, name, &why);
+        }
+    }
+    refusal(alias, name, error)
+}
+
+/// The client of `link` for a request to `name`, or the refusal of a down upstream.
+pub(crate) fn connected(
+    link: &Link,
+    alias: &str,
+    name: &str,
+) -> Result<Arc<UpstreamClient>, Refusal> {
+    link.client().ok_or_else(|| {
+        let why = link
+            .down_because()
+            .unwrap_or_else(|| "not connected yet".to_owned());
+        down_refusal(alias, name, &why)
+    })
 }
 
 fn refusal(alias: &str, name: &str, error: UpstreamError) -> Refusal {

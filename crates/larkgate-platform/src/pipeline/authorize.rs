@@ -2,11 +2,18 @@
 //! for both, so a refusal reveals nothing) and callable by it (else `forbidden`). The
 //! decisions themselves are [`crate::access`]'s; this step resolves the tool for the steps
 //! after it.
+//!
+//! A resource read or prompt get is resolved from the [`Catalog`] instead, after the policy's
+//! resource or prompt patterns admit what was asked for; anything they do not admit is
+//! answered exactly as what nobody listed (`not_found`): resources and prompts have no
+//! "visible but not callable" grant.
 
 use std::sync::Arc;
 
 use crate::access;
+use crate::catalog::{self, Catalog, NotResolved};
 use crate::envelope::{Code, Refusal};
+use crate::policy::TargetKind;
 use crate::registry::ToolTable;
 use crate::services::Services;
 
@@ -19,6 +26,8 @@ pub struct Authorize {
     pub services: Arc<Services>,
     /// The tools.
     pub registry: Arc<ToolTable>,
+    /// The upstreams' resources and prompts.
+    pub catalog: Arc<Catalog>,
 }
 
 #[async_trait::async_trait]
@@ -33,6 +42,21 @@ impl Step for Authorize {
         };
         let principal = &identity.run.principal;
         let policy = &self.services.policy;
+        if request.kind != TargetKind::Tool {
+            let target = &request.target;
+            let admitted = match request.kind {
+                TargetKind::Resource => policy.may_read_resource(principal, target),
+                _ => policy.may_get_prompt(principal, target),
+            };
+            let resolved = if admitted {
+                self.catalog.resolve(request.kind, target)
+            } else {
+                Err(NotResolved::Missing)
+            };
+            let resolved = resolved.map_err(|why| catalog::not_found(request.kind, target, why))?;
+            request.resolved = Some(Arc::new(resolved.dispatch(request.kind)));
+            return Ok(());
+        }
         let registry = self.registry.snapshot();
         let tool = registry.get(&request.tool);
         let Some(tool) = tool.filter(|t| {

@@ -2,7 +2,8 @@
 //! `approval = "always"`) runs only under an approved, unexpired, unused approval for exactly
 //! this {principal, tool, arguments hash, call chain}. It is checked here
 //! ([`crate::approvals::admit`]) and consumed at dispatch ([`super::journal`]). Nothing a tool
-//! declares about itself clears the gate.
+//! declares about itself clears the gate. A resource read or prompt get is gated only when the
+//! policy's `resources` or `prompts` approval patterns name it.
 
 use std::sync::Arc;
 
@@ -29,7 +30,8 @@ impl Step for Gate {
             .resolved
             .as_ref()
             .is_some_and(|t| t.spec.requires_approval);
-        if !operator_gated && !self.services.policy.requires_approval(&request.tool) {
+        let policy = &self.services.policy;
+        if !operator_gated && !policy.requires_approval_of(request.kind, &request.target) {
             return Ok(());
         }
         let principal = request.principal_id().to_owned();

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::envelope::{Code, Refusal};
+use crate::policy::TargetKind;
 use crate::services::Services;
 
 use super::{CallRequest, Step};
@@ -20,9 +21,14 @@ impl Step for RateLimit {
     const NAME: &'static str = "rate limit";
     async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
         let principal = request.principal_id().to_owned();
+        // A read's budget is kept per listed entry (its resource, or the template it matched).
+        let key = match (&request.resolved, request.kind) {
+            (Some(resolved), TargetKind::Resource | TargetKind::Prompt) => &resolved.spec.name,
+            _ => &request.target,
+        };
         self.services
             .limiter
-            .check(&principal, &request.tool)
+            .check_target(&principal, request.kind, &request.target, key)
             .map_err(|limited| Refusal {
                 retry_after: Some(limited.retry_after),
                 ..Refusal::new(

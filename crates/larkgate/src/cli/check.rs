@@ -93,8 +93,36 @@ pub(crate) fn warnings(
         unmatched(pattern, "policy.approvals.require".to_owned());
     }
     for (i, rule) in policy.rate_limits.iter().enumerate() {
-        for pattern in &rule.tools {
+        for pattern in rule.tools.iter().flatten() {
             unmatched(pattern, format!("policy.rate_limits[{i}].tools"));
+        }
+    }
+    // Resource patterns name larkgate URIs: one that cannot begin like one matches nothing.
+    let resource_places = policy
+        .roles
+        .iter()
+        .flat_map(|(role, rules)| {
+            rules
+                .resources
+                .iter()
+                .map(move |p| (p, format!("policy.roles.{role}.resources")))
+        })
+        .chain(
+            policy
+                .approvals
+                .resources
+                .iter()
+                .map(|p| (p, "policy.approvals.resources".to_owned())),
+        );
+    for (pattern, place) in resource_places {
+        let text = pattern.as_str();
+        let literal = text.split('*').next().unwrap_or_default();
+        let prefix = larkgate_platform::catalog::URI_PREFIX;
+        if !(literal.starts_with(prefix) || prefix.starts_with(literal)) {
+            warnings.push(format!(
+                "{place}: the pattern {text:?} matches no resource: larkgate lists upstream \
+                 resources as {prefix}ALIAS/URI (write, for example, \"{prefix}docs/*\")"
+            ));
         }
     }
     for principal in principals {

@@ -9,6 +9,7 @@ mod edge;
 mod logs;
 mod memory;
 mod principals_and_approvals;
+mod resources;
 mod scripts;
 mod sdk_clients;
 mod serve;

@@ -15,6 +15,10 @@ working directory when there is one, so a test can change a definition between t
 directory), `spawn` (starts a child process that sleeps, and answers its pid), `huge` (a result
 of that many bytes, on one line), `die` (writes a line to stderr and exits with status 4),
 `sound` (audio content beside a caption).
+
+Its resources: `notes://index` (text), `notes://logo` (a PNG, as a blob) and the template
+`notes://page/{slug}` (the text `page <slug>`). Its prompts: `review` (argument `topic`: a text
+message and an embedded resource) and `greeting` (no arguments).
 """
 
 import os
@@ -24,7 +28,14 @@ import threading
 import time
 
 from mcp.server.mcpserver import MCPServer
-from mcp_types import AudioContent, TextContent, ToolAnnotations
+from mcp.server.mcpserver.prompts.base import AssistantMessage, UserMessage
+from mcp_types import (
+    AudioContent,
+    EmbeddedResource,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
 
 server = MCPServer("stdio-peer")
 
@@ -85,6 +96,51 @@ def die() -> str:
     """Exits the whole server, with status 4."""
     print("stdio-peer: dying on request", file=sys.stderr, flush=True)
     os._exit(4)
+
+
+# The PNG signature and an IHDR chunk's start: bytes that are not UTF-8.
+LOGO = bytes.fromhex("89504e470d0a1a0a0000000d49484452")
+
+
+@server.resource("notes://index", mime_type="text/plain")
+def notes_index() -> str:
+    """The index of the notes."""
+    return "index of the notes"
+
+
+@server.resource("notes://logo", mime_type="image/png")
+def notes_logo() -> bytes:
+    """The notes' logo."""
+    return LOGO
+
+
+@server.resource("notes://page/{slug}", mime_type="text/plain")
+def notes_page(slug: str) -> str:
+    """One page of the notes."""
+    return f"page {slug}"
+
+
+@server.prompt()
+def review(topic: str) -> list:
+    """Asks for a review of a topic, with the notes' index embedded."""
+    return [
+        UserMessage(content=TextContent(type="text", text=f"Review {topic}.")),
+        UserMessage(
+            content=EmbeddedResource(
+                type="resource",
+                resource=TextResourceContents(
+                    uri="notes://index", mime_type="text/plain", text="index of the notes"
+                ),
+            )
+        ),
+        AssistantMessage(content=TextContent(type="text", text="Reviewing.")),
+    ]
+
+
+@server.prompt()
+def greeting() -> str:
+    """A greeting."""
+    return "Say hello."
 
 
 def main():
