@@ -166,6 +166,19 @@ pub enum CallError {
     Transport(String),
 }
 
+/// What a host call asks for: a tool call, a resource read or a prompt get.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// `tools/call`: the name is the tool's.
+    #[default]
+    Tool,
+    /// `resources/read`: the name is the resource's larkgate URI; no arguments.
+    Resource,
+    /// `prompts/get`: the name is the prompt's; the arguments are strings.
+    Prompt,
+}
+
 /// The engine's view of tools. See the crate documentation.
 pub trait Caller: Send + Sync {
     /// This session's listing: exactly the tools it may call.
@@ -183,6 +196,27 @@ pub trait Caller: Send + Sync {
     /// at all: `(read_only, known)`. The annotation is a plain bool in the protocol, so
     /// "declared false" and "declared nothing" are one answer; only `true` is a statement.
     fn declares_read_only(&self, name: &str) -> impl Future<Output = (bool, bool)> + Send;
+
+    /// A host call of any [`Target`]: a tool call as [`Caller::call_tool`]; a resource read,
+    /// answered `{"contents": [...]}`; a prompt get, answered `{"description": ...,
+    /// "messages": [...]}` (each part as its MCP JSON). A session that serves only tools
+    /// refuses the others as `not_found`.
+    fn request(
+        &self,
+        target: Target,
+        name: &str,
+        arguments: Map,
+    ) -> impl Future<Output = Result<Map, CallError>> + Send {
+        async move {
+            match target {
+                Target::Tool => self.call_tool(name, arguments).await,
+                Target::Resource | Target::Prompt => Err(CallError::Refused(RefusalError::new(
+                    Code::NotFound,
+                    format!("this session serves no resources or prompts, so not {name}"),
+                ))),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -211,6 +211,8 @@ pub const RESERVED_ALIASES: &[&str] = &[
     "try_call",
     "tools",
     "help",
+    "resource_read",
+    "prompt_get",
     "print",
     "json",
     "struct",

@@ -7,6 +7,11 @@
 //! `call(name, **kwargs)`. `try_call` returns `struct(ok, value, error)` instead of raising.
 //! `tools()` lists them; `help(tool)` shows a signature and description.
 //!
+//! Upstream resources and prompts are reached by two functions: `resource_read(uri)` with a
+//! larkgate URI, and `prompt_get(name, **arguments)` with text arguments. They cross the same
+//! pipeline as an MCP client's `resources/read` and `prompts/get`; drafts may make them (they
+//! are read-only), they count toward the run's tool calls and are paced like tool calls.
+//!
 //! Arguments bind before the call leaves the engine: through the tool's input shape when it
 //! has one, else against the types its JSON input schema states. A draft run refuses a tool
 //! that does not declare itself read-only (`write_barrier`) without calling it; the server
@@ -21,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use allocative::Allocative;
 use larkgate_binding::{InputShape, Limits, Map, Value, from_starlark, map_to_starlark};
-use larkgate_caller::{CallError, Caller, Code, RefusalError, ToolInfo};
+use larkgate_caller::{CallError, Caller, Code, RefusalError, Target, ToolInfo};
 use starlark::any::ProvidesStaticType;
+use starlark::collections::SmallMap;
 use starlark::environment::GlobalsBuilder;
 use starlark::eval::{Arguments, Evaluator};
 use starlark::starlark_module;
@@ -39,6 +45,16 @@ pub trait Host: Send + Sync {
     fn tools(&self) -> Result<Vec<ToolInfo>, CallError>;
     /// One call.
     fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError>;
+    /// One host call of any kind (see [`Caller::request`]).
+    fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
+        match target {
+            Target::Tool => self.call_tool(name, arguments),
+            Target::Resource | Target::Prompt => Err(CallError::Refused(RefusalError::new(
+                Code::NotFound,
+                format!("this run's host serves no resources or prompts, so not {name}"),
+            ))),
+        }
+    }
     /// Waits before a retry (pacing).
     fn pause(&self, duration: Duration);
 }
@@ -54,6 +70,9 @@ impl<C: Caller> Host for Blocking<C> {
     }
     fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
         futures::executor::block_on(self.0.call_tool(name, arguments))
+    }
+    fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
+        futures::executor::block_on(self.0.request(target, name, arguments))
     }
     fn pause(&self, duration: Duration) {
         std::thread::sleep(duration);
@@ -96,9 +115,10 @@ impl RunState {
         self.listing.iter().find(|t| t.name == name)
     }
 
-    /// One host call with pacing; `Err` is a refusal or a limit.
-    fn call(&self, name: &str, arguments: Map) -> Result<Map, CallOutcome> {
-        if self.draft {
+    /// One host call with pacing; `Err` is a refusal or a limit. Reads and gets are
+    /// read-only, so drafts make them; every kind counts toward the run's tool calls.
+    fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallOutcome> {
+        if self.draft && target == Target::Tool {
             // The tool must exist first: an unknown name goes to the server, which answers
             // `not_found` in the same words for hidden and missing tools.
             if let Some(tool) = self.tool(name)
@@ -122,7 +142,7 @@ impl RunState {
                 }));
             }
             self.tool_calls.set(calls);
-            match self.host.call_tool(name, arguments.clone()) {
+            match self.host.request(target, name, arguments.clone()) {
                 Ok(result) => return Ok(result),
                 Err(CallError::Refused(refusal)) if refusal.is_rate_limited() => {
                     let wait = refusal.retry_after.unwrap_or(Duration::from_secs(1));
@@ -272,14 +292,24 @@ fn call_raising<'v>(
     args: &CallArgs<'v>,
     eval: &mut Evaluator<'v, '_, '_>,
 ) -> starlark::Result<SValue<'v>> {
+    let arguments = bind(state(eval)?, name, args)?;
+    request_raising(Target::Tool, name, arguments, eval)
+}
+
+/// Makes a host call and converts the outcome: a dict, or an error raised into the script.
+fn request_raising<'v>(
+    target: Target,
+    name: &str,
+    arguments: Map,
+    eval: &mut Evaluator<'v, '_, '_>,
+) -> starlark::Result<SValue<'v>> {
     let heap = eval.heap();
     let state = state(eval)?;
-    let arguments = bind(state, name, args)?;
-    match state.call(name, arguments) {
+    match state.request(target, name, arguments) {
         Ok(result) => map_to_starlark(&result, heap, state.values).map_err(|e| {
             starlark::Error::new_other(HostLimit {
                 limit: "result",
-                message: format!("the result of {name}: {e}"),
+                message: format!("the answer to {name}: {e}"),
             })
         }),
         Err(CallOutcome::Refused(refusal)) => Err(starlark::Error::new_other(ToolRefused {
@@ -448,6 +478,37 @@ pub(crate) fn host_globals(builder: &mut GlobalsBuilder) {
         let name = tool_name(args, eval.heap())?;
         let args = CallArgs::read(args, eval.heap(), 1)?;
         call_trying(&name, &args, eval)
+    }
+
+    /// Reads an upstream resource by its larkgate URI (`larkgate://ALIAS/URI`, as listed or
+    /// filled into a listed template): `{"contents": [{"uri", "mimeType", "text" | "blob"}]}`.
+    /// A read is read-only: drafts may make it. A refusal raises, as a tool's does.
+    fn resource_read<'v>(
+        #[starlark(require = pos)] uri: &str,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<SValue<'v>> {
+        request_raising(Target::Resource, uri, Map::new(), eval)
+    }
+
+    /// Gets an upstream prompt by its listed name with its arguments as keywords (text):
+    /// `{"description": ..., "messages": [{"role", "content"}]}`. Drafts may get prompts.
+    fn prompt_get<'v>(
+        #[starlark(require = pos)] name: &str,
+        #[starlark(kwargs)] arguments: SmallMap<String, SValue<'v>>,
+        eval: &mut Evaluator<'v, '_, '_>,
+    ) -> starlark::Result<SValue<'v>> {
+        let mut map = Map::new();
+        for (key, value) in arguments {
+            let Some(text) = value.unpack_str() else {
+                return Err(invalid_arguments(format!(
+                    "prompt_get(): argument `{key}` must be a string (prompt arguments are \
+                     text), got {}",
+                    value.get_type()
+                )));
+            };
+            map.insert(key, text.into());
+        }
+        request_raising(Target::Prompt, name, map, eval)
     }
 
     /// The tools this run may call: a list of `struct(name, signature, description, read_only)`.

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use larkgate_binding::{InputShape, Map, from_json, map_to_json};
-use larkgate_caller::{CallError, Caller, Code, ToolInfo};
+use larkgate_caller::{CallError, Caller, Code, Target, ToolInfo};
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tracing::Instrument;
@@ -340,7 +340,11 @@ async fn drive<C: Caller>(
         loop {
             match read_frame::<FromWorker>(&mut stdout)? {
                 FromWorker::Done(outcome) => return Ok((outcome, tool_calls)),
-                FromWorker::Call { name, arguments } => {
+                FromWorker::Call {
+                    target,
+                    name,
+                    arguments,
+                } => {
                     tool_calls += 1;
                     let answer = if tool_calls > limits.max_tool_calls {
                         CallAnswer::Refused {
@@ -352,7 +356,7 @@ async fn drive<C: Caller>(
                         // A slow tool is bounded by the run's deadline like the worker is.
                         // One timer for the whole run: registering one per call would wake
                         // the runtime's timer driver every time.
-                        let call = answer(caller, &listing, &name, &arguments, limits);
+                        let call = answer(caller, &listing, target, &name, &arguments, limits);
                         handle
                             .block_on(async {
                                 tokio::select! {
@@ -420,6 +424,7 @@ const LAST_WORDS: usize = 64 * 1024;
 async fn answer<C: Caller>(
     caller: &C,
     listing: &[ToolInfo],
+    target: Target,
     name: &str,
     arguments: &serde_json::Value,
     limits: &ScriptLimits,
@@ -437,7 +442,7 @@ async fn answer<C: Caller>(
     // The worker's binding is never authoritative: bind again here.
     let shape = listing
         .iter()
-        .find(|t| t.name == name)
+        .find(|t| t.name == name && target == Target::Tool)
         .and_then(|t| t.input_shape.clone());
     let map = match shape {
         Some(shape) => match InputShape::new(shape).and_then(|s| s.bind_map(name, &map)) {
@@ -451,7 +456,7 @@ async fn answer<C: Caller>(
         otel.name = format!("host call {name}"),
         gen_ai.tool.name = name,
     );
-    match caller.call_tool(name, map).instrument(span).await {
+    match caller.request(target, name, map).instrument(span).await {
         Ok(result) => CallAnswer::Ok(serde_json::Value::Object(map_to_json(&result))),
         Err(CallError::Refused(r)) => CallAnswer::Refused {
             code: r.code,

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use larkgate_binding::{Limits, Map, from_json, map_to_json};
-use larkgate_caller::{CallError, Code, RefusalError, ToolInfo};
+use larkgate_caller::{CallError, Code, RefusalError, Target, ToolInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Host;
@@ -63,7 +63,10 @@ pub struct Start {
 pub enum FromWorker {
     /// A host call.
     Call {
-        /// The tool.
+        /// What it asks for (a tool call when absent).
+        #[serde(default)]
+        target: Target,
+        /// The tool, the resource's URI or the prompt.
         name: String,
         /// Its arguments as the worker bound them (the parent binds again).
         arguments: serde_json::Value,
@@ -246,9 +249,14 @@ impl Host for PipeHost {
     }
 
     fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
+        self.request(Target::Tool, name, arguments)
+    }
+
+    fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
         let mut pipes = self.pipes.lock().unwrap_or_else(|p| p.into_inner());
         let Pipes { input, output } = &mut *pipes;
         let call = FromWorker::Call {
+            target,
             name: name.to_owned(),
             arguments: serde_json::Value::Object(map_to_json(&arguments)),
         };

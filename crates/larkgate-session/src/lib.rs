@@ -19,13 +19,16 @@ use futures::channel::mpsc;
 use larkgate_binding::{Limits, Map, from_json_object};
 use larkgate_caller::{
     Annotations, CallError, Caller, Envelope, Origin, RefusalError, Source, TEXT_RESULT_KEY,
-    ToolInfo, add_content,
+    Target, ToolInfo, add_content,
 };
 use larkgate_platform::observe::Observed;
 use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
 use larkgate_platform::trace_context;
 use larkgate_platform::{Platform, PlatformServer, RunContext, SessionIdentity};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ProtocolVersion, RequestParamsMeta};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, GetPromptRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, RequestParamsMeta,
+};
 use rmcp::service::{ClientLifecycleMode, RunningService, serve_client_with_lifecycle};
 use rmcp::{RoleClient, RoleServer, ServiceExt};
 use tokio::sync::OnceCell;
@@ -252,6 +255,34 @@ impl Caller for SessionCaller {
         read_result(result, self.limits)
     }
 
+    async fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
+        let answer = match target {
+            Target::Tool => return self.call_tool(name, arguments).await,
+            Target::Resource => {
+                let params = ReadResourceRequestParams::new(name);
+                let result = self.peer.read_resource(params).await.map_err(refusal_of)?;
+                serde_json::to_value(result)
+            }
+            Target::Prompt => {
+                let mut params = GetPromptRequestParams::new(name);
+                params.arguments = Some(larkgate_binding::map_to_json(&arguments));
+                let result = self.peer.get_prompt(params).await.map_err(refusal_of)?;
+                serde_json::to_value(result)
+            }
+        };
+        let Ok(serde_json::Value::Object(mut answer)) = answer else {
+            return Err(CallError::Transport(format!(
+                "the answer to {name} is not an object"
+            )));
+        };
+        // The revision's framing, not the upstream's answer.
+        for framing in ["resultType", "ttlMs", "cacheScope"] {
+            answer.remove(framing);
+        }
+        from_json_object(&answer, self.limits)
+            .map_err(|e| CallError::Transport(format!("the answer to {name} is unusable: {e}")))
+    }
+
     async fn declares_read_only(&self, name: &str) -> (bool, bool) {
         match self.listing().await {
             Ok(tools) => match tools.iter().find(|t| t.name == name) {
@@ -260,6 +291,31 @@ impl Caller for SessionCaller {
             },
             Err(_) => (false, false),
         }
+    }
+}
+
+/// A refused read or get (a JSON-RPC error carrying larkgate's envelope) as the engine sees
+/// it; any other failure is the session's.
+fn refusal_of(error: rmcp::ServiceError) -> CallError {
+    let rmcp::ServiceError::McpError(error) = error else {
+        return CallError::Transport(error.to_string());
+    };
+    let envelope = error
+        .data
+        .as_ref()
+        .and_then(|data| data.get(larkgate_caller::ENVELOPE_META_KEY))
+        .and_then(|envelope| serde_json::from_value::<Envelope>(envelope.clone()).ok());
+    match envelope {
+        Some(envelope) => CallError::Refused(RefusalError {
+            code: envelope.code,
+            retry_after: envelope.retry_after_seconds.map(Duration::from_secs),
+            approval_id: envelope.approval_id,
+            text: error.message.into_owned(),
+        }),
+        None => CallError::Transport(format!(
+            "the server answered an error without larkgate's envelope: {}",
+            error.message
+        )),
     }
 }
 

@@ -9,7 +9,16 @@ fn no_alias_or_script_name_can_shadow_an_engine_global() {
     let globals = larkgate_script::run::globals();
     let names: Vec<String> = globals.names().map(|n| n.as_str().to_owned()).collect();
     for name in [
-        "call", "try_call", "tools", "help", "print", "json", "struct", "len",
+        "call",
+        "try_call",
+        "tools",
+        "help",
+        "resource_read",
+        "prompt_get",
+        "print",
+        "json",
+        "struct",
+        "len",
     ] {
         assert!(
             names.iter().any(|n| n == name),

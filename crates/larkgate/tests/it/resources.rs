@@ -106,6 +106,34 @@ fn refused(answer: &Value) -> (i64, Value) {
     )
 }
 
+/// Runs `source` as a draft of `token`'s principal; the JSON-RPC answer.
+async fn draft(url: &str, token: &str, source: &str) -> Value {
+    let (url, token, source) = (url.to_owned(), token.to_owned(), source.to_owned());
+    tokio::task::spawn_blocking(move || {
+        crate::traces::call(
+            &url,
+            &token,
+            None,
+            None,
+            "script_run_draft",
+            json!({"source": source}),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// A token for `dee`, a reader who may also write drafts.
+fn reader_author(dir: &std::path::Path) -> String {
+    ok(
+        dir,
+        &["principal", "add", "dee", "--roles", "reader,author"],
+    );
+    ok(dir, &["token", "create", "--principal", "dee"])
+        .trim()
+        .to_owned()
+}
+
 fn strings(list: &Value, key: &str) -> Vec<String> {
     list.as_array()
         .unwrap_or_else(|| panic!("not a list: {list}"))
@@ -423,6 +451,48 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
     let printed = check(output, "the TypeScript SDK catalogue client");
     assert!(printed.trim_end().ends_with(steps), "{printed}");
 
+    // A draft script reads and gets through the same pipeline (reads are read-only), and
+    // sees each answer as its MCP JSON.
+    let source = r#"def main():
+    index = resource_read("larkgate://py/notes://index")
+    page = resource_read("larkgate://everything/demo://resource/dynamic/text/5")
+    prompt = prompt_get("everything__args-prompt", city = "Oslo", state = "NO")
+    return [index["contents"][0], page["contents"][0]["uri"], prompt["messages"][0]["content"]["text"]]
+"#;
+    let ran = draft(&url, &ada, source).await;
+    let value = &ran["result"]["structuredContent"]["result"];
+    assert_eq!(
+        value[0],
+        json!({"uri": "larkgate://py/notes://index", "mimeType": "text/plain", "text": "index of the notes"}),
+        "{ran}"
+    );
+    assert_eq!(
+        value[1],
+        "larkgate://everything/demo://resource/dynamic/text/5"
+    );
+    assert_eq!(value[2], "What's weather in Oslo, NO?");
+    // What the policy hides from the script's principal fails the run as `not_found`, and a
+    // prompt argument that is not text is refused before anything is asked.
+    let hidden = draft(
+        &url,
+        &reader_author(d),
+        "def main():\n    return resource_read(\"larkgate://everything/demo://resource/dynamic/text/1\")\n",
+    )
+    .await;
+    let text = hidden["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("not_found") && text.contains("larkgate lists no resource"),
+        "{hidden}"
+    );
+    let typed = draft(
+        &url,
+        &ada,
+        "def main():\n    return prompt_get(\"everything__args-prompt\", city = 3)\n",
+    )
+    .await;
+    let text = typed["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("argument `city` must be a string"), "{typed}");
+
     // One audited call per read or get, under the principal that made it.
     assert!(server.stop().success());
     let audit = ok(d, &["audit", "tail", "-n", "100000", "--json"]);
@@ -440,8 +510,14 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
     let intents = of(index, "intent");
     assert_eq!(
         intents.len(),
-        1 + 1 + 2 + 1,
-        "ada, bob, the Python client twice, the TypeScript client: {intents:?}"
+        1 + 1 + 2 + 1 + 1,
+        "ada, bob, the Python client twice, the TypeScript client, the draft: {intents:?}"
+    );
+    assert!(
+        intents
+            .iter()
+            .any(|i| i["principal"] == "ada" && i["run_kind"] == "draft"),
+        "{intents:?}"
     );
     assert_eq!(of(index, "outcome").len(), intents.len());
     assert_eq!(intents[1]["principal"], "bob");
