@@ -66,6 +66,22 @@ async fn told(watcher: &UpstreamClient, what: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits (up to 20 s) until the watching client has been told the resources or prompts
+/// changed, and answers the resource URIs and prompt names listed then.
+async fn catalog_told(watcher: &UpstreamClient, what: &str) -> (Vec<String>, Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !watcher.take_catalog_changed() {
+        assert!(Instant::now() < deadline, "the client was not told: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resources = watcher.list_resources().await.unwrap();
+    let prompts = watcher.list_prompts().await.unwrap();
+    (
+        resources.into_iter().map(|r| r.uri).collect(),
+        prompts.into_iter().map(|p| p.name).collect(),
+    )
+}
+
 /// A `tools/call` made off the async runtime (the blocking HTTP client has a runtime of its own).
 async fn call_off(url: &str, token: &str, tool: &str, arguments: Value) -> Value {
     let (url, token, tool) = (url.to_owned(), token.to_owned(), tool.to_owned());
@@ -133,6 +149,16 @@ async fn upstreams_added_reviewed_and_removed_beside_a_running_gateway_take_effe
     );
     let listed = told(&watcher, "an upstream was added").await;
     assert!(listed.contains(&"local__echo".to_owned()), "{listed:?}");
+    // Its resources and prompts are served too, and the client is told of each list.
+    let (resources, prompts) = catalog_told(&watcher, "an upstream was added").await;
+    assert!(
+        resources.contains(&"larkgate://local/notes://index".to_owned()),
+        "{resources:?}"
+    );
+    assert!(
+        prompts.contains(&"local__greeting".to_owned()),
+        "{prompts:?}"
+    );
     let pids = processes_with(&marker);
     assert!(!pids.is_empty(), "the gateway started the server");
     // `upstream list` beside it shows what the gateway sees.
@@ -234,6 +260,15 @@ async fn upstreams_added_reviewed_and_removed_beside_a_running_gateway_take_effe
     }
     let unknown = call_off(&server.url, &token, "local__echo", json!({"text": "x"})).await;
     assert_eq!(envelope(&unknown)["code"], "not_found", "{unknown}");
+    let (resources, prompts) = catalog_told(&watcher, "an upstream was removed").await;
+    assert!(
+        !resources.iter().any(|r| r.starts_with("larkgate://local/")),
+        "{resources:?}"
+    );
+    assert!(
+        !prompts.iter().any(|p| p.starts_with("local__")),
+        "{prompts:?}"
+    );
     // Its series leave the metrics with it.
     let scraped = metrics().await;
     assert!(!scraped.contains("alias=\"local\""), "{scraped}");
