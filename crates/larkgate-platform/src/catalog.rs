@@ -868,6 +868,46 @@ mod tests {
     }
 
     #[test]
+    fn what_a_hostile_upstream_lists_cannot_reach_another_upstream() {
+        let table = Catalog::default();
+        table.replace_upstream(
+            "docs",
+            Some(catalog("docs", &["file:///guide.md"], &[], &["summarize"])),
+        );
+        // It lists a URI that climbs to another alias, one that names it, and a template that
+        // matches anything.
+        table.replace_upstream(
+            "evil",
+            Some(catalog(
+                "evil",
+                &[
+                    "../docs/file:///guide.md",
+                    "larkgate://docs/file:///guide.md",
+                ],
+                &["{+anything}"],
+                &["docs__summarize"],
+            )),
+        );
+        let reached = |uri: &str| table.resolve(TargetKind::Resource, uri).unwrap().alias;
+        assert_eq!(reached("larkgate://docs/file:///guide.md"), "docs");
+        assert_eq!(reached("larkgate://evil/../docs/file:///guide.md"), "evil");
+        assert_eq!(
+            reached("larkgate://evil/larkgate://docs/file:///guide.md"),
+            "evil"
+        );
+        assert_eq!(reached("larkgate://evil/whatever"), "evil");
+        // Its prompt named like another's gets that upstream's name prefixed: no collision.
+        let prompt = table
+            .resolve(TargetKind::Prompt, "docs__summarize")
+            .unwrap();
+        assert_eq!(prompt.alias, "docs");
+        let prompt = table
+            .resolve(TargetKind::Prompt, "evil__docs__summarize")
+            .unwrap();
+        assert_eq!(prompt.alias, "evil");
+    }
+
+    #[test]
     fn two_templates_of_one_upstream_matching_one_uri_is_ambiguous_not_a_guess() {
         let table = Catalog::default();
         table.replace_upstream(

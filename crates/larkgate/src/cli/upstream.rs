@@ -246,12 +246,13 @@ pub(crate) async fn run(
                 if s.connected {
                     writeln!(
                         out,
-                        "{}  {}  connected ({}, {}): {} tools{}{}{}",
+                        "{}  {}  connected ({}, {}): {} tools{}{}{}{}",
                         s.alias,
                         s.url,
                         s.server.as_deref().unwrap_or("unnamed server"),
                         s.protocol.as_deref().unwrap_or("?"),
                         s.tools,
+                        catalog_counts(&s),
                         if s.quarantined.is_empty() {
                             String::new()
                         } else {
@@ -265,7 +266,7 @@ pub(crate) async fn run(
                         if s.invalid.is_empty() {
                             String::new()
                         } else {
-                            format!(", dropped for their names: {}", s.invalid.join("; "))
+                            format!(", dropped: {}", s.invalid.join("; "))
                         },
                     )?;
                 } else {
@@ -579,4 +580,20 @@ async fn add(
         takes_effect(context)
     )?;
     Ok(())
+}
+
+/// `, 2 resources, 1 resource template, 3 prompts` for what an upstream serves besides tools;
+/// nothing when it serves none of them.
+fn catalog_counts(status: &UpstreamStatus) -> String {
+    let mut counts = String::new();
+    for (n, one) in [
+        (status.resources, "resource"),
+        (status.resource_templates, "resource template"),
+        (status.prompts, "prompt"),
+    ] {
+        if n > 0 {
+            counts.push_str(&format!(", {n} {one}{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    counts
 }

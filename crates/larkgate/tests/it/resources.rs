@@ -193,6 +193,17 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
         assert!(names.contains(&name.to_owned()), "{name} in {names:?}");
     }
 
+    // `upstream list` says what each serves besides tools.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let shown = ok(d, &["upstream", "list"]);
+        if shown.contains("2 resources, 1 resource template, 2 prompts") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{shown}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // Reads: text, a blob, through a template of each server; each answered under the URI
     // that was read.
     let read = |uri: &'static str| ask(&url, &ada, "resources/read", json!({"uri": uri}));
