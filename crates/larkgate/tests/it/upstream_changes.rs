@@ -33,7 +33,7 @@ fn envelope(result: &Value) -> Value {
 }
 
 /// The pids of processes whose command line mentions `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
+pub(crate) fn processes_with(marker: &str) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
