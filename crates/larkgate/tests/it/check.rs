@@ -59,7 +59,8 @@ fn check_warns_about_what_is_valid_but_grants_or_matches_nothing() {
     crate::ok(dir, &["principal", "add", "eve", "--roles", "viewr"]);
     std::fs::write(
         crate::config_path(dir),
-        "[policy.roles.viewer]\nlist = [\"*\"]\n[policy.approvals]\nrequire = [\"kv_delte\"]\n",
+        "[policy.roles.viewer]\nlist = [\"*\"]\nresources = [\"docs://*\", \"larkgate://docs/*\"]\n\
+         [policy.approvals]\nrequire = [\"kv_delte\"]\n",
     )
     .unwrap();
     let output = crate::larkgate_in(dir, &["check"]);
@@ -69,9 +70,15 @@ fn check_warns_about_what_is_valid_but_grants_or_matches_nothing() {
         "warning: the policy lets no role call any tool",
         "warning: policy.approvals.require: the pattern \"kv_delte\" matches no tool",
         "warning: the principal \"eve\" has the role \"viewr\"",
+        // An upstream's own URI: larkgate lists resources under its own.
+        "warning: policy.roles.viewer.resources: the pattern \"docs://*\" matches no resource",
     ] {
         assert!(warned.contains(expected), "{expected}: {warned}");
     }
+    assert!(
+        !warned.contains("the pattern \"larkgate://docs/*\""),
+        "a larkgate URI pattern is fine: {warned}"
+    );
     assert!(
         stdout(&output).contains("configuration read from ./larkgate-data/larkgate.toml"),
         "{}",
