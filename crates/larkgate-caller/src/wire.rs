@@ -33,6 +33,9 @@ pub enum Code {
     ApprovalRequired,
     /// An approver denied this call.
     ApprovalDenied,
+    /// The approval expired: nobody decided on the request in time, or the granted approval
+    /// was not used in time. Calling again asks anew.
+    ApprovalExpired,
     /// A draft run may call only read-only tools.
     WriteBarrier,
     /// Too many calls; retry after `retry_after_seconds`.
@@ -51,13 +54,14 @@ pub enum Code {
 
 impl Code {
     /// Every code, for tests and documentation.
-    pub const ALL: [Code; 13] = [
+    pub const ALL: [Code; 14] = [
         Code::Unauthenticated,
         Code::Forbidden,
         Code::NotFound,
         Code::InvalidArguments,
         Code::ApprovalRequired,
         Code::ApprovalDenied,
+        Code::ApprovalExpired,
         Code::WriteBarrier,
         Code::RateLimited,
         Code::LimitExceeded,
@@ -76,6 +80,7 @@ impl Code {
             Code::InvalidArguments => "invalid_arguments",
             Code::ApprovalRequired => "approval_required",
             Code::ApprovalDenied => "approval_denied",
+            Code::ApprovalExpired => "approval_expired",
             Code::WriteBarrier => "write_barrier",
             Code::RateLimited => "rate_limited",
             Code::LimitExceeded => "limit_exceeded",
@@ -98,7 +103,9 @@ impl Code {
                 Category::Access
             }
             Code::InvalidArguments => Category::Input,
-            Code::ApprovalRequired | Code::ApprovalDenied => Category::Approval,
+            Code::ApprovalRequired | Code::ApprovalDenied | Code::ApprovalExpired => {
+                Category::Approval
+            }
             Code::RateLimited | Code::LimitExceeded | Code::Timeout => Category::Limit,
             Code::UpstreamUnavailable | Code::UpstreamError => Category::Upstream,
             Code::Internal => Category::Internal,
@@ -133,7 +140,7 @@ pub enum Category {
     Access,
     /// The arguments: `invalid_arguments`.
     Input,
-    /// Approvals: `approval_required`, `approval_denied`.
+    /// Approvals: `approval_required`, `approval_denied`, `approval_expired`.
     Approval,
     /// Limits: `rate_limited`, `limit_exceeded`, `timeout`.
     Limit,

@@ -19,26 +19,97 @@
 //! the same script, with the same arguments, needs its own. The approval tools are not reachable
 //! from script runs at all ([`crate::access::reachable`]). A resolution is an audit event; if
 //! it cannot be recorded, the caller is told the resolution failed. Expiry is the policy's
-//! `ttl_seconds`, counted from the resolution.
+//! `ttl_seconds`, counted from the resolution; a request nobody decides expires after
+//! `pending_ttl_seconds` (`approval_expired`), and the caller's next call asks anew.
+//!
+//! An approver is shown what they approve: the tool, the principal and chain, the run and
+//! script, and the canonical arguments ([`shown_arguments`]), with the fields the policy names
+//! in `redact` replaced by `"<redacted>"`. What is shown is a record of the first refused call;
+//! what the approval binds to is the hash of the whole arguments, so a redacted field cannot be
+//! changed after approval either.
 
 pub mod tools;
 
-use larkgate_store::{Approval, ApprovalStatus, CallChain, Principal, Store, StoreError, now_ms};
+use larkgate_binding::{Map, Value, canonical_map_json};
+use larkgate_store::{
+    Approval, ApprovalDetails, ApprovalStatus, CallChain, Principal, Store, StoreError, now_ms,
+};
 
 use crate::access::{APPROVERS, has_any_role};
 use crate::audit::{AuditEntry, AuditSink, EventKind};
 use crate::envelope::{Code, Refusal};
 use crate::services::Services;
 
+/// The value an approver sees for a redacted argument field.
+pub const REDACTED: &str = "<redacted>";
+
+/// The longest reason an approver may give.
+pub const MAX_REASON_BYTES: usize = 1000;
+
+/// A gated call, as the gate asks about it.
+#[derive(Debug)]
+pub struct GatedCall<'a> {
+    /// Who calls.
+    pub principal: &'a str,
+    /// The tool (or `resources/read <uri>`, `prompts/get <name>`).
+    pub tool: &'a str,
+    /// SHA-256 (hex) of the canonical arguments.
+    pub args_hash: &'a str,
+    /// The chain the call came through.
+    pub chain: &'a CallChain,
+    /// What an approver is shown, if this call creates the request.
+    pub details: ApprovalDetails,
+}
+
+/// `arguments` as an approver sees them: canonical JSON, with every field named in `redact`
+/// (at any depth) replaced by [`REDACTED`].
+pub fn shown_arguments(arguments: &Map, redact: &[String]) -> String {
+    fn hide(map: &Map, redact: &[String]) -> Map {
+        map.iter()
+            .map(|(key, value)| {
+                let shown = if redact.iter().any(|r| r == key) {
+                    Value::from(REDACTED)
+                } else {
+                    hide_value(value, redact)
+                };
+                (key.clone(), shown)
+            })
+            .collect()
+    }
+    fn hide_value(value: &Value, redact: &[String]) -> Value {
+        match value {
+            Value::Map(map) => Value::Map(hide(map, redact)),
+            Value::List(items) => {
+                Value::List(items.iter().map(|v| hide_value(v, redact)).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    canonical_map_json(&hide(arguments, redact))
+}
+
+/// Expires requests that have waited longer than `pending_ttl_seconds`.
+async fn expire_pending(store: &dyn Store, pending_ttl_seconds: u64) -> Result<(), Refusal> {
+    let ttl_ms = i64::try_from(pending_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    store
+        .expire_approvals(now_ms().saturating_sub(ttl_ms))
+        .await
+        .map(drop)
+        .map_err(|e| Refusal::store("approvals could not be read", e))
+}
+
 /// The gate's check: the id of the approval this call may run under, or the refusal that says
 /// why not (`approval_denied`, or `approval_required` with a pending request's id).
-pub async fn admit(
-    store: &dyn Store,
-    principal: &str,
-    tool: &str,
-    args_hash: &str,
-    chain: &CallChain,
-) -> Result<String, Refusal> {
+pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, Refusal> {
+    let store = services.store.as_ref();
+    let GatedCall {
+        principal,
+        tool,
+        args_hash,
+        chain,
+        ..
+    } = *call;
+    expire_pending(store, services.policy.approvals.pending_ttl_seconds).await?;
     let resolved = store
         .resolved_approval(principal, tool, args_hash, chain)
         .await
@@ -55,14 +126,18 @@ pub async fn admit(
             ..Refusal::new(
                 Code::ApprovalDenied,
                 format!(
-                    "{} denied this call of {tool} with these arguments",
+                    "{} denied this call of {tool} with these arguments{}",
                     a.resolved_by.as_deref().unwrap_or("an approver"),
+                    a.reason
+                        .as_deref()
+                        .map(|reason| format!(": {reason}"))
+                        .unwrap_or_default(),
                 ),
             )
         }),
         _ => {
             let pending = store
-                .pending_approval(principal, tool, args_hash, chain, now_ms())
+                .pending_approval(principal, tool, args_hash, chain, &call.details, now_ms())
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
             Err(Refusal {
@@ -84,15 +159,43 @@ pub async fn admit(
     }
 }
 
+/// The refusal of approval `id`, which expired: while pending (nobody decided in time) or
+/// after it was granted (nobody used it in time).
+fn expired(id: &str, while_pending: bool) -> Refusal {
+    let (what, hint) = if while_pending {
+        (
+            "expired before anyone decided on it",
+            "the caller calls again with the same arguments for a new request, and an \
+             approver decides on that one",
+        )
+    } else {
+        (
+            "expired before the call it approved ran",
+            "call again with the same arguments for a new request, and ask an approver",
+        )
+    };
+    Refusal {
+        approval_id: Some(id.to_owned()),
+        ..Refusal::new(Code::ApprovalExpired, format!("approval {id} {what}")).with_hint(hint)
+    }
+}
+
 /// Consumes approval `id` at dispatch: once, and only while it is unexpired.
 pub async fn consume(store: &dyn Store, id: &str) -> Result<(), Refusal> {
     match store.consume_approval(id, now_ms()).await {
         Ok(true) => Ok(()),
-        Ok(false) => Err(Refusal::new(
-            Code::ApprovalRequired,
-            format!("approval {id} was used or expired before this call ran"),
-        )
-        .with_hint("ask an approver for a new approval")),
+        Ok(false) => {
+            let approval = store.approval(id).await.ok().flatten();
+            if approval.is_some_and(|a| a.status == ApprovalStatus::Approved) {
+                // Still approved, so not used: its time ran out.
+                return Err(expired(id, false));
+            }
+            Err(Refusal::new(
+                Code::ApprovalRequired,
+                format!("approval {id} was used by another call before this one ran"),
+            )
+            .with_hint("call again with the same arguments for a new request"))
+        }
         Err(e) => Err(Refusal::store(
             "the approval could not be consumed, so the call did not run",
             e,
@@ -100,17 +203,60 @@ pub async fn consume(store: &dyn Store, id: &str) -> Result<(), Refusal> {
     }
 }
 
-/// Resolves pending approval `id` as `approver`: approved for `ttl_seconds`, or denied. Only
-/// `approver` and `admin` principals resolve approvals, and none its own call's. The resolution
-/// is recorded on `audit` as an event.
+/// An approver's decision.
+#[derive(Clone, Copy, Debug)]
+pub struct Decision<'a> {
+    /// Approve (`true`) or deny.
+    pub approve: bool,
+    /// Why, when the approver says (at most [`MAX_REASON_BYTES`]); recorded with the approval
+    /// and in the audit chain.
+    pub reason: Option<&'a str>,
+}
+
+impl Decision<'static> {
+    /// Approve, giving no reason.
+    pub const APPROVE: Decision<'static> = Decision {
+        approve: true,
+        reason: None,
+    };
+    /// Deny, giving no reason.
+    pub const DENY: Decision<'static> = Decision {
+        approve: false,
+        reason: None,
+    };
+}
+
+/// Resolves pending approval `id` as `approver`: approved for the policy's `ttl_seconds`, or
+/// denied. Only `approver` and `admin` principals resolve approvals, and none its own call's;
+/// a request older than `pending_ttl_seconds` is `approval_expired`. The resolution is
+/// recorded on `audit` as an event, with the reason.
 pub async fn resolve(
     store: &dyn Store,
     audit: &dyn AuditSink,
-    ttl_seconds: u64,
+    rules: &crate::policy::ApprovalRules,
     approver: &Principal,
     id: &str,
-    approve: bool,
+    decision: Decision<'_>,
 ) -> Result<Approval, Refusal> {
+    let Decision { approve, reason } = decision;
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    if let Some(reason) = reason
+        && (reason.len() > MAX_REASON_BYTES || reason.chars().any(char::is_control))
+    {
+        return Err(Refusal::new(
+            Code::InvalidArguments,
+            format!(
+                "a reason is one line of at most {MAX_REASON_BYTES} bytes (this one is {} bytes{})",
+                reason.len(),
+                if reason.chars().any(char::is_control) {
+                    ", with control characters"
+                } else {
+                    ""
+                }
+            ),
+        )
+        .with_hint("say why in a sentence"));
+    }
     if !has_any_role(approver, APPROVERS) {
         return Err(Refusal::new(
             Code::Forbidden,
@@ -151,10 +297,25 @@ pub async fn resolve(
             "an approver who is neither in the run's chain nor a script's author must decide",
         ));
     }
+    expire_pending(store, rules.pending_ttl_seconds).await?;
+    let approval = store
+        .approval(id)
+        .await
+        .map_err(|e| Refusal::store("the approval could not be read", e))?;
+    if approval.is_some_and(|a| a.status == ApprovalStatus::Expired) {
+        return Err(expired(id, true));
+    }
     let now = now_ms();
-    let ttl_ms = i64::try_from(ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let ttl_ms = i64::try_from(rules.ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let resolved = store
-        .resolve_approval(id, &approver.id, approve, now, now.saturating_add(ttl_ms))
+        .resolve_approval(
+            id,
+            &approver.id,
+            approve,
+            reason,
+            now,
+            now.saturating_add(ttl_ms),
+        )
         .await
         .map_err(|e| match e {
             StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
@@ -172,8 +333,10 @@ pub async fn resolve(
         args_hash: Some(resolved.args_hash.clone()),
         code: Some(kind.into()),
         detail: Some(format!(
-            "approval {} for {} {verdict}",
-            resolved.id, resolved.principal
+            "approval {} for {} {verdict}{}",
+            resolved.id,
+            resolved.principal,
+            reason.map(|r| format!(": {r}")).unwrap_or_default()
         )),
         ..Default::default()
     };
@@ -188,28 +351,36 @@ pub async fn resolve_in(
     services: &Services,
     approver: &Principal,
     id: &str,
-    approve: bool,
+    decision: Decision<'_>,
 ) -> Result<Approval, Refusal> {
     resolve(
         services.store.as_ref(),
         services.audit.as_ref(),
-        services.policy.approvals.ttl_seconds,
+        &services.policy.approvals,
         approver,
         id,
-        approve,
+        decision,
     )
     .await
 }
 
-/// The approvals with `status` (`pending`, `approved`, `denied`, `used`; `all` for every one),
-/// newest first.
-pub async fn list(store: &dyn Store, status: &str) -> Result<Vec<Approval>, Refusal> {
+/// The approvals with `status` (`pending`, `approved`, `denied`, `used`, `expired`; `all` for
+/// every one), newest first; requests that waited past `pending_ttl_seconds` are expired first.
+pub async fn list(
+    store: &dyn Store,
+    pending_ttl_seconds: u64,
+    status: &str,
+) -> Result<Vec<Approval>, Refusal> {
+    expire_pending(store, pending_ttl_seconds).await?;
     let filter = match status {
         "all" => None,
         other => Some(ApprovalStatus::parse(other).ok_or_else(|| {
             Refusal::new(
                 Code::InvalidArguments,
-                format!("the status must be pending, approved, denied, used or all, not {other:?}"),
+                format!(
+                    "the status must be pending, approved, denied, used, expired or all, not \
+                     {other:?}"
+                ),
             )
         })?),
     };
@@ -217,4 +388,47 @@ pub async fn list(store: &dyn Store, status: &str) -> Result<Vec<Approval>, Refu
         .approvals(filter)
         .await
         .map_err(|e| Refusal::store("approvals could not be read", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use larkgate_binding::{Map, Value};
+
+    use super::*;
+
+    #[test]
+    fn redacted_fields_are_hidden_at_any_depth_and_nothing_else_is() {
+        let nested = Map::from([
+            ("token".to_owned(), Value::from("t0ps3cret")),
+            ("name".to_owned(), Value::from("n")),
+        ]);
+        let arguments = Map::from([
+            ("password".to_owned(), Value::from("hunter2")),
+            ("user".to_owned(), Value::from("ada")),
+            ("nested".to_owned(), Value::Map(nested.clone())),
+            ("list".to_owned(), Value::List(vec![Value::Map(nested)])),
+        ]);
+        let redact = ["password".to_owned(), "token".to_owned()];
+        let shown: serde_json::Value =
+            serde_json::from_str(&shown_arguments(&arguments, &redact)).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({
+                "list": [{"name": "n", "token": REDACTED}],
+                "nested": {"name": "n", "token": REDACTED},
+                "password": REDACTED,
+                "user": "ada",
+            })
+        );
+        let text = shown_arguments(&arguments, &redact);
+        assert!(
+            !text.contains("hunter2") && !text.contains("t0ps3cret"),
+            "{text}"
+        );
+        // Nothing configured: the arguments as they are, canonical.
+        assert_eq!(
+            shown_arguments(&arguments, &[]),
+            canonical_map_json(&arguments)
+        );
+    }
 }

@@ -21,6 +21,8 @@
 //! resources = []                    # reads that need an approval (none by default)
 //! prompts = []                      # prompt gets that need one (none by default)
 //! ttl_seconds = 3600                # how long an approval stays usable
+//! pending_ttl_seconds = 3600        # how long a request waits for a decision
+//! redact = ["password", "token"]    # argument fields approvers see as "<redacted>"
 //!
 //! [[rate_limits]]
 //! per = "principal"                 # one budget per principal, across its tools
@@ -241,6 +243,14 @@ pub struct ApprovalRules {
     /// How long an approval stays usable after it is granted.
     #[serde(default = "default_ttl")]
     pub ttl_seconds: u64,
+    /// How long a request waits for a decision before it expires (`approval_expired`); the
+    /// caller's next call asks anew.
+    #[serde(default = "default_ttl")]
+    pub pending_ttl_seconds: u64,
+    /// Argument fields (by name, at any depth) shown to approvers as `"<redacted>"`. The
+    /// approval still binds to the whole arguments' hash.
+    #[serde(default)]
+    pub redact: Vec<String>,
 }
 
 fn default_ttl() -> u64 {
@@ -254,6 +264,8 @@ impl Default for ApprovalRules {
             resources: Vec::new(),
             prompts: Vec::new(),
             ttl_seconds: default_ttl(),
+            pending_ttl_seconds: default_ttl(),
+            redact: Vec::new(),
         }
     }
 }
@@ -352,8 +364,13 @@ impl Default for Policy {
 }
 
 impl Policy {
-    /// Checks what serde cannot: positive rates and periods.
+    /// Checks what serde cannot: positive rates and periods, lifetimes of approvals.
     pub fn validate(&self) -> Result<(), String> {
+        if self.approvals.ttl_seconds == 0 || self.approvals.pending_ttl_seconds == 0 {
+            return Err(
+                "approvals: ttl_seconds and pending_ttl_seconds must be at least 1".to_owned(),
+            );
+        }
         for (i, rule) in self.rate_limits.iter().enumerate() {
             if rule.calls == 0 || rule.period_seconds == 0 || rule.burst == Some(0) {
                 return Err(format!(

@@ -17,9 +17,9 @@ mod model;
 mod sqlite;
 
 pub use model::{
-    Approval, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord, CallChain, Draft,
-    ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
-    TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord,
+    CallChain, Draft, ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunStats,
+    RunStatus, ScriptVersion, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -113,15 +113,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     // ---- approvals ----
 
     /// The pending approval for {principal, tool, arguments hash, chain}, created (with the
-    /// chain's authors) if there is none, so repeated refused calls share one record.
+    /// chain's authors and `details`) if there is none, so repeated refused calls share one
+    /// record.
     async fn pending_approval(
         &self,
         principal: &str,
         tool: &str,
         args_hash: &str,
         chain: &CallChain,
+        details: &ApprovalDetails,
         now_ms: i64,
     ) -> Result<Approval>;
+    /// Marks every approval still pending that was created before `created_before_ms`
+    /// expired; returns how many.
+    async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64>;
     /// The newest approval for {principal, tool, arguments hash, the chain's principals} that
     /// is not pending, if any: the gate reads its status (approved and unexpired admits; denied
     /// refuses).
@@ -135,12 +140,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Marks an approved, unexpired approval used. Returns `false` — and changes nothing — if
     /// it is no longer approved or has expired, so two calls can never both consume it.
     async fn consume_approval(&self, id: &str, now_ms: i64) -> Result<bool>;
-    /// Resolves a pending approval as approved (valid until `expires_at_ms`) or denied.
+    /// Resolves a pending approval as approved (valid until `expires_at_ms`) or denied, with
+    /// the approver's `reason` if they gave one.
     async fn resolve_approval(
         &self,
         id: &str,
         approver: &str,
         approve: bool,
+        reason: Option<&str>,
         now_ms: i64,
         expires_at_ms: i64,
     ) -> Result<Approval>;

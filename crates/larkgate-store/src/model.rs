@@ -58,6 +58,9 @@ pub enum ApprovalStatus {
     Denied,
     /// Consumed by the call it approved.
     Used,
+    /// Nobody decided while it was pending (the policy's `pending_ttl_seconds`); a new call
+    /// asks anew.
+    Expired,
 }
 
 impl ApprovalStatus {
@@ -68,6 +71,7 @@ impl ApprovalStatus {
             ApprovalStatus::Approved => "approved",
             ApprovalStatus::Denied => "denied",
             ApprovalStatus::Used => "used",
+            ApprovalStatus::Expired => "expired",
         }
     }
 
@@ -78,6 +82,7 @@ impl ApprovalStatus {
             "approved" => ApprovalStatus::Approved,
             "denied" => ApprovalStatus::Denied,
             "used" => ApprovalStatus::Used,
+            "expired" => ApprovalStatus::Expired,
             _ => return None,
         })
     }
@@ -108,6 +113,25 @@ pub struct Approval {
     pub used_at_ms: Option<i64>,
     /// The chain the call came through (empty for a call made directly).
     pub chain: CallChain,
+    /// What an approver is shown of the call: see [`ApprovalDetails`].
+    #[serde(default)]
+    pub details: ApprovalDetails,
+    /// Why the approver decided as they did, when they said.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What an approver is shown of a call, beside its tool and principal: recorded when the
+/// first refused call creates the approval. The hash, not this, is what the approval binds to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalDetails {
+    /// The canonical arguments as JSON, with the fields the policy redacts shown as
+    /// `"<redacted>"`. `None` for approvals made before larkgate recorded them.
+    pub arguments: Option<String>,
+    /// The script run the call was made in, if any.
+    pub run_id: Option<String>,
+    /// The published script (and version) the run is of, as `name v3`, if any.
+    pub script: Option<String>,
 }
 
 /// The chain a call made inside a script run came through. A published script's run calls as

@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, params};
 
 use crate::{
-    Approval, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit,
-    Principal, Result, Run, ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord,
-    UpstreamStatusRecord,
+    Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
+    Draft, ForwardedAudit, Principal, Result, Run, ScriptVersion, Store, StoreError, TokenRecord,
+    ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -197,8 +197,10 @@ impl Store for SqliteStore {
         tool: &str,
         args_hash: &str,
         chain: &CallChain,
+        details: &ApprovalDetails,
         now_ms: i64,
     ) -> Result<Approval> {
+        let details = details.clone();
         let (principal, tool, args_hash, chain) = (
             principal.to_owned(),
             tool.to_owned(),
@@ -206,9 +208,14 @@ impl Store for SqliteStore {
             chain.clone(),
         );
         self.with(move |c| {
-            approvals::pending_approval(c, &principal, &tool, &args_hash, &chain, now_ms)
+            approvals::pending_approval(c, &principal, &tool, &args_hash, &chain, &details, now_ms)
         })
         .await
+    }
+
+    async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64> {
+        self.with(move |c| approvals::expire_approvals(c, created_before_ms))
+            .await
     }
 
     async fn resolved_approval(
@@ -239,12 +246,20 @@ impl Store for SqliteStore {
         id: &str,
         approver: &str,
         approve: bool,
+        reason: Option<&str>,
         now_ms: i64,
         expires_at_ms: i64,
     ) -> Result<Approval> {
         let (id, approver) = (id.to_owned(), approver.to_owned());
+        let reason = reason.map(str::to_owned);
         self.with(move |c| {
-            approvals::resolve_approval(c, &id, &approver, approve, now_ms, expires_at_ms)
+            let decision = approvals::Decision {
+                approve,
+                reason: reason.as_deref(),
+                now_ms,
+                expires_at_ms,
+            };
+            approvals::resolve_approval(c, &id, &approver, decision)
         })
         .await
     }

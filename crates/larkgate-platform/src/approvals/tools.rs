@@ -15,8 +15,8 @@ use crate::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapabi
 /// Input of `approvals_list`.
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
 pub struct ApprovalsListInput {
-    /// Only approvals with this status (`pending`, `approved`, `denied`, `used`, or `all`);
-    /// default `pending`.
+    /// Only approvals with this status (`pending`, `approved`, `denied`, `used`, `expired`,
+    /// or `all`); default `pending`.
     pub status: Option<String>,
 }
 
@@ -29,14 +29,24 @@ pub struct ApprovalView {
     pub principal: String,
     /// The tool.
     pub tool: String,
+    /// The canonical arguments as the first refused call sent them, with the fields the
+    /// policy redacts shown as `"<redacted>"` (`null` for approvals made before larkgate
+    /// recorded them). The approval binds to `args_hash`, the hash of the whole arguments.
+    pub arguments: Option<serde_json::Value>,
     /// SHA-256 of the canonical arguments.
     pub args_hash: String,
+    /// The script run the call was made in, if any.
+    pub run_id: Option<String>,
+    /// The script that run is of, as `name v3` (published) or `name (draft)`, if any.
+    pub script: Option<String>,
     /// Its status.
     pub status: String,
     /// When it was created (Unix ms).
     pub created_at_ms: i64,
     /// Who resolved it.
     pub resolved_by: Option<String>,
+    /// Why, when they said.
+    pub reason: Option<String>,
     /// Until when it may be used.
     pub expires_at_ms: Option<i64>,
     /// For a call made inside script runs: who started each run on the way, outermost first
@@ -52,10 +62,17 @@ impl From<larkgate_store::Approval> for ApprovalView {
             id: a.id,
             principal: a.principal,
             tool: a.tool,
+            arguments: a
+                .details
+                .arguments
+                .and_then(|text| serde_json::from_str(&text).ok()),
             args_hash: a.args_hash,
+            run_id: a.details.run_id,
+            script: a.details.script,
             status: a.status.as_str().to_owned(),
             created_at_ms: a.created_at_ms,
             resolved_by: a.resolved_by,
+            reason: a.reason,
             expires_at_ms: a.expires_at_ms,
             through: a.chain.through,
             script_authors: a.chain.authors,
@@ -75,6 +92,8 @@ pub struct ApprovalsListOutput {
 pub struct ApprovalIdInput {
     /// The approval's id.
     pub id: String,
+    /// Why (one line, at most 1000 bytes): recorded with the approval and in the audit chain.
+    pub reason: Option<String>,
 }
 
 /// Output of `approvals_approve` and `approvals_deny`.
@@ -113,11 +132,15 @@ fn invalid(e: larkgate_binding::Error) -> RegistryError {
 fn resolver(approve: bool) -> HandlerFn<ApprovalIdInput, ApprovalResolved> {
     Arc::new(move |ctx: CallContext, input: ApprovalIdInput| {
         Box::pin(async move {
+            let decision = super::Decision {
+                approve,
+                reason: input.reason.as_deref(),
+            };
             let approval = super::resolve_in(
                 &ctx.services,
                 &ctx.identity.run.principal,
                 &input.id,
-                approve,
+                decision,
             )
             .await?;
             Ok(ApprovalResolved {
@@ -133,14 +156,18 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         Declared::new(info(
             "approvals_list",
             "List approvals",
-            "Lists approval requests, newest first: pending ones by default.",
+            "Lists approval requests, newest first: pending ones by default. Each shows the \
+             tool, who asked and through which runs, the script, and the call's arguments \
+             (redacted fields as <redacted>).",
             true,
         ))
         .map_err(invalid)?,
         Arc::new(|ctx: CallContext, input: ApprovalsListInput| {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
-                let approvals = super::list(ctx.services.store.as_ref(), status).await?;
+                let pending_ttl = ctx.services.policy.approvals.pending_ttl_seconds;
+                let approvals =
+                    super::list(ctx.services.store.as_ref(), pending_ttl, status).await?;
                 Ok(ApprovalsListOutput {
                     approvals: approvals.into_iter().map(Into::into).collect(),
                 })

@@ -44,7 +44,7 @@ async fn fill(log: &AuditLog, n: usize) {
     log.flush().await.unwrap();
 }
 
-fn raw(dir: &std::path::Path) -> rusqlite::Connection {
+pub(crate) fn raw(dir: &std::path::Path) -> rusqlite::Connection {
     rusqlite::Connection::open(dir.join(larkgate_store::DATABASE_FILE)).unwrap()
 }
 

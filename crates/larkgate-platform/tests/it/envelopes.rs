@@ -14,7 +14,10 @@ fn every_code_has_a_stable_envelope() {
             if code == Code::RateLimited {
                 refusal.retry_after = Some(Duration::from_millis(1500));
             }
-            if matches!(code, Code::ApprovalRequired | Code::ApprovalDenied) {
+            if matches!(
+                code,
+                Code::ApprovalRequired | Code::ApprovalDenied | Code::ApprovalExpired
+            ) {
                 refusal.approval_id = Some("0123456789abcdef".into());
             }
             let result = refusal.to_result();

@@ -71,6 +71,28 @@ async fn every_refusal_code_reaches_the_caller_without_internals() {
         .await
         .unwrap();
     check(refusal(&wes, "kv_delete", args(&[("key", Value::from("k"))])).await);
+    // A request nobody decided in time: approving it is `approval_expired`.
+    let waited = check(refusal(&wes, "kv_delete", args(&[("key", Value::from("k2"))])).await);
+    let waited = waited.approval_id.expect("an approval id");
+    crate::audit::raw(h.dir.path())
+        .execute(
+            "UPDATE approvals SET created_at_ms = 0 WHERE id = ?1",
+            [waited.as_str()],
+        )
+        .unwrap();
+    let late = alice
+        .call_tool(
+            "approvals_approve",
+            args(&[("id", Value::from(waited.as_str()))]),
+        )
+        .await;
+    match late {
+        Err(larkgate_caller::CallError::Refused(refused)) => {
+            assert_eq!(refused.code, Code::ApprovalExpired, "{}", refused.text);
+            check(refused);
+        }
+        other => panic!("an expired request was resolved: {other:?}"),
+    }
     for _ in 0..5 {
         wes.call_tool("clock_now", args(&[])).await.unwrap();
     }

@@ -3,10 +3,11 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use crate::{Approval, ApprovalStatus, CallChain, Result, StoreError};
+use crate::{Approval, ApprovalDetails, ApprovalStatus, CallChain, Result, StoreError};
 
 pub(super) const APPROVAL_COLUMNS: &str = "id, principal, tool, args_hash, status, created_at_ms, \
-     resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors";
+     resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors, \
+     arguments, run_id, script, reason";
 
 /// A chain's column: a JSON array (the same text for the same chain, so it is matched by
 /// equality).
@@ -41,6 +42,12 @@ pub(super) fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Approval> {
             through: chain_names(row, 10)?,
             authors: chain_names(row, 11)?,
         },
+        details: ApprovalDetails {
+            arguments: row.get(12)?,
+            run_id: row.get(13)?,
+            script: row.get(14)?,
+        },
+        reason: row.get(15)?,
     })
 }
 
@@ -60,6 +67,7 @@ pub(super) fn pending_approval(
     tool: &str,
     args_hash: &str,
     chain: &CallChain,
+    details: &ApprovalDetails,
     now_ms: i64,
 ) -> Result<Approval> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -68,8 +76,9 @@ pub(super) fn pending_approval(
     // processes sharing the file.
     tx.execute(
         "INSERT INTO approvals \
-             (id, principal, tool, args_hash, status, created_at_ms, chain_through, chain_authors) \
-             VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5, ?6) \
+             (id, principal, tool, args_hash, status, created_at_ms, chain_through, chain_authors, \
+              arguments, run_id, script) \
+             VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9) \
              ON CONFLICT DO NOTHING",
         params![
             principal,
@@ -77,7 +86,10 @@ pub(super) fn pending_approval(
             args_hash,
             now_ms,
             through,
-            chain_column(&chain.authors)
+            chain_column(&chain.authors),
+            details.arguments,
+            details.run_id,
+            details.script,
         ],
     )?;
     let approval = tx.query_row(
@@ -122,21 +134,49 @@ pub(super) fn consume_approval(c: &mut Connection, id: &str, now_ms: i64) -> Res
     Ok(changed == 1)
 }
 
+/// Marks approvals pending since before `created_before_ms` expired.
+pub(super) fn expire_approvals(c: &mut Connection, created_before_ms: i64) -> Result<u64> {
+    let changed = c.execute(
+        "UPDATE approvals SET status = 'expired' \
+             WHERE status = 'pending' AND created_at_ms < ?1",
+        params![created_before_ms],
+    )?;
+    Ok(changed as u64)
+}
+
+/// An approver's decision on a pending approval.
+pub(super) struct Decision<'a> {
+    pub(super) approve: bool,
+    pub(super) reason: Option<&'a str>,
+    pub(super) now_ms: i64,
+    /// Until when an approval may be used (ignored for a denial).
+    pub(super) expires_at_ms: i64,
+}
+
 pub(super) fn resolve_approval(
     c: &mut Connection,
     id: &str,
     approver: &str,
-    approve: bool,
-    now_ms: i64,
-    expires_at_ms: i64,
+    decision: Decision<'_>,
 ) -> Result<Approval> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let status = if approve { "approved" } else { "denied" };
+    let status = if decision.approve {
+        "approved"
+    } else {
+        "denied"
+    };
     let changed = tx.execute(
         "UPDATE approvals SET status = ?2, resolved_by = ?3, resolved_at_ms = ?4, \
-             expires_at_ms = CASE WHEN ?2 = 'approved' THEN ?5 ELSE NULL END \
+             expires_at_ms = CASE WHEN ?2 = 'approved' THEN ?5 ELSE NULL END, reason = ?6 \
              WHERE id = ?1 AND status = 'pending'",
-        params![id, status, approver, now_ms, expires_at_ms],
+        params![
+            id,
+            status,
+            approver,
+            decision.now_ms,
+            decision.expires_at_ms,
+            decision.reason
+        ],
     )?;
     let approval =
         approval_by_id(&tx, id)?.ok_or_else(|| StoreError::Missing(format!("approval {id:?}")))?;

@@ -172,6 +172,39 @@ const MIGRATIONS: &[&str] = &[
         sealed BLOB NOT NULL,
         updated_at_ms INTEGER NOT NULL
     ) STRICT;",
+    // 10: what an approver is shown of a call (its canonical arguments, redacted as the policy
+    // says; the run and script it was made in), why they decided, and pending approvals that
+    // expire. The status check gains `expired`, which SQLite changes only by rebuilding.
+    "CREATE TABLE approvals_new (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        status TEXT NOT NULL
+            CHECK (status IN ('pending', 'approved', 'denied', 'used', 'expired')),
+        created_at_ms INTEGER NOT NULL,
+        resolved_by TEXT,
+        resolved_at_ms INTEGER,
+        expires_at_ms INTEGER,
+        used_at_ms INTEGER,
+        chain_through TEXT NOT NULL DEFAULT '[]',
+        chain_authors TEXT NOT NULL DEFAULT '[]',
+        arguments TEXT,
+        run_id TEXT,
+        script TEXT,
+        reason TEXT
+    ) STRICT;
+    INSERT INTO approvals_new (id, principal, tool, args_hash, status, created_at_ms,
+        resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors)
+        SELECT id, principal, tool, args_hash, status, created_at_ms, resolved_by,
+            resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors
+        FROM approvals;
+    DROP TABLE approvals;
+    ALTER TABLE approvals_new RENAME TO approvals;
+    CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
+    CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
+        WHERE status = 'pending';
+    CREATE INDEX approvals_pending_since ON approvals (created_at_ms) WHERE status = 'pending';",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -16,24 +16,38 @@ fn through(starter: &str, author: &str) -> CallChain {
 async fn the_same_call_through_another_chain_is_another_approval() {
     let (_dir, store) = fresh();
     let for_p1 = store
-        .pending_approval("script:w", "kv_set", "h", &through("p1", "ada"), 0)
+        .pending_approval(
+            "script:w",
+            "kv_set",
+            "h",
+            &through("p1", "ada"),
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     assert_eq!(for_p1.chain, through("p1", "ada"));
     assert!(for_p1.chain.involves("p1") && for_p1.chain.involves("ada"));
     assert!(!for_p1.chain.involves("p2"));
     let for_p2 = store
-        .pending_approval("script:w", "kv_set", "h", &through("p2", "ada"), 0)
+        .pending_approval(
+            "script:w",
+            "kv_set",
+            "h",
+            &through("p2", "ada"),
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     let direct_call = store
-        .pending_approval("script:w", "kv_set", "h", &direct(), 0)
+        .pending_approval("script:w", "kv_set", "h", &direct(), &Default::default(), 0)
         .await
         .unwrap();
     assert_ne!(for_p1.id, for_p2.id);
     assert_ne!(for_p1.id, direct_call.id);
     store
-        .resolve_approval(&for_p1.id, "carol", true, 1, 99)
+        .resolve_approval(&for_p1.id, "carol", true, None, 1, 99)
         .await
         .unwrap();
     let found = store
@@ -64,7 +78,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     {
         let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
         store
-            .pending_approval("alice", "kv_set", "h", &direct(), 0)
+            .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
             .await
             .unwrap();
     }
@@ -95,7 +109,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].chain, direct());
     let again = store
-        .pending_approval("alice", "kv_set", "h", &direct(), 1)
+        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 1)
         .await
         .unwrap();
     assert_eq!(again.id, pending[0].id);
@@ -105,7 +119,14 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
 async fn an_unreadable_chain_makes_the_approval_unreadable() {
     let (dir, store) = fresh();
     let pending = store
-        .pending_approval("script:w", "kv_set", "h", &through("p1", "ada"), 0)
+        .pending_approval(
+            "script:w",
+            "kv_set",
+            "h",
+            &through("p1", "ada"),
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     let raw = rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
@@ -121,21 +142,42 @@ async fn an_unreadable_chain_makes_the_approval_unreadable() {
 async fn repeated_refused_calls_share_one_pending_record() {
     let (_dir, store) = fresh();
     let a = store
-        .pending_approval("alice", "kv_set", "h1", &direct(), 1_000)
+        .pending_approval(
+            "alice",
+            "kv_set",
+            "h1",
+            &direct(),
+            &Default::default(),
+            1_000,
+        )
         .await
         .unwrap();
     let b = store
-        .pending_approval("alice", "kv_set", "h1", &direct(), 2_000)
+        .pending_approval(
+            "alice",
+            "kv_set",
+            "h1",
+            &direct(),
+            &Default::default(),
+            2_000,
+        )
         .await
         .unwrap();
     assert_eq!(a.id, b.id);
     assert_eq!(a.status, ApprovalStatus::Pending);
     let other_args = store
-        .pending_approval("alice", "kv_set", "h2", &direct(), 2_000)
+        .pending_approval(
+            "alice",
+            "kv_set",
+            "h2",
+            &direct(),
+            &Default::default(),
+            2_000,
+        )
         .await
         .unwrap();
     let other_principal = store
-        .pending_approval("bob", "kv_set", "h1", &direct(), 2_000)
+        .pending_approval("bob", "kv_set", "h1", &direct(), &Default::default(), 2_000)
         .await
         .unwrap();
     assert_ne!(a.id, other_args.id);
@@ -154,7 +196,7 @@ async fn repeated_refused_calls_share_one_pending_record() {
 async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
     let (_dir, store) = fresh();
     let pending = store
-        .pending_approval("alice", "kv_set", "h", &direct(), 0)
+        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
         .await
         .unwrap();
     assert!(
@@ -162,7 +204,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
         "pending is not usable"
     );
     let approved = store
-        .resolve_approval(&pending.id, "carol", true, 10, 1_000)
+        .resolve_approval(&pending.id, "carol", true, None, 10, 1_000)
         .await
         .unwrap();
     assert_eq!(approved.status, ApprovalStatus::Approved);
@@ -185,12 +227,12 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
 
     // A new refused call after use opens a new pending record.
     let again = store
-        .pending_approval("alice", "kv_set", "h", &direct(), 600)
+        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 600)
         .await
         .unwrap();
     assert_ne!(again.id, pending.id);
     store
-        .resolve_approval(&again.id, "carol", true, 700, 800)
+        .resolve_approval(&again.id, "carol", true, None, 700, 800)
         .await
         .unwrap();
     assert!(
@@ -203,11 +245,11 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
 async fn concurrent_consumers_get_one_success() {
     let (_dir, store) = fresh();
     let pending = store
-        .pending_approval("alice", "kv_set", "h", &direct(), 0)
+        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
         .await
         .unwrap();
     store
-        .resolve_approval(&pending.id, "carol", true, 1, i64::MAX)
+        .resolve_approval(&pending.id, "carol", true, None, 1, i64::MAX)
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -229,17 +271,17 @@ async fn concurrent_consumers_get_one_success() {
 async fn only_a_pending_approval_can_be_resolved() {
     let (_dir, store) = fresh();
     let pending = store
-        .pending_approval("alice", "t", "h", &direct(), 0)
+        .pending_approval("alice", "t", "h", &direct(), &Default::default(), 0)
         .await
         .unwrap();
     let denied = store
-        .resolve_approval(&pending.id, "carol", false, 1, 99)
+        .resolve_approval(&pending.id, "carol", false, None, 1, 99)
         .await
         .unwrap();
     assert_eq!(denied.status, ApprovalStatus::Denied);
     assert_eq!(denied.expires_at_ms, None);
     let err = store
-        .resolve_approval(&pending.id, "carol", true, 2, 99)
+        .resolve_approval(&pending.id, "carol", true, None, 2, 99)
         .await
         .unwrap_err();
     assert!(
@@ -247,7 +289,9 @@ async fn only_a_pending_approval_can_be_resolved() {
         "{err}"
     );
     assert!(matches!(
-        store.resolve_approval("nope", "carol", true, 2, 99).await,
+        store
+            .resolve_approval("nope", "carol", true, None, 2, 99)
+            .await,
         Err(StoreError::Missing(_))
     ));
     let found = store
@@ -256,4 +300,178 @@ async fn only_a_pending_approval_can_be_resolved() {
         .unwrap()
         .unwrap();
     assert_eq!(found.status, ApprovalStatus::Denied);
+}
+
+#[tokio::test]
+async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided() {
+    let (_dir, store) = fresh();
+    let details = larkgate_store::ApprovalDetails {
+        arguments: Some(r#"{"key":"important","token":"<redacted>"}"#.into()),
+        run_id: Some("r1".into()),
+        script: Some("cleanup v2".into()),
+    };
+    let pending = store
+        .pending_approval("alice", "kv_delete", "h", &direct(), &details, 0)
+        .await
+        .unwrap();
+    assert_eq!(pending.details, details);
+    // The first refused call's details stand: the same call again does not rewrite them.
+    let other = larkgate_store::ApprovalDetails {
+        arguments: Some("{}".into()),
+        ..Default::default()
+    };
+    let again = store
+        .pending_approval("alice", "kv_delete", "h", &direct(), &other, 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.id.as_str(), &again.details),
+        (pending.id.as_str(), &details)
+    );
+    let resolved = store
+        .resolve_approval(
+            &pending.id,
+            "carol",
+            false,
+            Some("that key is in use"),
+            10,
+            99,
+        )
+        .await
+        .unwrap();
+    assert_eq!(resolved.reason.as_deref(), Some("that key is in use"));
+    assert_eq!(
+        store.approval(&pending.id).await.unwrap().unwrap(),
+        resolved
+    );
+}
+
+#[tokio::test]
+async fn pending_approvals_expire_and_the_next_call_asks_anew() {
+    let (_dir, store) = fresh();
+    let old = store
+        .pending_approval(
+            "alice",
+            "kv_delete",
+            "h",
+            &direct(),
+            &Default::default(),
+            1_000,
+        )
+        .await
+        .unwrap();
+    let young = store
+        .pending_approval(
+            "bob",
+            "kv_delete",
+            "h",
+            &direct(),
+            &Default::default(),
+            5_000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.expire_approvals(2_000).await.unwrap(), 1);
+    let status = |id: String| {
+        let store = &store;
+        async move { store.approval(&id).await.unwrap().unwrap().status }
+    };
+    assert_eq!(status(old.id.clone()).await, ApprovalStatus::Expired);
+    assert_eq!(status(young.id.clone()).await, ApprovalStatus::Pending);
+    // An expired approval is never resolved, and the same call gets a new pending request.
+    let error = store
+        .resolve_approval(&old.id, "carol", true, None, 6_000, 9_000)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("already expired"), "{error}");
+    let renewed = store
+        .pending_approval(
+            "alice",
+            "kv_delete",
+            "h",
+            &direct(),
+            &Default::default(),
+            6_000,
+        )
+        .await
+        .unwrap();
+    assert_ne!(renewed.id, old.id);
+    assert_eq!(
+        store.expire_approvals(2_000).await.unwrap(),
+        0,
+        "nothing twice"
+    );
+}
+
+#[tokio::test]
+async fn approvals_from_before_details_survive_the_table_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, resolved) = {
+        let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+        let old = store
+            .pending_approval(
+                "alice",
+                "kv_set",
+                "h",
+                &through("p1", "ada"),
+                &Default::default(),
+                0,
+            )
+            .await
+            .unwrap();
+        let other = store
+            .pending_approval("bob", "kv_set", "h", &direct(), &Default::default(), 0)
+            .await
+            .unwrap();
+        let resolved = store
+            .resolve_approval(&other.id, "carol", true, None, 1, 99)
+            .await
+            .unwrap();
+        (old, resolved)
+    };
+    // The table as schema 9 had it: no details, no reason, no `expired`.
+    let raw = rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    raw.execute_batch(
+        "CREATE TABLE approvals_v9 (
+            id TEXT PRIMARY KEY, principal TEXT NOT NULL, tool TEXT NOT NULL,
+            args_hash TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'used')),
+            created_at_ms INTEGER NOT NULL, resolved_by TEXT, resolved_at_ms INTEGER,
+            expires_at_ms INTEGER, used_at_ms INTEGER,
+            chain_through TEXT NOT NULL DEFAULT '[]', chain_authors TEXT NOT NULL DEFAULT '[]'
+         ) STRICT;
+         INSERT INTO approvals_v9 SELECT id, principal, tool, args_hash, status, created_at_ms,
+             resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors
+             FROM approvals;
+         DROP TABLE approvals;
+         ALTER TABLE approvals_v9 RENAME TO approvals;
+         CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
+         CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
+             WHERE status = 'pending';
+         PRAGMA user_version = 9;",
+    )
+    .unwrap();
+    drop(raw);
+    let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+    let kept = store.approval(&old.id).await.unwrap().unwrap();
+    assert_eq!(kept, old, "every column kept; no details");
+    assert_eq!(
+        store.approval(&resolved.id).await.unwrap().unwrap(),
+        resolved
+    );
+    // The rebuilt table takes what the new schema allows, and still one pending per call.
+    assert_eq!(store.expire_approvals(1).await.unwrap(), 1);
+    assert_eq!(
+        store.approval(&old.id).await.unwrap().unwrap().status,
+        ApprovalStatus::Expired
+    );
+    let first = store
+        .pending_approval("dee", "kv_set", "h", &direct(), &Default::default(), 5)
+        .await
+        .unwrap();
+    let again = store
+        .pending_approval("dee", "kv_set", "h", &direct(), &Default::default(), 6)
+        .await
+        .unwrap();
+    assert_eq!(first.id, again.id);
 }

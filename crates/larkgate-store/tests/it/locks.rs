@@ -68,7 +68,7 @@ async fn a_lock_held_past_the_busy_timeout_is_reported_busy() {
     assert_eq!(store.kv_get("k").await.unwrap().as_deref(), Some("0"));
     // Another failure is not "busy".
     let missing = store
-        .resolve_approval("nope", "x", true, 0, 0)
+        .resolve_approval("nope", "x", true, None, 0, 0)
         .await
         .unwrap_err();
     assert!(!missing.is_busy(), "{missing}");

@@ -138,13 +138,23 @@ async fn an_always_upstream_is_gated_even_for_its_read_only_tools() {
     let id = first.approval_id.expect("an approval id");
     // The caller cannot approve itself; an approver can.
     assert!(
-        approvals::resolve_in(setup.platform.services(), &agent, &id, true)
-            .await
-            .is_err()
-    );
-    approvals::resolve_in(setup.platform.services(), &approver, &id, true)
+        approvals::resolve_in(
+            setup.platform.services(),
+            &agent,
+            &id,
+            approvals::Decision::APPROVE
+        )
         .await
-        .unwrap();
+        .is_err()
+    );
+    approvals::resolve_in(
+        setup.platform.services(),
+        &approver,
+        &id,
+        approvals::Decision::APPROVE,
+    )
+    .await
+    .unwrap();
     let result = call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &args)
         .await
         .unwrap();

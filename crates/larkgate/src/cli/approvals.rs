@@ -4,13 +4,16 @@
 
 use std::io::Write;
 
+use larkgate_platform::approvals::Decision;
+use larkgate_platform::approvals::tools::ApprovalView;
+
 use super::context::StoreContext;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// List approval requests, newest first.
     List {
-        /// Which ones: pending (default), approved, denied, used, or all.
+        /// Which ones: pending (default), approved, denied, used, expired, or all.
         #[arg(long, default_value = "pending")]
         status: String,
         /// Print JSON.
@@ -21,11 +24,17 @@ pub(crate) enum Command {
     Approve {
         /// The approval's id.
         id: String,
+        /// Why: recorded with the approval and in the audit chain.
+        #[arg(long)]
+        reason: Option<String>,
     },
     /// Deny a pending request.
     Deny {
         /// The approval's id.
         id: String,
+        /// Why: recorded with the approval and in the audit chain, and told to the caller.
+        #[arg(long)]
+        reason: Option<String>,
     },
 }
 
@@ -36,11 +45,15 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     match command {
         Command::List { status, json } => {
-            let approvals = larkgate_platform::approvals::list(context.store.as_ref(), &status)
-                .await
-                .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+            let pending_ttl = context.config.policy.approvals.pending_ttl_seconds;
+            let approvals =
+                larkgate_platform::approvals::list(context.store.as_ref(), pending_ttl, &status)
+                    .await
+                    .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
             if json {
-                serde_json::to_writer_pretty(&mut *out, &approvals)?;
+                // The shape of the approvals_list tool's answer.
+                let views: Vec<ApprovalView> = approvals.into_iter().map(Into::into).collect();
+                serde_json::to_writer_pretty(&mut *out, &views)?;
                 writeln!(out)?;
             } else if approvals.is_empty() {
                 writeln!(out, "no {status} approvals")?;
@@ -52,39 +65,77 @@ pub(crate) async fn run(
                     } else {
                         format!("  via {}", a.chain.through.join(" > "))
                     };
+                    let script = a
+                        .details
+                        .script
+                        .as_deref()
+                        .map(|s| format!("  in {s}"))
+                        .unwrap_or_default();
                     writeln!(
                         out,
-                        "{}  {:<8}  {:<16} {:<24} args {}{via}",
+                        "{}  {:<8}  {:<16} {}({}){via}{script}",
                         a.id,
                         a.status.as_str(),
                         a.principal,
                         a.tool,
-                        &a.args_hash[..16.min(a.args_hash.len())]
+                        shown_arguments(&a),
                     )?;
                 }
             }
         }
-        Command::Approve { id } => resolve(context, &id, true, out).await?,
-        Command::Deny { id } => resolve(context, &id, false, out).await?,
+        Command::Approve { id, reason } => {
+            let decision = Decision {
+                approve: true,
+                reason: reason.as_deref(),
+            };
+            resolve(context, &id, decision, out).await?;
+        }
+        Command::Deny { id, reason } => {
+            let decision = Decision {
+                approve: false,
+                reason: reason.as_deref(),
+            };
+            resolve(context, &id, decision, out).await?;
+        }
     }
     Ok(())
+}
+
+/// An approval's arguments as a call's: `key="important", token="<redacted>"`, or the start
+/// of their hash for approvals made before larkgate recorded arguments.
+fn shown_arguments(approval: &larkgate_store::Approval) -> String {
+    let parsed = approval.details.arguments.as_deref().and_then(|text| {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text).ok()
+    });
+    match parsed {
+        Some(arguments) => arguments
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => format!(
+            "arguments {}...",
+            &approval.args_hash[..16.min(approval.args_hash.len())]
+        ),
+    }
 }
 
 async fn resolve(
     context: &StoreContext,
     id: &str,
-    approve: bool,
+    decision: Decision<'_>,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    let approve = decision.approve;
     // The platform's own rules (who may resolve, never one's own call, how long an approval
     // lasts), with the event recorded as any operator event is.
     let approval = larkgate_platform::approvals::resolve(
         context.store.as_ref(),
         context.events.as_ref(),
-        context.config.policy.approvals.ttl_seconds,
+        &context.config.policy.approvals,
         &context.actor,
         id,
-        approve,
+        decision,
     )
     .await
     .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;

@@ -234,8 +234,16 @@ require = ["kv_set"]
     let listed = ok(dir.path(), &["approvals", "list", "--json"]);
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed[0]["principal"], "script:w", "{listed}");
-    assert_eq!(listed[0]["chain"]["through"], serde_json::json!(["p1"]));
-    assert_eq!(listed[0]["chain"]["authors"], serde_json::json!(["ada"]));
+    assert_eq!(listed[0]["through"], serde_json::json!(["p1"]));
+    assert_eq!(listed[0]["script_authors"], serde_json::json!(["ada"]));
+    // The approver sees the run and its script, and the arguments the script passed.
+    assert_eq!(listed[0]["script"], "w v1", "{listed}");
+    assert!(listed[0]["run_id"].is_string(), "{listed}");
+    assert_eq!(
+        listed[0]["arguments"],
+        serde_json::json!({"key": "w", "value": "2"}),
+        "{listed}"
+    );
 
     // The run's starter and the script's author may not resolve it.
     for barred in ["p1", "ada"] {
@@ -264,4 +272,146 @@ require = ["kv_set"]
     let again = call("p1");
     assert!(!again.status.success());
     assert!(crate::stderr(&again).contains("approval_required"));
+}
+
+/// Issue 21, part 1: an approver sees what they approve. A pending approval shows the call's
+/// canonical arguments (a configured field as `<redacted>`, still bound by the hash) in the CLI,
+/// its JSON and the `approvals_list` tool; approve and deny take a reason, recorded with the
+/// approval and in the audit chain and told to a denied caller; a request nobody decides
+/// expires with `approval_expired`, and the next call asks anew.
+#[test]
+fn approvers_see_the_arguments_give_reasons_and_undecided_requests_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        "[policy.roles.writer]\ncall = [\"kv_*\"]\n\
+         [policy.approvals]\nrequire = [\"kv_set\"]\nredact = [\"value\"]\npending_ttl_seconds = 2\n",
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "wes", "--roles", "writer"]);
+    ok(d, &["principal", "add", "alice", "--roles", "approver"]);
+    let set = |key: &str, value: &str| {
+        let (key, value) = (format!("key={key}"), format!("value={value}"));
+        crate::larkgate_in(
+            d,
+            &[
+                "--as", "wes", "call", "kv_set", "--arg", &key, "--arg", &value,
+            ],
+        )
+    };
+    let refused = crate::stderr(&set("important", "s3cret"));
+    let id = approval_id_in(&refused);
+
+    // What the approver sees: the call as it was made, the secret value hidden.
+    let listed = ok(d, &["approvals", "list"]);
+    assert!(
+        listed.contains(r#"kv_set(key="important", value="<redacted>")"#),
+        "{listed}"
+    );
+    assert!(!listed.contains("s3cret"), "{listed}");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(d, &["approvals", "list", "--json"])).unwrap();
+    assert_eq!(
+        json[0]["arguments"],
+        serde_json::json!({"key": "important", "value": "<redacted>"}),
+        "{json}"
+    );
+    assert_eq!(json[0]["id"], id.as_str());
+    let tool = ok(d, &["--as", "alice", "call", "approvals_list"]);
+    assert!(
+        tool.contains("\"<redacted>\"") && !tool.contains("s3cret"),
+        "{tool}"
+    );
+
+    // Denied with a reason: the caller is told why, and the chain has it.
+    ok(
+        d,
+        &[
+            "--as",
+            "alice",
+            "approvals",
+            "deny",
+            &id,
+            "--reason",
+            "that key is in use",
+        ],
+    );
+    let denied = crate::stderr(&set("important", "s3cret"));
+    assert!(
+        denied.contains("(approval_denied)") && denied.contains("that key is in use"),
+        "{denied}"
+    );
+    // The same key with another value is another call: a request of its own.
+    let other = approval_id_in(&crate::stderr(&set("important", "other")));
+    assert_ne!(other, id, "the hash covers the redacted field too");
+    ok(
+        d,
+        &[
+            "--as",
+            "alice",
+            "approvals",
+            "approve",
+            &other,
+            "--reason",
+            "rotating",
+        ],
+    );
+    let written = ok(
+        d,
+        &[
+            "--as",
+            "wes",
+            "call",
+            "kv_set",
+            "--arg",
+            "key=important",
+            "--arg",
+            "value=other",
+        ],
+    );
+    assert!(written.contains("\"created\": true"), "{written}");
+    let tail = ok(d, &["audit", "tail", "--principal", "alice", "--json"]);
+    assert!(
+        tail.contains(&format!("approval {id} for wes denied: that key is in use"))
+            && tail.contains(&format!("approval {other} for wes approved: rotating")),
+        "{tail}"
+    );
+    let long = "x".repeat(1001);
+    let third = approval_id_in(&crate::stderr(&set("k3", "v")));
+    assert!(
+        fails(
+            d,
+            &[
+                "--as",
+                "alice",
+                "approvals",
+                "approve",
+                &third,
+                "--reason",
+                &long
+            ]
+        )
+        .contains("at most 1000 bytes")
+    );
+
+    // Nobody decides within pending_ttl_seconds: expired, not approvable, and asked anew.
+    std::thread::sleep(std::time::Duration::from_millis(2200));
+    let expired = fails(d, &["--as", "alice", "approvals", "approve", &third]);
+    assert!(
+        expired.contains("expired before anyone decided"),
+        "{expired}"
+    );
+    assert!(ok(d, &["approvals", "list", "--status", "expired"]).contains(&third));
+    let anew = crate::stderr(&set("k3", "v"));
+    assert_ne!(approval_id_in(&anew), third, "{anew}");
+    // A forged id is unknown, a used one is not approved twice.
+    assert!(
+        fails(
+            d,
+            &["--as", "alice", "approvals", "approve", "0123456789abcdef"]
+        )
+        .contains("no approval")
+    );
+    assert!(fails(d, &["--as", "alice", "approvals", "approve", &other]).contains("already used"));
 }
