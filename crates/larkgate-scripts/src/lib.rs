@@ -1,7 +1,7 @@
 //! larkgate's script service: the script lifecycle, one implementation behind both the command line (`larkgate script`,
 //! `larkgate run`, `larkgate runs`) and the MCP platform tools (`script_save_draft`,
-//! `script_run_draft`, `script_publish`, `script_list`, `script_history`, `run_get`), so the
-//! two cannot drift apart.
+//! `script_run_draft`, `script_publish`, `script_list`, `script_history`, `run_get`,
+//! `runs_list`), so the two cannot drift apart.
 //!
 //! It sits above the platform, the session plumbing and the engine, and below the binary:
 //! calls flow downward only. A run is launched here (identity decided here), executed by the
@@ -26,6 +26,8 @@
 mod tools;
 pub mod turns;
 
+pub use tools::RunView;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
@@ -39,8 +41,8 @@ use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerPool};
 use larkgate_store::now_ms;
 use larkgate_store::{
-    AuditKind, CallChain, Draft, Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptVersion,
-    Store, StoreError,
+    AuditKind, CallChain, Draft, Principal, PrincipalKind, Run, RunQuery, RunStats, RunStatus,
+    ScriptVersion, Store, StoreError,
 };
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -124,6 +126,65 @@ pub async fn readable_run(store: &dyn Store, reader: &Principal, id: &str) -> Re
     let run = store.run(id).await.map_err(store_failed)?;
     run.filter(|run| access::may_read_run(reader, &run.principal, run.started_by.as_deref()))
         .ok_or_else(|| Refusal::new(Code::NotFound, format!("there is no run {id:?}")))
+}
+
+/// What a runs listing is filtered by, as a caller gives it.
+#[derive(Clone, Debug, Default)]
+pub struct RunsFilter {
+    /// Only runs of this script.
+    pub script: Option<String>,
+    /// Only runs that ran as this principal.
+    pub principal: Option<String>,
+    /// Only runs with this status (`running`, `succeeded`, `failed`).
+    pub status: Option<String>,
+    /// Only runs started at or after this time (Unix ms).
+    pub since_ms: Option<i64>,
+    /// At most this many (default [`DEFAULT_RUNS`], at most [`MAX_RUNS`]).
+    pub limit: Option<i64>,
+}
+
+/// How many runs a listing answers unless told.
+pub const DEFAULT_RUNS: usize = 50;
+/// The most runs one listing answers.
+pub const MAX_RUNS: usize = 1000;
+
+/// The runs `filter` selects that `reader` may read (as [`readable_run`] decides: admins every
+/// run, anyone else the runs they started or that ran as them), newest first.
+pub async fn readable_runs(
+    store: &dyn Store,
+    reader: &Principal,
+    filter: &RunsFilter,
+) -> Result<Vec<Run>, Refusal> {
+    let status = match filter.status.as_deref() {
+        None => None,
+        Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
+            Refusal::new(
+                Code::InvalidArguments,
+                format!("a run's status is running, succeeded or failed, not {text:?}"),
+            )
+        })?),
+    };
+    let limit = match filter.limit {
+        None => DEFAULT_RUNS,
+        Some(n) if (1..=MAX_RUNS as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(Refusal::new(
+                Code::InvalidArguments,
+                format!("limit is 1 to {MAX_RUNS}, not {n}"),
+            )
+            .with_hint("narrow the listing by script, principal, status or since_ms"));
+        }
+    };
+    let admin = access::has_any_role(reader, access::ADMINS);
+    let query = RunQuery {
+        script: filter.script.clone(),
+        principal: filter.principal.clone(),
+        status,
+        since_ms: filter.since_ms,
+        reader: (!admin).then(|| reader.id.clone()),
+        limit,
+    };
+    store.runs(&query).await.map_err(store_failed)
 }
 
 fn store_failed(error: StoreError) -> Refusal {
@@ -427,6 +488,15 @@ impl Scripts {
     /// and admins. Others are told it does not exist.
     pub async fn run_record(&self, reader: &Principal, id: &str) -> Result<Run, Refusal> {
         readable_run(self.store.as_ref(), reader, id).await
+    }
+
+    /// The runs `filter` selects that `reader` may read, newest first ([`readable_runs`]).
+    pub async fn run_records(
+        &self,
+        reader: &Principal,
+        filter: &RunsFilter,
+    ) -> Result<Vec<Run>, Refusal> {
+        readable_runs(self.store.as_ref(), reader, filter).await
     }
 
     /// The draft `name` for `actor` to run: only its author runs it.

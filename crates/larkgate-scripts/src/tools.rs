@@ -148,6 +148,28 @@ struct History {
     versions: Vec<VersionView>,
 }
 
+/// Input of `runs_list`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+struct RunsListInput {
+    /// Only runs of this script.
+    script: Option<String>,
+    /// Only runs that ran as this principal (`script:NAME` for published runs).
+    principal: Option<String>,
+    /// Only runs with this status: `running`, `succeeded` or `failed`.
+    status: Option<String>,
+    /// Only runs started at or after this time (Unix ms).
+    since_ms: Option<i64>,
+    /// At most this many (default 50, at most 1000).
+    limit: Option<i64>,
+}
+
+/// Output of `runs_list`.
+#[derive(Debug, Serialize, JsonSchema)]
+struct RunsListOutput {
+    /// The runs, newest first.
+    runs: Vec<RunView>,
+}
+
 /// Input of `run_get`.
 #[derive(Debug, Deserialize, JsonSchema)]
 struct RunIdInput {
@@ -155,43 +177,44 @@ struct RunIdInput {
     run_id: String,
 }
 
-/// A run record.
-#[derive(Debug, Serialize, JsonSchema)]
-struct RunView {
+/// A run record: the one shape of `run_get`, `runs_list`, `larkgate runs show` and `larkgate
+/// runs list --json`.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct RunView {
     /// The run's id.
-    run_id: String,
+    pub run_id: String,
     /// The script's name, for saved drafts and published scripts.
-    script: Option<String>,
+    pub script: Option<String>,
     /// The published version.
-    version: Option<i64>,
+    pub version: Option<i64>,
     /// SHA-256 of the source that ran.
-    hash: String,
+    pub hash: String,
     /// `draft` or `published`.
-    kind: String,
+    pub kind: String,
     /// Who it ran as.
-    principal: String,
+    pub principal: String,
     /// Who started it.
-    started_by: Option<String>,
+    pub started_by: Option<String>,
     /// `running`, `succeeded` or `failed`.
-    status: String,
+    pub status: String,
     /// `main`'s result, when it succeeded.
-    result: Option<serde_json::Value>,
+    pub result: Option<serde_json::Value>,
     /// The refusal or error code, when it failed.
-    error_code: Option<String>,
+    pub error_code: Option<String>,
     /// The error, when it failed.
-    error: Option<String>,
+    pub error: Option<String>,
     /// Tool calls made.
-    tool_calls: i64,
+    pub tool_calls: i64,
     /// Times it waited out a `rate_limited` refusal.
-    paces: i64,
+    pub paces: i64,
     /// How long it took.
-    duration_ms: i64,
+    pub duration_ms: i64,
     /// The worker's peak resident memory.
-    peak_memory_bytes: Option<i64>,
+    pub peak_memory_bytes: Option<i64>,
     /// When it started (Unix ms).
-    started_at_ms: i64,
+    pub started_at_ms: i64,
     /// When it finished.
-    finished_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
 }
 
 fn signed(n: u64) -> i64 {
@@ -323,6 +346,37 @@ pub(crate) fn platform_tools(scripts: Weak<Scripts>) -> Result<Vec<Tool>, Regist
                 let versions = scripts.history(&input.name).await?;
                 Ok(History {
                     versions: versions.into_iter().map(Into::into).collect(),
+                })
+            })
+        }),
+    )?);
+    let s = scripts.clone();
+    tools.push(typed(
+        CapabilityInfo {
+            name: "runs_list",
+            title: "List runs",
+            description: "Lists run records, newest first: the runs you started and the runs \
+                          that ran as you (an administrator's: every run), filtered by script, \
+                          principal, status and start time.",
+            annotations: annotations(true, true),
+        },
+        READERS,
+        Arc::new(move |ctx: CallContext, input: RunsListInput| {
+            let scripts = s.clone();
+            Box::pin(async move {
+                let scripts = upgrade(&scripts)?;
+                let filter = crate::RunsFilter {
+                    script: input.script,
+                    principal: input.principal,
+                    status: input.status,
+                    since_ms: input.since_ms,
+                    limit: input.limit,
+                };
+                let runs = scripts
+                    .run_records(&ctx.identity.run.principal, &filter)
+                    .await?;
+                Ok(RunsListOutput {
+                    runs: runs.into_iter().map(RunView::from).collect(),
                 })
             })
         }),

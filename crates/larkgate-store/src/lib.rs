@@ -18,7 +18,7 @@ mod sqlite;
 
 pub use model::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord,
-    CallChain, Draft, ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunStats,
+    CallChain, Draft, ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunQuery, RunStats,
     RunStatus, ScriptVersion, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
@@ -197,6 +197,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn finish_run(&self, run: Run) -> Result<()>;
     /// One run.
     async fn run(&self, id: &str) -> Result<Option<Run>>;
+    /// The runs `query` selects, newest first.
+    async fn runs(&self, query: &RunQuery) -> Result<Vec<Run>>;
 
     // ---- upstreams ----
 

@@ -275,6 +275,24 @@ pub struct AuditQuery {
     pub tool: Option<String>,
 }
 
+/// Which runs [`crate::Store::runs`] answers, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunQuery {
+    /// Only runs of this script (saved drafts and published versions).
+    pub script: Option<String>,
+    /// Only runs that ran as this principal.
+    pub principal: Option<String>,
+    /// Only runs with this status.
+    pub status: Option<RunStatus>,
+    /// Only runs started at or after this time (Unix ms).
+    pub since_ms: Option<i64>,
+    /// Only runs `reader` may read: that ran as it or that it started (`None`: every run, for
+    /// administrators).
+    pub reader: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
 /// A script's editable draft: one per name, owned by its author.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Draft {

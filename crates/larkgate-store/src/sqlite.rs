@@ -27,8 +27,8 @@ use rusqlite::{Connection, params};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
-    Draft, ForwardedAudit, Principal, Result, Run, ScriptVersion, Store, StoreError, TokenRecord,
-    ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    Draft, ForwardedAudit, Principal, Result, Run, RunQuery, ScriptVersion, Store, StoreError,
+    TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -337,6 +337,11 @@ impl Store for SqliteStore {
     async fn run(&self, id: &str) -> Result<Option<Run>> {
         let id = id.to_owned();
         self.with(move |c| scripts::run(c, &id)).await
+    }
+
+    async fn runs(&self, query: &RunQuery) -> Result<Vec<Run>> {
+        let query = query.clone();
+        self.with(move |c| scripts::runs(c, &query)).await
     }
 
     async fn save_upstream(&self, upstream: UpstreamRecord) -> Result<()> {

@@ -174,7 +174,8 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;",
     // 10: what an approver is shown of a call (its canonical arguments, redacted as the policy
     // says; the run and script it was made in), why they decided, and pending approvals that
-    // expire. The status check gains `expired`, which SQLite changes only by rebuilding.
+    // expire. The status check gains `expired`, which SQLite changes only by rebuilding. And
+    // runs by when they started, newest first, for `runs list`.
     "CREATE TABLE approvals_new (
         id TEXT PRIMARY KEY,
         principal TEXT NOT NULL,
@@ -204,7 +205,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
     CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
         WHERE status = 'pending';
-    CREATE INDEX approvals_pending_since ON approvals (created_at_ms) WHERE status = 'pending';",
+    CREATE INDEX approvals_pending_since ON approvals (created_at_ms) WHERE status = 'pending';
+    CREATE INDEX runs_by_start ON runs (started_at_ms);",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -3,7 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{join_roles, signed, split_roles};
-use crate::{Draft, Result, Run, RunStats, RunStatus, ScriptVersion, StoreError};
+use crate::{Draft, Result, Run, RunQuery, RunStats, RunStatus, ScriptVersion, StoreError};
 
 pub(super) fn draft_from_row(row: &Row<'_>) -> rusqlite::Result<Draft> {
     Ok(Draft {
@@ -253,6 +253,29 @@ pub(super) fn finish_run(c: &mut Connection, run: Run) -> Result<()> {
         return Err(StoreError::Missing(format!("run {:?}", run.id)));
     }
     Ok(())
+}
+
+pub(super) fn runs(c: &mut Connection, query: &RunQuery) -> Result<Vec<Run>> {
+    let mut statement = c.prepare(&format!(
+        "SELECT {RUN_COLUMNS} FROM runs \
+             WHERE (?1 IS NULL OR script = ?1) AND (?2 IS NULL OR principal = ?2) \
+               AND (?3 IS NULL OR status = ?3) AND (?4 IS NULL OR started_at_ms >= ?4) \
+               AND (?5 IS NULL OR principal = ?5 OR started_by = ?5) \
+             ORDER BY started_at_ms DESC, rowid DESC LIMIT ?6"
+    ))?;
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let rows = statement.query_map(
+        params![
+            query.script,
+            query.principal,
+            query.status.map(|s| s.as_str()),
+            query.since_ms,
+            query.reader,
+            limit
+        ],
+        run_from_row,
+    )?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 pub(super) fn run(c: &mut Connection, id: &str) -> Result<Option<Run>> {

@@ -189,9 +189,9 @@ fn a_saved_draft_runs_by_name_only_for_its_author_and_is_recorded() {
     assert_eq!(record["principal"], "ada");
     assert_eq!(record["status"], "succeeded");
     // kv_get left the engine; kv_set was refused by the draft barrier before it could.
-    assert_eq!(record["stats"]["tool_calls"], 1);
+    assert_eq!(record["tool_calls"], 1);
     assert!(
-        record["stats"]["peak_memory_bytes"].as_u64().unwrap() > 1_000_000,
+        record["peak_memory_bytes"].as_u64().unwrap() > 1_000_000,
         "{record}"
     );
     assert!(record["hash"].as_str().unwrap().len() >= 64, "{record}");
@@ -199,6 +199,42 @@ fn a_saved_draft_runs_by_name_only_for_its_author_and_is_recorded() {
     assert!(ok(dir.path(), &["--as", "ada", "runs", "show", &id]).contains(&id));
     let err = fails(dir.path(), &["--as", "bob", "runs", "show", &id]);
     assert!(err.contains("no run"), "{err}");
+
+    // Listed: in the same record as `runs show` and the runs_list tool give.
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(dir.path(), &["--as", "ada", "runs", "list", "--json"])).unwrap();
+    assert_eq!(listed[0], record, "one shape for a run");
+    let tool = ok(
+        dir.path(),
+        &["--as", "ada", "call", "runs_list", "--arg", "script=greet"],
+    );
+    let tool: serde_json::Value = serde_json::from_str(&tool).unwrap();
+    assert_eq!(tool["runs"][0], record, "{tool}");
+    let shown = ok(dir.path(), &["--as", "ada", "runs", "list"]);
+    assert!(
+        shown.contains(&id) && shown.contains("succeeded") && shown.contains("greet (draft)"),
+        "{shown}"
+    );
+    // Filters, and what nobody else may read is not listed.
+    for (args, expected) in [
+        (vec!["--status", "failed"], "no runs match"),
+        (vec!["--script", "other"], "no runs match"),
+        (vec!["--principal", "ada", "--since", "1h"], id.as_str()),
+    ] {
+        let mut all = vec!["--as", "ada", "runs", "list"];
+        all.extend(args.iter().copied());
+        assert!(ok(dir.path(), &all).contains(expected), "{args:?}");
+    }
+    assert!(ok(dir.path(), &["--as", "bob", "runs", "list"]).contains("no runs match"));
+    // The operator (an admin) sees every run.
+    assert!(ok(dir.path(), &["runs", "list"]).contains(&id));
+    let bad = fails(
+        dir.path(),
+        &["--as", "ada", "runs", "list", "--status", "done"],
+    );
+    assert!(bad.contains("running, succeeded or failed"), "{bad}");
+    let bad = fails(dir.path(), &["--as", "ada", "runs", "list", "--limit", "0"]);
+    assert!(bad.contains("limit is 1 to 1000"), "{bad}");
 }
 
 #[test]

@@ -113,7 +113,11 @@ fn a_restart_keeps_principals_tokens_scripts_versions_runs_approvals_and_audit()
     let shown = ok(dir.path(), &["runs", "show", &run_id]);
     let shown: serde_json::Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(shown["status"], "succeeded", "{shown}");
-    assert_eq!(shown["result"], r#"{"word":"kept"}"#, "{shown}");
+    assert_eq!(
+        shown["result"],
+        serde_json::json!({"word": "kept"}),
+        "{shown}"
+    );
     assert!(server.stop().success());
 
     let server = Server::start(dir.path());
