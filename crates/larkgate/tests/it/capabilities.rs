@@ -25,7 +25,7 @@ fn capabilities_lists_signatures_and_schemas_as_text() {
         "  Write a key (write)",
         "  Read a key (read-only)",
         "  annotations: readOnlyHint=false destructiveHint=true idempotentHint=true openWorldHint=false",
-        "approvals_approve(*, id: str) -> dict",
+        "approvals_approve(*, id: str, reason: str | None = None) -> dict",
         r#"  input schema:  {"type":"object","properties":{"key":{"type":"string"}},"required":["key"],"additionalProperties":false}"#,
     ] {
         assert!(
