@@ -48,13 +48,16 @@ pub enum Code {
     UpstreamError,
     /// The call took too long.
     Timeout,
+    /// A script failed of its own accord (`fail(...)`, an error it raised): its author's to
+    /// fix, not larkgate's.
+    ScriptFailed,
     /// larkgate itself failed; nothing ran, or the outcome is unknown.
     Internal,
 }
 
 impl Code {
     /// Every code, for tests and documentation.
-    pub const ALL: [Code; 14] = [
+    pub const ALL: [Code; 15] = [
         Code::Unauthenticated,
         Code::Forbidden,
         Code::NotFound,
@@ -68,6 +71,7 @@ impl Code {
         Code::UpstreamUnavailable,
         Code::UpstreamError,
         Code::Timeout,
+        Code::ScriptFailed,
         Code::Internal,
     ];
 
@@ -87,6 +91,7 @@ impl Code {
             Code::UpstreamUnavailable => "upstream_unavailable",
             Code::UpstreamError => "upstream_error",
             Code::Timeout => "timeout",
+            Code::ScriptFailed => "script_failed",
             Code::Internal => "internal",
         }
     }
@@ -108,6 +113,7 @@ impl Code {
             }
             Code::RateLimited | Code::LimitExceeded | Code::Timeout => Category::Limit,
             Code::UpstreamUnavailable | Code::UpstreamError => Category::Upstream,
+            Code::ScriptFailed => Category::Script,
             Code::Internal => Category::Internal,
         }
     }
@@ -146,6 +152,8 @@ pub enum Category {
     Limit,
     /// Upstream servers: `upstream_unavailable`, `upstream_error`.
     Upstream,
+    /// A script's own failure: `script_failed`.
+    Script,
     /// larkgate itself: `internal`.
     Internal,
 }

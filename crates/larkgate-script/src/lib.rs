@@ -15,6 +15,7 @@
 #[allow(unsafe_code)]
 pub mod bindings;
 pub mod entry;
+pub mod lint;
 #[allow(unsafe_code)]
 pub mod memory;
 pub mod parent;

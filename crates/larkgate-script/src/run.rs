@@ -148,8 +148,12 @@ pub enum RunError {
         /// The tool's own text.
         text: String,
     },
-    /// The script raised an error (`fail(...)`, a type error, ...).
+    /// The script raised an error (`fail(...)`, a type error, ...): its author's to fix.
     #[error("the script failed: {0}")]
+    Raised(String),
+    /// The run could not be carried out (its worker could not start or broke, its tools could
+    /// not be listed, it was cancelled): larkgate's, not the script's.
+    #[error("the run failed: {0}")]
     Failed(String),
 }
 
@@ -160,6 +164,7 @@ impl RunError {
             RunError::Script(_) | RunError::InvalidArguments(_) => Code::InvalidArguments,
             RunError::Limit { .. } => Code::LimitExceeded,
             RunError::Refused { code, .. } => *code,
+            RunError::Raised(_) => Code::ScriptFailed,
             RunError::Failed(_) => Code::Internal,
         }
     }
@@ -433,7 +438,7 @@ fn classify(
             message: result.0.clone(),
         };
     }
-    RunError::Failed(message)
+    RunError::Raised(message)
 }
 
 fn first_line(text: &str) -> String {

@@ -123,7 +123,9 @@ pub enum WireError {
         /// The text.
         text: String,
     },
-    /// The script failed.
+    /// The script raised an error.
+    Raised(String),
+    /// The run could not be carried out.
     Failed(String),
 }
 
@@ -164,6 +166,7 @@ impl From<&RunError> for WireError {
                 code: *code,
                 text: text.clone(),
             },
+            RunError::Raised(m) => WireError::Raised(m.clone()),
             RunError::Failed(m) => WireError::Failed(m.clone()),
         }
     }
@@ -179,6 +182,7 @@ impl From<WireError> for RunError {
                 message,
             },
             WireError::Refused { code, text } => RunError::Refused { code, text },
+            WireError::Raised(m) => RunError::Raised(m),
             WireError::Failed(m) => RunError::Failed(m),
         }
     }

@@ -200,7 +200,12 @@ pub struct Saved {
     pub signature: String,
     /// `main`'s docstring.
     pub description: Option<String>,
+    /// What the checks at save time found that does not refuse the save.
+    pub warnings: Vec<String>,
 }
+
+/// The most save-time errors one refusal lists.
+const MAX_LISTED_ERRORS: usize = 10;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -374,6 +379,7 @@ impl Scripts {
             )
         })?;
         let entry = check(name, source)?;
+        let findings = self.lint(actor, name, source)?;
         let draft = self
             .store
             .save_draft(name, source, &actor.id, now_ms())
@@ -396,7 +402,63 @@ impl Scripts {
             draft,
             signature: entry.input.signature("main", "any"),
             description: entry.description,
+            warnings: findings.warnings,
         })
+    }
+
+    /// Checks `source` against the tools `actor` may call in a draft run
+    /// ([`larkgate_script::lint`]): errors refuse, warnings are answered.
+    fn lint(
+        &self,
+        actor: &Principal,
+        name: &str,
+        source: &str,
+    ) -> Result<larkgate_script::lint::Findings, Refusal> {
+        let ast = larkgate_script::parse(&format!("{name}.star"), source)
+            .map_err(|e| Refusal::new(Code::InvalidArguments, format!("{name}: {e}")))?;
+        let identity = larkgate_platform::SessionIdentity {
+            run: RunContext {
+                principal: actor.clone(),
+                run_id: None,
+                kind: RunKind::Draft,
+                depth: 0,
+                chain: CallChain::default(),
+            },
+            label: "save".to_owned(),
+        };
+        let listing: Vec<_> = self
+            .platform
+            .list(Some(&identity))
+            .iter()
+            .map(larkgate_session::tool_info)
+            .collect();
+        let findings = larkgate_script::lint::lint(&ast, &listing);
+        if findings.errors.is_empty() {
+            return Ok(findings);
+        }
+        let count = findings.errors.len();
+        let mut listed: Vec<&str> = findings
+            .errors
+            .iter()
+            .take(MAX_LISTED_ERRORS)
+            .map(String::as_str)
+            .collect();
+        let more = count.saturating_sub(MAX_LISTED_ERRORS);
+        let more_text = format!("and {more} more");
+        if more > 0 {
+            listed.push(&more_text);
+        }
+        Err(Refusal::new(
+            Code::InvalidArguments,
+            format!(
+                "{name} was not saved: {count} problem{} a run would fail on: {}",
+                if count == 1 { "" } else { "s" },
+                listed.join("; ")
+            ),
+        )
+        .with_hint(
+            "fix them and save again; list your tools with tools() or larkgate capabilities",
+        ))
     }
 
     /// Publishes the draft `name` as its next version, published by `actor`.

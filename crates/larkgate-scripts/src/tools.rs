@@ -72,6 +72,9 @@ struct SavedDraft {
     signature: String,
     /// `main`'s docstring.
     description: Option<String>,
+    /// What the checks at save time found that does not refuse the save (`FILE:LINE:COLUMN:
+    /// ...`): an unused assignment, a variable that may be unassigned.
+    warnings: Vec<String>,
 }
 
 /// Input of `script_publish` and `script_history`.
@@ -255,7 +258,9 @@ pub(crate) fn platform_tools(scripts: Weak<Scripts>) -> Result<Vec<Tool>, Regist
             title: "Save a draft script",
             description: "Saves Starlark source as your draft NAME (created, or replaced if you \
                           wrote it), after checking that it parses and has a valid \
-                          `def main(*, ...)`. Run it with script_run_draft; a publisher makes it \
+                          `def main(*, ...)`, that every name it uses is defined and every tool it names \
+                          literally is one you may call, with keywords it takes (errors refuse the \
+                          save; warnings are answered). Run it with script_run_draft; a publisher makes it \
                           a tool with script_publish.",
             annotations: annotations(false, true),
         },
@@ -273,6 +278,7 @@ pub(crate) fn platform_tools(scripts: Weak<Scripts>) -> Result<Vec<Tool>, Regist
                     author: saved.draft.author,
                     signature: saved.signature,
                     description: saved.description,
+                    warnings: saved.warnings,
                 })
             })
         }),

@@ -146,7 +146,8 @@ impl SessionCaller {
     }
 }
 
-fn tool_info(tool: &rmcp::model::Tool) -> ToolInfo {
+/// A listed tool as the engine sees it (its origin, shape and signature read from `_meta`).
+pub fn tool_info(tool: &rmcp::model::Tool) -> ToolInfo {
     let meta = tool.meta.as_ref();
     let get = |key: &str| meta.and_then(|m| m.get(key));
     let origin = get(ORIGIN_META_KEY)

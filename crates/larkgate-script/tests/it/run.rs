@@ -150,13 +150,16 @@ fn a_run_stopped_by_a_limit_keeps_what_it_printed() {
 #[test]
 fn the_scripts_own_failure_is_reported_as_such() {
     match run("def main():\n    fail('no data for', 'Oslo')\n", &[]) {
-        Err(RunError::Failed(message)) => {
-            assert!(message.contains("no data for Oslo"), "{message}")
+        Err(error @ RunError::Raised(_)) => {
+            assert!(error.to_string().contains("no data for Oslo"), "{error}");
+            assert_eq!(error.code(), larkgate_caller::Code::ScriptFailed);
         }
         other => panic!("{other:?}"),
     }
     match run("def main():\n    return 1 + 'a'\n", &[]) {
-        Err(RunError::Failed(_)) => {}
+        Err(error @ RunError::Raised(_)) => {
+            assert_eq!(error.code().as_str(), "script_failed");
+        }
         other => panic!("{other:?}"),
     }
 }

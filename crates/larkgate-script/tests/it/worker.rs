@@ -74,7 +74,7 @@ async fn a_failed_run_keeps_what_it_printed_and_a_worker_reports_its_peak_memory
     .await;
     assert_eq!(report.printed, "step 1\nstep 2\n");
     match &report.outcome {
-        Err(RunError::Failed(message)) => {
+        Err(RunError::Raised(message)) => {
             assert!(message.contains("gave up after 1000000"), "{message}")
         }
         other => panic!("expected the script's own failure, got {other:?}"),

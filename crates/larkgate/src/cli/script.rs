@@ -51,6 +51,9 @@ pub(crate) async fn run(
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let saved = scripts.save_draft(&context.actor, &name, &source).await?;
             writeln!(out, "saved draft {name} ({})", saved.signature)?;
+            for warning in &saved.warnings {
+                eprintln!("warning: {warning}");
+            }
         }
         Command::Publish { name } => {
             let version = scripts.publish(&context.actor, &name).await?;

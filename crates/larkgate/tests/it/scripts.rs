@@ -114,6 +114,55 @@ fn bad_scripts_are_refused_before_they_are_saved() {
         &["--as", "ada", "script", "save", "kv_get", "greet.star"],
     );
     assert!(err.contains("a built-in tool has this name"), "{err}");
+
+    // What a run would fail on is refused at save time, with its place; nothing is saved.
+    for (source, expected) in [
+        (
+            "def main():\n    return kv_gett(key = \"k\")\n",
+            "slip.star:2:12-19: Use of undefined variable `kv_gett`",
+        ),
+        (
+            "def main():\n    return call(\"kv_gett\", key = \"k\")\n",
+            "there is no tool \"kv_gett\" that you may call",
+        ),
+        (
+            "def main():\n    return kv_get(kee = \"k\")\n",
+            "kv_get() takes no argument `kee` (it takes: default, key)",
+        ),
+        // A tool the saver may not call is as unknown as one that does not exist.
+        (
+            "def main():\n    return call(\"principal_add\", id = \"x\")\n",
+            "there is no tool \"principal_add\"",
+        ),
+    ] {
+        std::fs::write(dir.path().join("slip.star"), source).unwrap();
+        let err = fails(
+            dir.path(),
+            &["--as", "ada", "script", "save", "slip", "slip.star"],
+        );
+        assert!(
+            err.contains("slip was not saved") && err.contains(expected),
+            "{source}: {err}"
+        );
+    }
+    let listed = ok(dir.path(), &["--as", "ada", "script", "list"]);
+    assert!(!listed.contains("slip"), "nothing was saved: {listed}");
+    // A warning does not refuse: it is shown.
+    std::fs::write(
+        dir.path().join("warned.star"),
+        "def main():\n    unused = kv_get(key = \"k\")\n    return 1\n",
+    )
+    .unwrap();
+    let saved = larkgate_in(
+        dir.path(),
+        &["--as", "ada", "script", "save", "warned", "warned.star"],
+    );
+    assert!(saved.status.success(), "{}", stderr(&saved));
+    assert!(
+        stderr(&saved).contains("warning: warned.star:2:5-11: Unused assignment of `unused`"),
+        "{}",
+        stderr(&saved)
+    );
 }
 
 #[test]
@@ -253,7 +302,7 @@ fn a_failed_run_shows_what_it_printed_and_records_the_error() {
     let record: serde_json::Value =
         serde_json::from_str(&ok(dir.path(), &["runs", "show", &run_id(&err)])).unwrap();
     assert_eq!(record["status"], "failed");
-    assert_eq!(record["error_code"], "internal");
+    assert_eq!(record["error_code"], "script_failed");
     assert!(
         record["error"]
             .as_str()

@@ -432,8 +432,14 @@ fn the_script_tools_refuse_bad_input_with_a_clear_envelope() {
             (
                 "script_run_draft",
                 serde_json::json!({"source": "def main():\n    fail('the key is missing')\n"}),
-                "internal",
+                "script_failed",
                 "the key is missing",
+            ),
+            (
+                "script_save_draft",
+                serde_json::json!({"name": "slip", "source": "def main():\n    return kv_gett(key = \"k\")\n"}),
+                "invalid_arguments",
+                "slip.star:2:12-19: Use of undefined variable `kv_gett`",
             ),
             (
                 "script_run_draft",
