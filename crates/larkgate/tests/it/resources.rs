@@ -161,9 +161,20 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
     let server = Server::start(d);
     let url = server.url.clone();
 
-    // Listed under larkgate's names, from both servers.
-    let resources = ask(&url, &ada, "resources/list", json!({})).await;
-    let uris = strings(&resources["result"]["resources"], "uri");
+    // Listed under larkgate's names, from both servers, once each is connected (a server that
+    // is slow to start joins when it is up).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let uris = loop {
+        let resources = ask(&url, &ada, "resources/list", json!({})).await;
+        let uris = strings(&resources["result"]["resources"], "uri");
+        let both = ["larkgate://py/", "larkgate://everything/"]
+            .iter()
+            .all(|prefix| uris.iter().any(|u| u.starts_with(prefix)));
+        if both || std::time::Instant::now() > deadline {
+            break uris;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     for uri in [
         "larkgate://py/notes://index",
         "larkgate://py/notes://logo",
