@@ -15,6 +15,7 @@ use tower::{Layer, Service};
 use crate::audit::{AuditCode, AuditEntry};
 use crate::bounded::{MAX_MESSAGE_BYTES, MAX_TOOL_NAME_BYTES, cut};
 use crate::envelope::{Code, Refusal};
+use crate::policy::TargetKind;
 use crate::services::Services;
 
 use super::{BoxFuture, CallRequest, CallResponse};
@@ -67,9 +68,25 @@ where
         let mut inner = self.inner.clone();
         let principal = request.principal_id().to_owned();
         let identity = request.identity.clone();
-        // What is recorded of the name: cut, marked and hashed past MCP's 128 bytes.
-        let tool = cut(&request.tool, MAX_TOOL_NAME_BYTES).into_owned();
-        let too_long = request.tool.len() > MAX_TOOL_NAME_BYTES;
+        // What is recorded of the name: cut, marked and hashed past MCP's 128 bytes. A read's
+        // name is its URI, bounded by the catalogue's own limit instead (a longer one is not
+        // found there), and kept whole in the audit.
+        let (tool, too_long) = match request.kind {
+            TargetKind::Tool => (
+                cut(&request.tool, MAX_TOOL_NAME_BYTES).into_owned(),
+                request.tool.len() > MAX_TOOL_NAME_BYTES,
+            ),
+            _ => (
+                cut(&request.tool, crate::catalog::MAX_URI_BYTES + 64).into_owned(),
+                false,
+            ),
+        };
+        // The metrics' label: a tool's or prompt's name, but only the method for a resource
+        // read, whose URIs (through templates) are without number.
+        let metric_name = match request.kind {
+            TargetKind::Resource => request.kind.method().to_owned(),
+            _ => cut(&request.tool, MAX_TOOL_NAME_BYTES).into_owned(),
+        };
         Box::pin(async move {
             let started = Instant::now();
             let in_flight = InFlight::enter(&services.metrics.active_calls);
@@ -91,7 +108,7 @@ where
             let label = if code == Code::NotFound.as_str() && !response.admitted {
                 "-"
             } else {
-                tool.as_str()
+                metric_name.as_str()
             };
             services
                 .metrics

@@ -267,6 +267,36 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
         );
     }
 
+    // A long URI (well past a tool name's 128 bytes) that a template admits is read like any.
+    let slug = "a".repeat(300);
+    let long_page = ask(
+        &url,
+        &ada,
+        "resources/read",
+        json!({"uri": format!("larkgate://py/notes://page/{slug}")}),
+    )
+    .await;
+    assert_eq!(
+        long_page["result"]["contents"][0]["text"],
+        format!("page {slug}"),
+        "{long_page}"
+    );
+    // The metrics count reads by method, not by URI (templates make URIs without number).
+    let metrics_url = format!("{}/metrics", url.trim_end_matches("/mcp"));
+    let metrics = tokio::task::spawn_blocking(move || {
+        reqwest::blocking::get(metrics_url).unwrap().text().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        metrics.contains("larkgate_calls_total{tool=\"resources/read\",code=\"ok\"}"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("notes://page"),
+        "no URI in a label: {metrics}"
+    );
+
     // A URI far over the length larkgate looks up: refused, and the message stays short.
     let long = format!("larkgate://py/notes://page/{}", "a".repeat(10_000));
     let answer = ask(&url, &ada, "resources/read", json!({"uri": long})).await;
