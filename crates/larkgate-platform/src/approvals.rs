@@ -57,8 +57,37 @@ pub struct GatedCall<'a> {
     pub args_hash: &'a str,
     /// The chain the call came through.
     pub chain: &'a CallChain,
-    /// What an approver is shown, if this call creates the request.
-    pub details: ApprovalDetails,
+    /// The canonical arguments, shown to an approver if this call creates the request.
+    pub arguments: Option<&'a Map>,
+    /// The script run the call is made in, if any.
+    pub run_id: Option<&'a str>,
+}
+
+impl GatedCall<'_> {
+    /// What an approver is shown of this call: its arguments as [`shown_arguments`] renders
+    /// them, its run, and the script that run is of (`name v3` for a published version,
+    /// `name (draft)` for a saved draft, `an unsaved draft`; none when the run's record cannot
+    /// be read: the approval binds to the call as it is either way). Made only when the call
+    /// creates a request, not for every gated call.
+    async fn details(&self, services: &Services) -> ApprovalDetails {
+        let script = match self.run_id {
+            Some(id) => services.store.run(id).await.ok().flatten().map(|run| {
+                match (run.script, run.version) {
+                    (Some(name), Some(version)) => format!("{name} v{version}"),
+                    (Some(name), None) => format!("{name} (draft)"),
+                    (None, _) => "an unsaved draft".to_owned(),
+                }
+            }),
+            None => None,
+        };
+        ApprovalDetails {
+            arguments: self
+                .arguments
+                .map(|arguments| shown_arguments(arguments, &services.policy.approvals.redact)),
+            run_id: self.run_id.map(str::to_owned),
+            script,
+        }
+    }
 }
 
 /// `arguments` as an approver sees them: canonical JSON, with every field named in `redact`
@@ -136,8 +165,9 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
             )
         }),
         _ => {
+            let details = call.details(services).await;
             let pending = store
-                .pending_approval(principal, tool, args_hash, chain, &call.details, now_ms())
+                .pending_approval(principal, tool, args_hash, chain, &details, now_ms())
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
             Err(Refusal {
@@ -297,12 +327,12 @@ pub async fn resolve(
             "an approver who is neither in the run's chain nor a script's author must decide",
         ));
     }
-    expire_pending(store, rules.pending_ttl_seconds).await?;
-    let approval = store
-        .approval(id)
-        .await
-        .map_err(|e| Refusal::store("the approval could not be read", e))?;
-    if approval.is_some_and(|a| a.status == ApprovalStatus::Expired) {
+    let pending_ttl_ms =
+        i64::try_from(rules.pending_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    let waited_too_long = approval.status == ApprovalStatus::Pending
+        && approval.created_at_ms < now_ms().saturating_sub(pending_ttl_ms);
+    if waited_too_long || approval.status == ApprovalStatus::Expired {
+        expire_pending(store, rules.pending_ttl_seconds).await?;
         return Err(expired(id, true));
     }
     let now = now_ms();

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use larkgate_store::{ApprovalDetails, CallChain};
+use larkgate_store::CallChain;
 
 use crate::approvals;
 use crate::envelope::Refusal;
@@ -20,20 +20,6 @@ use super::{CallRequest, Step};
 pub struct Gate {
     /// The platform's services.
     pub services: Arc<Services>,
-}
-
-impl Gate {
-    /// The script run `run_id` is of, as an approver is shown it: `name v3` for a published
-    /// version, `name (draft)` for a saved draft, `an unsaved draft`; `None` when the run's
-    /// record cannot be read (the approval still binds to the call as it is).
-    async fn script_of(&self, run_id: &str) -> Option<String> {
-        let run = self.services.store.run(run_id).await.ok().flatten()?;
-        Some(match (run.script, run.version) {
-            (Some(name), Some(version)) => format!("{name} v{version}"),
-            (Some(name), None) => format!("{name} (draft)"),
-            (None, _) => "an unsaved draft".to_owned(),
-        })
-    }
 }
 
 #[async_trait::async_trait]
@@ -52,24 +38,16 @@ impl Step for Gate {
         let hash = request.args_hash.clone().unwrap_or_default();
         let direct = CallChain::default();
         let chain = request.identity.as_ref().map_or(&direct, |i| &i.run.chain);
-        let run_id = request.identity.as_ref().and_then(|i| i.run.run_id.clone());
-        let details = ApprovalDetails {
-            arguments: request
-                .canonical
-                .as_ref()
-                .map(|arguments| approvals::shown_arguments(arguments, &policy.approvals.redact)),
-            script: match &run_id {
-                Some(id) => self.script_of(id).await,
-                None => None,
-            },
-            run_id,
-        };
         let call = approvals::GatedCall {
             principal: &principal,
             tool: &request.tool,
             args_hash: &hash,
             chain,
-            details,
+            arguments: request.canonical.as_ref(),
+            run_id: request
+                .identity
+                .as_ref()
+                .and_then(|i| i.run.run_id.as_deref()),
         };
         let id = approvals::admit(&self.services, &call).await?;
         request.approval_id = Some(id);
