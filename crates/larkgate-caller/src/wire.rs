@@ -228,6 +228,10 @@ pub enum RunKind {
     Draft,
     /// A published script run: as `script:<name>` with the roles captured at publish time.
     Published,
+    /// A draft script run in review mode: as its author, read-only tools called as in a draft
+    /// run, and every call to a tool that may write recorded as an intended write and answered
+    /// with a placeholder instead of being made.
+    Review,
 }
 
 impl RunKind {
@@ -237,6 +241,7 @@ impl RunKind {
             RunKind::Direct => "direct",
             RunKind::Draft => "draft",
             RunKind::Published => "published",
+            RunKind::Review => "review",
         }
     }
 }

@@ -14,6 +14,7 @@
 //! | [`registry`] | tool names, origins, classification, MCP listings |
 //! | [`policy`] | roles, approval requirements, rate limits, as the operator writes them |
 //! | [`ratelimit`] | GCRA with a bounded key table |
+//! | [`review`] | review runs: the intended writes they record instead of making them |
 //! | [`audit`] | the journaled hash chain and its verification |
 //! | [`envelope`] | refusal codes and the one mapping to MCP results |
 //! | [`tokens`] | bearer tokens: issue, hash, verify |
@@ -44,6 +45,7 @@ pub mod platform;
 pub mod policy;
 pub mod ratelimit;
 pub mod registry;
+pub mod review;
 pub mod server;
 pub mod services;
 pub mod tokens;

@@ -6,6 +6,10 @@
 //!   → the tool's handler
 //! ```
 //!
+//! A review run's call to a tool that may write leaves the path at the journal: the write
+//! barrier marks it intercepted, the rate limit and the gate pass it, and the journal records
+//! it as an intended write instead of dispatching it ([`crate::review`]).
+//!
 //! Each gating step is a [`Step`]: it reads and fills the typed [`CallRequest`] and either
 //! passes the call on or refuses it. [`build`] assembles them; read top to bottom it is the
 //! path of a call, and the order is precedence: a call that is both forbidden and over its
@@ -72,6 +76,10 @@ pub struct CallRequest {
     pub args_hash: Option<String>,
     /// The approval this call will consume (after `gate`).
     pub approval_id: Option<String>,
+    /// A review run's call to a tool that may write (set by `write barrier`): the rate limit
+    /// and the gate pass it untouched, and the journal records it as an intended write and
+    /// answers a placeholder instead of dispatching it ([`crate::review`]).
+    pub intercepted: bool,
 }
 
 impl CallRequest {
@@ -92,6 +100,7 @@ impl CallRequest {
             canonical: None,
             args_hash: None,
             approval_id: None,
+            intercepted: false,
         }
     }
 

@@ -84,6 +84,7 @@ impl PlatformBuilder {
             limits: self.limits,
             record_arguments: self.record_arguments,
             metrics: crate::metrics::Metrics::default(),
+            reviews: crate::review::Reviews::default(),
         });
         let registry = Arc::new(ToolTable::new(self.registry));
         let catalog = Arc::new(Catalog::default());

@@ -24,6 +24,9 @@
 //! pending_ttl_seconds = 3600        # how long a request waits for a decision
 //! redact = ["password", "token"]    # argument fields approvers see as "<redacted>"
 //!
+//! [publishing]
+//! require_review = true             # publish only a source whose review run succeeded
+//!
 //! [[rate_limits]]
 //! per = "principal"                 # one budget per principal, across its tools
 //! calls = 600
@@ -270,6 +273,17 @@ impl Default for ApprovalRules {
     }
 }
 
+/// What publishing a script needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishingRules {
+    /// Whether a draft is published only after a review run of its exact source succeeded
+    /// (`larkgate run --draft NAME --review`, `script_run_draft(name=..., review=true)`), so a
+    /// publisher has seen what it would write.
+    #[serde(default)]
+    pub require_review: bool,
+}
+
 /// What a rate limit counts calls by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -339,6 +353,9 @@ pub struct Policy {
     /// Rate limits; every matching rule applies.
     #[serde(default)]
     pub rate_limits: Vec<RateLimitRule>,
+    /// What publishing a script needs.
+    #[serde(default)]
+    pub publishing: PublishingRules,
 }
 
 impl Default for Policy {
@@ -359,6 +376,7 @@ impl Default for Policy {
             roles,
             approvals: ApprovalRules::default(),
             rate_limits: Vec::new(),
+            publishing: PublishingRules::default(),
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::audit::AuditSink;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::ratelimit::RateLimiter;
+use crate::review::Reviews;
 
 /// Size limits the platform enforces on every call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,4 +48,6 @@ pub struct Services {
     pub record_arguments: bool,
     /// Calls by tool and outcome, latencies, sessions, runs.
     pub metrics: Metrics,
+    /// The ledgers of review runs going on in this process.
+    pub reviews: Reviews,
 }

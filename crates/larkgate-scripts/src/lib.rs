@@ -37,6 +37,7 @@ use larkgate_platform::access::{self, AUTHORS, PUBLISHERS};
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::registry::{RegistryError, script_tool_name};
+use larkgate_platform::review::{IntendedWrite, ReviewRecord};
 use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerPool};
 use larkgate_store::now_ms;
@@ -234,6 +235,16 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
+    /// This draft run in review mode: calls to tools that may write are recorded as intended
+    /// writes and answered with a placeholder instead of being made
+    /// ([`larkgate_platform::review`]).
+    pub fn reviewing(mut self) -> Self {
+        if self.kind == RunKind::Draft {
+            self.kind = RunKind::Review;
+        }
+        self
+    }
+
     /// A draft run of `source` as `actor`, who starts it, at nesting `depth`.
     pub fn draft(
         actor: &Principal,
@@ -267,6 +278,9 @@ pub struct Finished {
     pub printed: String,
     /// `main`'s result, or why the run failed.
     pub outcome: Result<Value, RunError>,
+    /// For a review run: the calls it would have made to tools that may write, in order, and
+    /// the tools it called.
+    pub review: Option<ReviewRecord>,
 }
 
 impl Finished {
@@ -278,6 +292,74 @@ impl Finished {
             self.record.id
         ))
     }
+}
+
+/// What publishing a draft changes: shown before publishing (`script publish --dry-run`) and
+/// with the publication.
+#[derive(Clone, Debug)]
+pub struct PublishPreview {
+    /// The script's name.
+    pub name: String,
+    /// The draft's source.
+    pub source: String,
+    /// Its SHA-256 (hex).
+    pub hash: String,
+    /// The draft's author: whose roles the version's runs carry.
+    pub author: String,
+    /// The latest version before it, if any.
+    pub previous_version: Option<u32>,
+    /// A unified diff from the latest version's source to the draft's (empty when they are the
+    /// same; `None` for a first version).
+    pub diff: Option<String>,
+    /// The newest review run of exactly this source that succeeded, if any.
+    pub review: Option<ReviewSummary>,
+}
+
+/// A review run, as a publisher is shown it.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ReviewSummary {
+    /// The run's id.
+    pub run_id: String,
+    /// Who ran it.
+    pub principal: String,
+    /// When it finished (Unix ms).
+    pub finished_at_ms: Option<i64>,
+    /// The calls it would have made to tools that may write, in order.
+    pub intended_writes: Vec<IntendedWrite>,
+    /// Every tool it called, by name.
+    pub tools_called: Vec<String>,
+}
+
+/// A run's review record, as its run record keeps it.
+pub fn review_of(run: &Run) -> Option<ReviewRecord> {
+    run.review
+        .as_deref()
+        .map(|json| serde_json::from_str(json).unwrap_or_default())
+}
+
+impl ReviewSummary {
+    fn from_run(run: Run) -> Self {
+        let review = review_of(&run).unwrap_or_default();
+        ReviewSummary {
+            intended_writes: review.intended_writes,
+            tools_called: review.tools_called.into_iter().collect(),
+            run_id: run.id,
+            principal: run.principal,
+            finished_at_ms: run.finished_at_ms,
+        }
+    }
+}
+
+/// A unified diff from `previous`'s source to `source`.
+fn source_diff(name: &str, previous: &ScriptVersion, source: &str) -> String {
+    similar::TextDiff::from_lines(previous.source.as_str(), source)
+        .unified_diff()
+        .context_radius(3)
+        .header(
+            &format!("{name} v{}", previous.version),
+            &format!("{name} (draft)"),
+        )
+        .to_string()
 }
 
 /// The lifecycle service. See the module documentation.
@@ -461,12 +543,15 @@ impl Scripts {
         ))
     }
 
-    /// Publishes the draft `name` as its next version, published by `actor`.
-    pub async fn publish(
-        self: &Arc<Self>,
+    /// What publishing the draft `name` would change, for `actor` (a publisher) to see first:
+    /// the diff from the latest version, and the intended writes of the newest review run of
+    /// exactly this source. Refused as [`Scripts::publish`] would refuse it, except for a
+    /// missing review run, which the preview shows as missing.
+    pub async fn publish_preview(
+        &self,
         actor: &Principal,
         name: &str,
-    ) -> Result<ScriptVersion, Refusal> {
+    ) -> Result<PublishPreview, Refusal> {
         access::require_any_role(actor, PUBLISHERS, "publish scripts")?;
         let draft = self
             .store
@@ -479,20 +564,74 @@ impl Scripts {
             })?;
         check(name, &draft.source)?;
         let hash = source_hash(&draft.source);
+        let latest = self
+            .store
+            .latest_version(name)
+            .await
+            .map_err(store_failed)?;
+        let review = self
+            .store
+            .latest_review(name, &hash)
+            .await
+            .map_err(store_failed)?
+            .map(ReviewSummary::from_run);
+        Ok(PublishPreview {
+            name: name.to_owned(),
+            hash,
+            author: draft.author,
+            previous_version: latest.as_ref().map(|v| v.version),
+            diff: latest.map(|v| source_diff(name, &v, &draft.source)),
+            review,
+            source: draft.source,
+        })
+    }
+
+    /// Publishes the draft `name` as its next version, published by `actor`; answers the
+    /// version and what was shown of it ([`Scripts::publish_preview`]). With
+    /// `[policy.publishing] require_review`, a draft whose exact source has no successful review
+    /// run is refused.
+    pub async fn publish(
+        self: &Arc<Self>,
+        actor: &Principal,
+        name: &str,
+    ) -> Result<(ScriptVersion, PublishPreview), Refusal> {
+        let preview = self.publish_preview(actor, name).await?;
+        if self.platform.services().policy.publishing.require_review && preview.review.is_none() {
+            return Err(Refusal::new(
+                Code::Forbidden,
+                format!(
+                    "{name} was not published: this source has no successful review run, and \
+                     the policy requires one before publishing"
+                ),
+            )
+            .with_hint(format!(
+                "run it in review mode first: larkgate run --draft {name} --review, or \
+                 script_run_draft(name=\"{name}\", review=true)"
+            )));
+        }
+        let hash = &preview.hash;
         let version = self
             .store
-            .publish(name, &draft.source, &hash, &actor.id, now_ms())
+            .publish(name, &preview.source, hash, &actor.id, &[], now_ms())
             .await
             .map_err(|e| match e {
                 StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
                 other => store_failed(other),
             })?;
+        let reviewed = match &preview.review {
+            Some(review) => format!(
+                ", reviewed by run {} ({} intended writes)",
+                review.run_id,
+                review.intended_writes.len()
+            ),
+            None => ", not reviewed".to_owned(),
+        };
         self.event(
             actor,
             name,
             EventKind::Published,
             format!(
-                "published {name} version {} by {} with roles [{}], hash {hash}",
+                "published {name} version {} by {} with roles [{}], hash {hash}{reviewed}",
                 version.version,
                 version.author,
                 version.author_roles.join(",")
@@ -501,7 +640,7 @@ impl Scripts {
         self.refresh_tools()
             .await
             .map_err(|e| Refusal::internal("the script tools were not refreshed", e))?;
-        Ok(version)
+        Ok((version, preview))
     }
 
     fn event(
@@ -659,6 +798,7 @@ impl Scripts {
             started_at_ms: now_ms(),
             finished_at_ms: None,
             started_by: Some(request.started_by.clone()),
+            review: None,
         };
         self.store
             .start_run(record.clone())
@@ -677,7 +817,10 @@ impl Scripts {
             larkgate.run.id = %id,
             larkgate.run.kind = request.kind.as_str(),
         );
+        let ledger = (request.kind == RunKind::Review)
+            .then(|| ReviewLedger::open(&self.platform.services().reviews, &id));
         let mut report = self.execute(&request, &id).instrument(span).await;
+        let review = ledger.map(ReviewLedger::close);
         if report.outcome.is_err() && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             report.outcome = Err(RunError::Failed(CANCELLED.to_owned()));
         }
@@ -702,6 +845,9 @@ impl Scripts {
                 record.error = Some(error.to_string());
             }
         }
+        record.review = review
+            .as_ref()
+            .map(|review| serde_json::to_string(review).unwrap_or_else(|_| "{}".to_owned()));
         self.store
             .finish_run(record.clone())
             .await
@@ -710,6 +856,7 @@ impl Scripts {
             record,
             printed: report.printed,
             outcome: report.outcome,
+            review,
         })
     }
 
@@ -793,6 +940,38 @@ impl Scripts {
             if let Err(error) = self.store.finish_run(run).await {
                 tracing::warn!("run {id} could not be recorded as cancelled: {error}");
             }
+        }
+    }
+}
+
+/// A review run's ledger of intended writes, open while the run goes: closed by
+/// [`ReviewLedger::close`], or when dropped (a run whose caller went away).
+struct ReviewLedger<'a> {
+    reviews: &'a larkgate_platform::review::Reviews,
+    run_id: String,
+    closed: bool,
+}
+
+impl<'a> ReviewLedger<'a> {
+    fn open(reviews: &'a larkgate_platform::review::Reviews, run_id: &str) -> Self {
+        reviews.open(run_id);
+        ReviewLedger {
+            reviews,
+            run_id: run_id.to_owned(),
+            closed: false,
+        }
+    }
+
+    fn close(mut self) -> ReviewRecord {
+        self.closed = true;
+        self.reviews.close(&self.run_id)
+    }
+}
+
+impl Drop for ReviewLedger<'_> {
+    fn drop(&mut self) {
+        if !self.closed {
+            self.reviews.close(&self.run_id);
         }
     }
 }

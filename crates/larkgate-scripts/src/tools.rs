@@ -16,6 +16,7 @@ use larkgate_platform::registry::{
     Origin, RegistryError, SCRIPT_NAMESPACE, Source, ToolAnnotations, ToolHandler, ToolSpec,
     script_tool_name,
 };
+use larkgate_platform::review::IntendedWrite;
 use larkgate_platform::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability};
 use larkgate_store::{Run, ScriptVersion};
 use schemars::JsonSchema;
@@ -77,11 +78,73 @@ struct SavedDraft {
     warnings: Vec<String>,
 }
 
-/// Input of `script_publish` and `script_history`.
+/// Input of `script_history`.
 #[derive(Debug, Deserialize, JsonSchema)]
 struct NameInput {
     /// The script's name.
     name: String,
+}
+
+/// Input of `script_publish`.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct PublishInput {
+    /// The draft's name.
+    name: String,
+    /// Only show what publishing would change (the diff and the review run's intended
+    /// writes); publish nothing. Default false.
+    dry_run: Option<bool>,
+}
+
+/// Output of `script_publish`: the version (as `script_history` lists one), and what was
+/// shown of it.
+#[derive(Debug, Serialize, JsonSchema)]
+struct PublishOutput {
+    /// Whether a version was published (false for a dry run).
+    published: bool,
+    /// The script's name.
+    name: String,
+    /// The version published (for a dry run: the version publishing would make).
+    version: i64,
+    /// The tool it is served as.
+    tool: String,
+    /// Who wrote it.
+    author: String,
+    /// The author's roles, captured at publish time (null for a dry run).
+    author_roles: Option<Vec<String>>,
+    /// Who published it (null for a dry run).
+    publisher: Option<String>,
+    /// SHA-256 of its source.
+    hash: String,
+    /// When (Unix ms; null for a dry run).
+    published_at_ms: Option<i64>,
+    /// The latest version before it, if any.
+    previous_version: Option<i64>,
+    /// A unified diff from the previous version's source (empty when unchanged; null for a
+    /// first version).
+    diff: Option<String>,
+    /// The newest successful review run of exactly this source, with the calls it would have
+    /// made to tools that may write; null when it was never reviewed.
+    review: Option<crate::ReviewSummary>,
+}
+
+impl PublishOutput {
+    fn new(version: Option<ScriptVersion>, preview: crate::PublishPreview) -> Self {
+        let next = preview.previous_version.map_or(1, |v| v + 1);
+        PublishOutput {
+            published: version.is_some(),
+            tool: script_tool_name(&preview.name),
+            version: i64::from(version.as_ref().map_or(next, |v| v.version)),
+            author_roles: version.as_ref().map(|v| v.author_roles.clone()),
+            publisher: version.as_ref().map(|v| v.publisher.clone()),
+            published_at_ms: version.as_ref().map(|v| v.published_at_ms),
+            name: preview.name,
+            author: preview.author,
+            hash: preview.hash,
+            previous_version: preview.previous_version.map(i64::from),
+            diff: preview.diff,
+            review: preview.review,
+        }
+    }
 }
 
 /// A published version, as listed.
@@ -192,7 +255,7 @@ pub struct RunView {
     pub version: Option<i64>,
     /// SHA-256 of the source that ran.
     pub hash: String,
-    /// `draft` or `published`.
+    /// `draft`, `review` or `published`.
     pub kind: String,
     /// Who it ran as.
     pub principal: String,
@@ -218,6 +281,12 @@ pub struct RunView {
     pub started_at_ms: i64,
     /// When it finished.
     pub finished_at_ms: Option<i64>,
+    /// For a review run: the calls it would have made to tools that may write, in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intended_writes: Option<Vec<IntendedWrite>>,
+    /// For a review run: every tool it called, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools_called: Option<Vec<String>>,
 }
 
 fn signed(n: u64) -> i64 {
@@ -226,6 +295,14 @@ fn signed(n: u64) -> i64 {
 
 impl From<Run> for RunView {
     fn from(run: Run) -> Self {
+        let review = crate::review_of(&run);
+        let (intended_writes, tools_called) = match review {
+            Some(review) => (
+                Some(review.intended_writes),
+                Some(review.tools_called.into_iter().collect()),
+            ),
+            None => (None, None),
+        };
         RunView {
             run_id: run.id,
             script: run.script,
@@ -244,6 +321,8 @@ impl From<Run> for RunView {
             peak_memory_bytes: run.stats.peak_memory_bytes.map(signed),
             started_at_ms: run.started_at_ms,
             finished_at_ms: run.finished_at_ms,
+            intended_writes,
+            tools_called,
         }
     }
 }
@@ -291,18 +370,24 @@ pub(crate) fn platform_tools(scripts: Weak<Scripts>) -> Result<Vec<Tool>, Regist
             title: "Publish a script",
             description: "Publishes the draft NAME as its next immutable version and serves it \
                           as the tool script__NAME. Its runs carry the draft author's roles as \
-                          they are now; you are recorded as the publisher.",
+                          they are now; you are recorded as the publisher. Answers the diff \
+                          from the previous version and the intended writes of the newest \
+                          review run of exactly this source (script_run_draft with \
+                          review=true); dry_run=true shows them without publishing.",
             annotations: annotations(false, false),
         },
         PUBLISHERS,
-        Arc::new(move |ctx: CallContext, input: NameInput| {
+        Arc::new(move |ctx: CallContext, input: PublishInput| {
             let scripts = s.clone();
             Box::pin(async move {
                 let scripts = upgrade(&scripts)?;
-                let version = scripts
-                    .publish(&ctx.identity.run.principal, &input.name)
-                    .await?;
-                Ok(VersionView::from(version))
+                let actor = &ctx.identity.run.principal;
+                if input.dry_run == Some(true) {
+                    let preview = scripts.publish_preview(actor, &input.name).await?;
+                    return Ok(PublishOutput::new(None, preview));
+                }
+                let (version, preview) = scripts.publish(actor, &input.name).await?;
+                Ok(PublishOutput::new(Some(version), preview))
             })
         }),
     )?);
@@ -425,7 +510,19 @@ fn run_output_schema() -> serde_json::Map<String, serde_json::Value> {
         "properties": {
             "result": {"description": "main's return value"},
             "printed": {"type": "string", "description": "what the script printed"},
-            "run_id": {"type": "string", "description": "the run's id, for run_get"}
+            "run_id": {"type": "string", "description": "the run's id, for run_get"},
+            "intended_writes": {
+                "type": "array",
+                "description": "a review run's calls to tools that may write, recorded instead of made",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "tool": {"type": "string"},
+                        "arguments": {"type": "object"}
+                    },
+                    "required": ["tool", "arguments"]
+                }
+            }
         },
         "required": ["result", "printed", "run_id"]
     }))
@@ -437,16 +534,23 @@ fn run_draft_spec() -> ToolSpec {
         title: Some("Run a draft".to_owned()),
         description: "Runs a draft as you, with read-only tools only (a call to any other tool \
                       is refused with write_barrier): your saved draft `name`, or `source` \
-                      given inline. `args` are main's keyword arguments. Answers main's result, \
-                      what it printed and the run id; a failed run is refused with its own \
-                      code."
+                      given inline. `args` are main's keyword arguments. With review=true, a \
+                      call to a tool that may write is not refused but recorded and answered \
+                      {\"intercepted\": true, \"tool\": NAME, \"write\": N} instead of being \
+                      made, and the answer lists these intended writes: what publishing would \
+                      let the script do. Answers main's result, what it printed and the run \
+                      id; a failed run is refused with its own code."
             .to_owned(),
         input_schema: object(serde_json::json!({
             "type": "object",
             "properties": {
                 "name": {"type": "string", "description": "your saved draft's name"},
                 "source": {"type": "string", "description": "Starlark source to run instead"},
-                "args": {"type": "object", "description": "main's keyword arguments"}
+                "args": {"type": "object", "description": "main's keyword arguments"},
+                "review": {
+                    "type": "boolean",
+                    "description": "record calls to tools that may write instead of refusing them"
+                }
             },
             "additionalProperties": false
         })),
@@ -466,7 +570,8 @@ fn run_draft_spec() -> ToolSpec {
         input_shape: None,
         signature: Some(
             "script_run_draft(*, name: str | None = None, source: str | None = None, \
-             args: dict[str, any] | None = None) -> struct(result: any, printed: str, run_id: str)"
+             args: dict[str, any] | None = None, review: bool = False) -> struct(result: any, \
+             printed: str, run_id: str, intended_writes: list | None)"
                 .to_owned(),
         ),
         roles: Some(AUTHORS),
@@ -503,7 +608,7 @@ impl ToolHandler for RunDraft {
         let scripts = upgrade(&self.0)?;
         if let Some(unknown) = arguments
             .keys()
-            .find(|k| !matches!(k.as_str(), "name" | "source" | "args"))
+            .find(|k| !matches!(k.as_str(), "name" | "source" | "args" | "review"))
         {
             return Err(invalid(format!(
                 "script_run_draft() has no argument `{unknown}`"
@@ -515,6 +620,16 @@ impl ToolHandler for RunDraft {
             Some(other) => {
                 return Err(invalid(format!(
                     "script_run_draft(): `args` must be an object, got {}",
+                    other.type_name()
+                )));
+            }
+        };
+        let review = match arguments.get("review") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(review)) => *review,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "script_run_draft(): `review` must be true or false, got {}",
                     other.type_name()
                 )));
             }
@@ -544,6 +659,9 @@ impl ToolHandler for RunDraft {
             context.identity.run.depth + 1,
         );
         request.chain = context.identity.run.chain.then(&actor.id, &actor.id);
+        if review {
+            request = request.reviewing();
+        }
         let finished = scripts.run(request).await?;
         finished_output(finished)
     }
@@ -559,6 +677,17 @@ fn finished_output(finished: super::Finished) -> Result<Map, Refusal> {
                 "run_id".to_owned(),
                 Value::from(finished.record.id.as_str()),
             );
+            if let Some(review) = &finished.review {
+                let writes = serde_json::to_value(&review.intended_writes).map_err(|e| {
+                    Refusal::internal("the intended writes could not be answered", e)
+                })?;
+                let writes =
+                    larkgate_binding::from_json(&writes, larkgate_binding::Limits::default())
+                        .map_err(|e| {
+                            Refusal::internal("the intended writes could not be answered", e)
+                        })?;
+                out.insert("intended_writes".to_owned(), writes);
+            }
             Ok(out)
         }
         Err(error) => Err(finished.refusal(error)),

@@ -19,7 +19,8 @@ mod sqlite;
 pub use model::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord,
     CallChain, Draft, ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunQuery, RunStats,
-    RunStatus, ScriptVersion, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    RunStatus, ScriptPin, ScriptVersion, TokenRecord, ToolPin, UpstreamRecord,
+    UpstreamStatusRecord,
 };
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
@@ -174,7 +175,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Publishes the draft `name` as its next version, in one transaction: `source` (which the
     /// caller checked, and which must still be the draft's source), its `hash`, the draft
     /// author's roles as they are now (read from the principals table in the same
-    /// transaction), and `publisher`. [`StoreError::Missing`] without a draft;
+    /// transaction), `publisher`, and the upstream tools it refers to (`pins`). [`StoreError::Missing`] without a draft;
     /// [`StoreError::Invalid`] if the draft changed since it was checked or its author is no
     /// longer registered.
     async fn publish(
@@ -183,6 +184,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         source: &str,
         hash: &str,
         publisher: &str,
+        pins: &[ScriptPin],
         now_ms: i64,
     ) -> Result<ScriptVersion>;
     /// Every version of a script, oldest first.
@@ -199,6 +201,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn run(&self, id: &str) -> Result<Option<Run>>;
     /// The runs `query` selects, newest first.
     async fn runs(&self, query: &RunQuery) -> Result<Vec<Run>>;
+    /// The newest review run of the saved draft `script` that ran exactly the source with
+    /// SHA-256 `hash` and succeeded: what a publisher is shown before that source is published.
+    async fn latest_review(&self, script: &str, hash: &str) -> Result<Option<Run>>;
 
     // ---- upstreams ----
 

@@ -176,6 +176,9 @@ pub enum AuditKind {
     Refusal,
     /// Anything else worth keeping: an approval resolved, a principal changed.
     Event,
+    /// A call a review run would have made to a tool that may write: authorized, recorded,
+    /// and answered with a placeholder instead of being made.
+    Review,
 }
 
 impl AuditKind {
@@ -186,6 +189,7 @@ impl AuditKind {
             AuditKind::Outcome => "outcome",
             AuditKind::Refusal => "refusal",
             AuditKind::Event => "event",
+            AuditKind::Review => "review",
         }
     }
 
@@ -196,6 +200,7 @@ impl AuditKind {
             "outcome" => AuditKind::Outcome,
             "refusal" => AuditKind::Refusal,
             "event" => AuditKind::Event,
+            "review" => AuditKind::Review,
             _ => return None,
         })
     }
@@ -325,6 +330,24 @@ pub struct ScriptVersion {
     pub publisher: String,
     /// When (Unix ms).
     pub published_at_ms: i64,
+    /// The upstream tools it refers to, each with the definition it was published against;
+    /// `None` for a version published before larkgate recorded them.
+    pub pins: Option<Vec<ScriptPin>>,
+}
+
+/// An upstream tool a published script refers to, and the definition it was published
+/// against.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScriptPin {
+    /// The tool's larkgate name (`github__search_issues`).
+    pub tool: String,
+    /// The upstream's alias.
+    pub alias: String,
+    /// The tool's name at the upstream.
+    pub upstream_tool: String,
+    /// SHA-256 (hex) of the tool's approved definition when the version was published (empty
+    /// when it had none).
+    pub hash: String,
 }
 
 /// Where a run stands.
@@ -384,7 +407,7 @@ pub struct Run {
     pub version: Option<u32>,
     /// SHA-256 (hex) of the source that ran.
     pub hash: String,
-    /// `draft` or `published`.
+    /// `draft`, `review` or `published`.
     pub kind: String,
     /// Who the run ran as.
     pub principal: String,
@@ -405,6 +428,10 @@ pub struct Run {
     /// Who started it (for a published run, the caller of its tool; unknown for runs recorded
     /// before larkgate kept it).
     pub started_by: Option<String>,
+    /// For a review run, as JSON (the platform owns the format): the calls it would have made
+    /// to tools that may write, in order (arguments redacted as approvers see them), and every
+    /// tool it called.
+    pub review: Option<String>,
 }
 
 /// An upstream added with `larkgate upstream add` (those in the configuration file are not

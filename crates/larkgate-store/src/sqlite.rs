@@ -27,8 +27,8 @@ use rusqlite::{Connection, params};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
-    Draft, ForwardedAudit, Principal, Result, Run, RunQuery, ScriptVersion, Store, StoreError,
-    TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    Draft, ForwardedAudit, Principal, Result, Run, RunQuery, ScriptPin, ScriptVersion, Store,
+    StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -300,15 +300,17 @@ impl Store for SqliteStore {
         source: &str,
         hash: &str,
         publisher: &str,
+        pins: &[ScriptPin],
         now_ms: i64,
     ) -> Result<ScriptVersion> {
-        let (name, source, hash, publisher) = (
+        let (name, source, hash, publisher, pins) = (
             name.to_owned(),
             source.to_owned(),
             hash.to_owned(),
             publisher.to_owned(),
+            pins.to_vec(),
         );
-        self.with(move |c| scripts::publish(c, &name, &source, &hash, &publisher, now_ms))
+        self.with(move |c| scripts::publish(c, &name, &source, &hash, &publisher, pins, now_ms))
             .await
     }
 
@@ -337,6 +339,12 @@ impl Store for SqliteStore {
     async fn run(&self, id: &str) -> Result<Option<Run>> {
         let id = id.to_owned();
         self.with(move |c| scripts::run(c, &id)).await
+    }
+
+    async fn latest_review(&self, script: &str, hash: &str) -> Result<Option<Run>> {
+        let (script, hash) = (script.to_owned(), hash.to_owned());
+        self.with(move |c| scripts::latest_review(c, &script, &hash))
+            .await
     }
 
     async fn runs(&self, query: &RunQuery) -> Result<Vec<Run>> {

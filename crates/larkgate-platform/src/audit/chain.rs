@@ -174,7 +174,7 @@ pub async fn verify_against(
                         open_intents.remove(&intent);
                     }
                 }
-                AuditKind::Refusal | AuditKind::Event => {}
+                AuditKind::Refusal | AuditKind::Event | AuditKind::Review => {}
             }
             expected_seq = record.seq + 1;
             prev_hash = record.hash.clone();

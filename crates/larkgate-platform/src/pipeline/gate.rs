@@ -26,6 +26,10 @@ pub struct Gate {
 impl Step for Gate {
     const NAME: &'static str = "approval gate";
     async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
+        if request.intercepted {
+            // A review run's intended write is recorded, never made: nothing to count or approve.
+            return Ok(());
+        }
         let operator_gated = request
             .resolved
             .as_ref()

@@ -1,6 +1,10 @@
 //! `journal`: the innermost service. It writes the call's intent (if that fails, the call does
 //! not run and is refused as `internal`), consumes the approval the gate found, runs the
 //! handler, and writes the outcome — on one hash chain ([`crate::audit`]).
+//!
+//! A review run's intercepted call (see [`crate::review`]) is not dispatched: the journal
+//! records it in the run's ledger, writes one `review` record (if that fails, the call is
+//! refused as `internal`, as an intent would be), and answers the placeholder.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use tracing::Instrument;
 use crate::approvals;
 use crate::audit::{AuditCode, AuditEntry};
 use crate::envelope::Refusal;
-use crate::identity::{CallContext, SessionIdentity};
+use crate::identity::{CallContext, RunKind, SessionIdentity};
 use crate::registry::{RegisteredTool, ToolOutput};
 use crate::services::Services;
 
@@ -81,6 +85,17 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         args_hash: request.args_hash.clone(),
         ..Default::default()
     };
+    if request.intercepted {
+        return CallResponse {
+            result: intercept(&services, &request, &arguments, base),
+            admitted: false,
+        };
+    }
+    if identity.run.kind == RunKind::Review {
+        services
+            .reviews
+            .called(identity.run.run_id.as_deref(), &request.tool);
+    }
     if request.approval_id.is_some() {
         // The approval may have been resolved beside the gateway: its event comes first.
         services.audit.catch_up().await;
@@ -145,6 +160,37 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         result,
         admitted: true,
     }
+}
+
+/// Records a review run's call to a tool that may write instead of making it.
+fn intercept(
+    services: &Services,
+    request: &CallRequest,
+    arguments: &Map,
+    base: AuditEntry,
+) -> Result<ToolOutput, Refusal> {
+    let shown = approvals::shown_arguments(arguments, &services.policy.approvals.redact);
+    let index = services
+        .reviews
+        .record(base.run_id.as_deref(), &request.tool, &shown)?;
+    let record = AuditEntry {
+        kind: Some(AuditKind::Review),
+        args: services
+            .record_arguments
+            .then(|| canonical_map_json(arguments)),
+        detail: Some(format!("intended write {index} of a review run, not made")),
+        ..base
+    };
+    services.audit.append(record).map_err(|error| {
+        Refusal::internal(
+            "the audit record could not be written, so the call was not recorded",
+            format_args!(
+                "the review record of {} was not written: {error}",
+                request.tool
+            ),
+        )
+    })?;
+    Ok(crate::review::placeholder(&request.tool, index).into())
 }
 
 async fn run(

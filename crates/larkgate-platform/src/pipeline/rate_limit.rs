@@ -20,6 +20,10 @@ pub struct RateLimit {
 impl Step for RateLimit {
     const NAME: &'static str = "rate limit";
     async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
+        if request.intercepted {
+            // A review run's intended write is recorded, never made: nothing to count or approve.
+            return Ok(());
+        }
         let principal = request.principal_id().to_owned();
         // A read's budget is kept per listed entry (its resource, or the template it matched).
         let key = match (&request.resolved, request.kind) {

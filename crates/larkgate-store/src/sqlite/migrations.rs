@@ -207,6 +207,13 @@ const MIGRATIONS: &[&str] = &[
         WHERE status = 'pending';
     CREATE INDEX approvals_pending_since ON approvals (created_at_ms) WHERE status = 'pending';
     CREATE INDEX runs_by_start ON runs (started_at_ms);",
+    // 11: what a review run would have written (the calls it recorded instead of making them),
+    // and review runs by the exact source they ran, for `script publish`; the upstream tools a
+    // published version refers to, with the definitions it was published against (NULL for
+    // versions published before).
+    "ALTER TABLE runs ADD COLUMN review TEXT;
+    ALTER TABLE script_versions ADD COLUMN pins TEXT;
+    CREATE INDEX runs_reviews ON runs (script, hash, started_at_ms) WHERE kind = 'review';",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -3,7 +3,9 @@
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{join_roles, signed, split_roles};
-use crate::{Draft, Result, Run, RunQuery, RunStats, RunStatus, ScriptVersion, StoreError};
+use crate::{
+    Draft, Result, Run, RunQuery, RunStats, RunStatus, ScriptPin, ScriptVersion, StoreError,
+};
 
 pub(super) fn draft_from_row(row: &Row<'_>) -> rusqlite::Result<Draft> {
     Ok(Draft {
@@ -15,7 +17,7 @@ pub(super) fn draft_from_row(row: &Row<'_>) -> rusqlite::Result<Draft> {
 }
 
 pub(super) const VERSION_COLUMNS: &str =
-    "name, version, source, hash, author, author_roles, publisher, published_at_ms";
+    "name, version, source, hash, author, author_roles, publisher, published_at_ms, pins";
 
 pub(super) fn version_from_row(row: &Row<'_>) -> rusqlite::Result<ScriptVersion> {
     let roles: String = row.get(5)?;
@@ -28,6 +30,11 @@ pub(super) fn version_from_row(row: &Row<'_>) -> rusqlite::Result<ScriptVersion>
         author_roles: split_roles(&roles),
         publisher: row.get(6)?,
         published_at_ms: row.get(7)?,
+        // Unreadable pins read as none recorded: the version's runs are then held to no list,
+        // as for versions published before larkgate recorded them.
+        pins: row
+            .get::<_, Option<String>>(8)?
+            .and_then(|json| serde_json::from_str(&json).ok()),
     })
 }
 
@@ -72,6 +79,7 @@ pub(super) fn publish(
     source: &str,
     hash: &str,
     publisher: &str,
+    pins: Vec<ScriptPin>,
     now_ms: i64,
 ) -> Result<ScriptVersion> {
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -108,9 +116,24 @@ pub(super) fn publish(
         |r| r.get(0),
     )?;
     let roles = join_roles(split_roles(&roles))?;
+    let pins_json = serde_json::to_string(&pins)
+        .map_err(|e| StoreError::Invalid(format!("the script's pins cannot be stored: {e}")))?;
     tx.execute(
-        &format!("INSERT INTO script_versions ({VERSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-        params![name, version, source, hash, draft.author, roles, publisher, now_ms],
+        &format!(
+            "INSERT INTO script_versions ({VERSION_COLUMNS}) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+        ),
+        params![
+            name,
+            version,
+            source,
+            hash,
+            draft.author,
+            roles,
+            publisher,
+            now_ms,
+            pins_json
+        ],
     )?;
     tx.commit()?;
     Ok(ScriptVersion {
@@ -122,12 +145,13 @@ pub(super) fn publish(
         author_roles: split_roles(&roles),
         publisher: publisher.to_owned(),
         published_at_ms: now_ms,
+        pins: Some(pins),
     })
 }
 
 pub(super) const RUN_COLUMNS: &str = "id, script, version, hash, kind, principal, status, result, \
      error_code, error, tool_calls, paces, duration_ms, peak_memory_bytes, started_at_ms, \
-     finished_at_ms, started_by";
+     finished_at_ms, started_by, review";
 
 pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
     let status: String = row.get(6)?;
@@ -152,6 +176,7 @@ pub(super) fn run_from_row(row: &Row<'_>) -> rusqlite::Result<Run> {
         started_at_ms: row.get(14)?,
         finished_at_ms: row.get(15)?,
         started_by: row.get(16)?,
+        review: row.get(17)?,
     })
 }
 
@@ -159,13 +184,13 @@ pub(super) fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize
     let sql = if insert {
         format!(
             "INSERT INTO runs ({RUN_COLUMNS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
         )
     } else {
         "UPDATE runs SET script = ?2, version = ?3, hash = ?4, kind = ?5, principal = ?6, \
          status = ?7, result = ?8, error_code = ?9, error = ?10, tool_calls = ?11, paces = ?12, \
          duration_ms = ?13, peak_memory_bytes = ?14, started_at_ms = ?15, finished_at_ms = ?16, \
-         started_by = ?17 WHERE id = ?1"
+         started_by = ?17, review = ?18 WHERE id = ?1"
             .to_owned()
     };
     Ok(c.execute(
@@ -188,6 +213,7 @@ pub(super) fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize
             run.started_at_ms,
             run.finished_at_ms,
             run.started_by,
+            run.review,
         ],
     )?)
 }
@@ -276,6 +302,19 @@ pub(super) fn runs(c: &mut Connection, query: &RunQuery) -> Result<Vec<Run>> {
         run_from_row,
     )?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub(super) fn latest_review(c: &mut Connection, script: &str, hash: &str) -> Result<Option<Run>> {
+    Ok(c.query_row(
+        &format!(
+            "SELECT {RUN_COLUMNS} FROM runs \
+             WHERE script = ?1 AND hash = ?2 AND kind = 'review' AND status = 'succeeded' \
+             ORDER BY started_at_ms DESC, rowid DESC LIMIT 1"
+        ),
+        params![script, hash],
+        run_from_row,
+    )
+    .optional()?)
 }
 
 pub(super) fn run(c: &mut Connection, id: &str) -> Result<Option<Run>> {

@@ -97,6 +97,8 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          DROP TRIGGER upstream_pins_updated; DROP TRIGGER upstream_pins_deleted;
          DROP TABLE upstream_revision; DROP TABLE upstream_status;
          DROP TABLE upstream_credentials;
+         DROP INDEX runs_reviews; ALTER TABLE runs DROP COLUMN review;
+         ALTER TABLE script_versions DROP COLUMN pins;
          DROP INDEX runs_by_start;
          PRAGMA user_version = 6;",
     )
@@ -449,6 +451,8 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
          CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
          CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
              WHERE status = 'pending';
+         DROP INDEX runs_reviews; ALTER TABLE runs DROP COLUMN review;
+         ALTER TABLE script_versions DROP COLUMN pins;
          DROP INDEX runs_by_start;
          PRAGMA user_version = 9;",
     )

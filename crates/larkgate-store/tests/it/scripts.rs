@@ -1,7 +1,9 @@
 //! Script drafts, published versions (with the author's roles captured at publish time) and
 //! runs.
 
-use larkgate_store::{Principal, PrincipalKind, Run, RunStats, RunStatus, Store, StoreError};
+use larkgate_store::{
+    Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
+};
 
 use crate::fresh;
 
@@ -48,7 +50,7 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
     with_author(&store).await;
     store.save_draft("digest", "v1", "ada", 1).await.unwrap();
     let v1 = store
-        .publish("digest", "v1", "h1", "pat", 10)
+        .publish("digest", "v1", "h1", "pat", &[], 10)
         .await
         .unwrap();
     assert_eq!(
@@ -60,7 +62,7 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
     store.set_roles("ada", vec!["author".into()]).await.unwrap();
     store.save_draft("digest", "v2", "ada", 11).await.unwrap();
     let v2 = store
-        .publish("digest", "v2", "h2", "pat", 20)
+        .publish("digest", "v2", "h2", "pat", &[], 20)
         .await
         .unwrap();
     assert_eq!(v2.version, 2);
@@ -84,7 +86,7 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
 async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_author() {
     let (_dir, store) = fresh();
     assert!(matches!(
-        store.publish("nope", "x", "h", "pat", 1).await,
+        store.publish("nope", "x", "h", "pat", &[], 1).await,
         Err(StoreError::Missing(_))
     ));
     with_author(&store).await;
@@ -97,7 +99,7 @@ async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_autho
         .await
         .unwrap();
     let err = store
-        .publish("digest", "checked", "h", "pat", 3)
+        .publish("digest", "checked", "h", "pat", &[], 3)
         .await
         .unwrap_err();
     assert!(
@@ -107,7 +109,7 @@ async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_autho
     );
     store.remove_principal("ada").await.unwrap();
     let err = store
-        .publish("digest", "changed since", "h", "pat", 4)
+        .publish("digest", "changed since", "h", "pat", &[], 4)
         .await
         .unwrap_err();
     assert!(
@@ -133,7 +135,72 @@ fn run(id: &str) -> Run {
         started_at_ms: 5,
         finished_at_ms: None,
         started_by: Some("ada".into()),
+        review: None,
     }
+}
+
+#[tokio::test]
+async fn a_version_keeps_the_upstream_tools_it_was_published_against() {
+    let (_dir, store) = fresh();
+    with_author(&store).await;
+    store.save_draft("digest", "v1", "ada", 1).await.unwrap();
+    let pins = vec![ScriptPin {
+        tool: "github__search_issues".into(),
+        alias: "github".into(),
+        upstream_tool: "search_issues".into(),
+        hash: "abc".into(),
+    }];
+    let v1 = store
+        .publish("digest", "v1", "h1", "pat", &pins, 10)
+        .await
+        .unwrap();
+    assert_eq!(v1.pins.as_deref(), Some(pins.as_slice()));
+    assert_eq!(store.latest_version("digest").await.unwrap(), Some(v1));
+    assert_eq!(store.versions("digest").await.unwrap()[0].pins, Some(pins));
+}
+
+#[tokio::test]
+async fn the_newest_successful_review_of_exactly_a_source_is_found() {
+    let (_dir, store) = fresh();
+    let review = |id: &str, hash: &str, status: RunStatus, started: i64| Run {
+        kind: "review".into(),
+        hash: hash.into(),
+        status,
+        started_at_ms: started,
+        principal: "ada".into(),
+        version: None,
+        review: Some(format!(
+            r#"{{"intended_writes":[{{"tool":"kv_set","arguments":{{"key":"{id}"}}}}]}}"#
+        )),
+        ..run(id)
+    };
+    for r in [
+        review("old", "h", RunStatus::Succeeded, 1),
+        review("new", "h", RunStatus::Succeeded, 2),
+        review("failed", "h", RunStatus::Failed, 3),
+        review("other-source", "h2", RunStatus::Succeeded, 4),
+        Run {
+            kind: "draft".into(),
+            started_at_ms: 5,
+            ..run("not-a-review")
+        },
+    ] {
+        store.start_run(r).await.unwrap();
+    }
+    let found = store.latest_review("digest", "h").await.unwrap().unwrap();
+    assert_eq!(found.id, "new");
+    assert!(found.review.unwrap().contains("\"new\""));
+    assert_eq!(
+        store
+            .latest_review("digest", "h2")
+            .await
+            .unwrap()
+            .unwrap()
+            .id,
+        "other-source"
+    );
+    assert_eq!(store.latest_review("digest", "h3").await.unwrap(), None);
+    assert_eq!(store.latest_review("other", "h").await.unwrap(), None);
 }
 
 #[tokio::test]

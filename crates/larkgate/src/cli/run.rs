@@ -2,7 +2,8 @@
 //!
 //! A file, or a saved draft (`--draft NAME`, only by its author), runs as a **draft** as the
 //! actor (the operator, or `--as NAME`): read-only tools only. `--script NAME` runs the latest published version as `script:NAME` with the roles
-//! captured from its author at publish time. Either way the run executes in a worker process
+//! captured from its author at publish time. `--review` runs a draft in review mode: calls to
+//! tools that may write are recorded as intended writes instead of being made. Either way the run executes in a worker process
 //! (this binary, re-executed) and its tool calls cross the whole pipeline through an in-memory
 //! session. The result goes to stdout as JSON; printed lines and run stats to stderr; a
 //! failure exits non-zero.
@@ -35,6 +36,11 @@ pub(crate) struct Args {
     /// All arguments as one JSON object.
     #[arg(long, value_name = "JSON")]
     args_json: Option<String>,
+    /// Review a draft by what it would change: calls to tools that may write are recorded
+    /// and answered `{"intercepted": true, "tool": NAME, "write": N}` instead of being made,
+    /// and listed after the run.
+    #[arg(long, conflicts_with = "script")]
+    review: bool,
 }
 
 pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
@@ -72,6 +78,9 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         }
         (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
     };
+    if args.review {
+        request = request.reviewing();
+    }
     let fields = check(&request.name, &request.source)?.input.to_fields();
     request.arguments = arguments_from(args.args_json.as_deref(), &args.args, Some(&fields))?;
     let finished = scripts.run(request).await?;
@@ -91,6 +100,17 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             |b| format!("{:.1} MiB", b as f64 / 1048576.0)
         ),
     );
+    if let Some(writes) = finished.review.as_ref().map(|r| &r.intended_writes) {
+        let count = writes.len();
+        eprintln!(
+            "review: {count} intended write{} (recorded, not made){}",
+            if count == 1 { "" } else { "s" },
+            if count == 0 { "" } else { ":" }
+        );
+        for (i, write) in writes.iter().enumerate() {
+            eprintln!("  {}. {}", i + 1, write.call_text());
+        }
+    }
     match &finished.outcome {
         Ok(value) => {
             serde_json::to_writer_pretty(&mut *out, value)?;

@@ -18,10 +18,14 @@ pub(crate) enum Command {
         /// The Starlark file.
         file: PathBuf,
     },
-    /// Publish the draft NAME as its next version.
+    /// Publish the draft NAME as its next version, showing the diff from the previous one and
+    /// what the newest review run of this exact source would have written.
     Publish {
         /// The script's name.
         name: String,
+        /// Show the diff and the intended writes only; publish nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// List drafts and published scripts.
     List,
@@ -55,8 +59,26 @@ pub(crate) async fn run(
                 eprintln!("warning: {warning}");
             }
         }
-        Command::Publish { name } => {
-            let version = scripts.publish(&context.actor, &name).await?;
+        Command::Publish {
+            name,
+            dry_run: true,
+        } => {
+            let preview = scripts.publish_preview(&context.actor, &name).await?;
+            show_preview(&preview, out)?;
+            writeln!(
+                out,
+                "would publish {name} version {}: runs as script:{name} with {}'s roles as they \
+                 are then (nothing published: --dry-run)",
+                preview.previous_version.map_or(1, |v| v + 1),
+                preview.author,
+            )?;
+        }
+        Command::Publish {
+            name,
+            dry_run: false,
+        } => {
+            let (version, preview) = scripts.publish(&context.actor, &name).await?;
+            show_preview(&preview, out)?;
             writeln!(
                 out,
                 "published {name} version {}: runs as script:{name} with {}'s roles [{}]",
@@ -91,6 +113,47 @@ pub(crate) async fn run(
                 )?;
             }
         }
+    }
+    Ok(())
+}
+
+/// What publishing changes, as a publisher reads it: the diff from the previous version and
+/// the review run's intended writes.
+fn show_preview(
+    preview: &larkgate_scripts::PublishPreview,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let name = &preview.name;
+    match (&preview.previous_version, &preview.diff) {
+        (Some(previous), Some(diff)) if diff.is_empty() => {
+            writeln!(out, "the source is the same as version {previous}")?;
+        }
+        (Some(previous), Some(diff)) => {
+            writeln!(out, "changes from version {previous}:")?;
+            write!(out, "{diff}")?;
+        }
+        _ => writeln!(out, "a first version: nothing published before it")?,
+    }
+    match &preview.review {
+        Some(review) => {
+            let count = review.intended_writes.len();
+            writeln!(
+                out,
+                "reviewed by run {} as {}: {count} intended write{}{}",
+                review.run_id,
+                review.principal,
+                if count == 1 { "" } else { "s" },
+                if count == 0 { "" } else { ":" }
+            )?;
+            for (i, write) in review.intended_writes.iter().enumerate() {
+                writeln!(out, "  {}. {}", i + 1, write.call_text())?;
+            }
+        }
+        None => writeln!(
+            out,
+            "not reviewed: no review run of this exact source succeeded \
+             (larkgate run --draft {name} --review shows what it would write)"
+        )?,
     }
     Ok(())
 }

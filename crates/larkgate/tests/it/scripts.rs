@@ -520,3 +520,266 @@ fn ctrl_c_stops_larkgate_run_with_its_worker_and_records_the_run_cancelled() {
     assert_eq!(status, "failed");
     assert!(error.contains("cancelled"), "{error}");
 }
+
+const REVIEW_POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.writer]
+call = ["kv_*", "clock_now"]
+[policy.approvals]
+require = ["kv_delete"]
+redact = ["value"]
+[[policy.rate_limits]]
+per = "principal_tool"
+tools = ["kv_set"]
+calls = 1
+period_seconds = 3600
+[policy.publishing]
+require_review = true
+"#;
+
+/// Reads, then writes twice (once through a computed name), and tries a tool its author may
+/// not call.
+const TIDY: &str = r#"
+def main(*, name: str):
+    """Counts a visit and clears the old record."""
+    seen = kv_get(key = name, default = "0")["value"]
+    first = kv_set(key = name, value = "secret-" + str(int(seen) + 1))
+    second = call("kv_" + "delete", key = "old-" + name)
+    sneaky = try_call("script_" + "publish", name = "tidy")
+    return {"first": first, "second": second, "sneaky": sneaky.ok}
+"#;
+
+#[test]
+fn a_review_run_records_what_a_draft_would_write_and_publishing_shows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(crate::config_path(dir.path()), REVIEW_POLICY).unwrap();
+    std::fs::write(dir.path().join("tidy.star"), TIDY).unwrap();
+    ok(
+        dir.path(),
+        &["principal", "add", "ada", "--roles", "author,writer"],
+    );
+    ok(
+        dir.path(),
+        &["principal", "add", "pat", "--roles", "publisher"],
+    );
+    ok(
+        dir.path(),
+        &[
+            "call",
+            "kv_set",
+            "--arg",
+            "key=old-Ada",
+            "--arg",
+            "value=kept",
+        ],
+    );
+    ok(
+        dir.path(),
+        &["--as", "ada", "script", "save", "tidy", "tidy.star"],
+    );
+
+    // The policy wants a review before publishing: none yet, so nothing is published.
+    let refused = fails(dir.path(), &["--as", "pat", "script", "publish", "tidy"]);
+    assert!(
+        refused.contains("no successful review run")
+            && refused.contains("larkgate run --draft tidy --review"),
+        "{refused}"
+    );
+    assert!(fails(dir.path(), &["script", "history", "tidy"]).contains("no published versions"));
+
+    // A plain draft run stops at the first write.
+    let plain = fails(
+        dir.path(),
+        &["--as", "ada", "run", "--draft", "tidy", "--arg", "name=Ada"],
+    );
+    assert!(plain.contains("write_barrier"), "{plain}");
+
+    // A review run goes on past it: twice, neither rate-limited (one kv_set an hour) nor gated
+    // (kv_delete needs an approval), and nothing is written.
+    for _ in 0..2 {
+        let output = larkgate_in(
+            dir.path(),
+            &[
+                "--as", "ada", "run", "--draft", "tidy", "--review", "--arg", "name=Ada",
+            ],
+        );
+        assert!(output.status.success(), "{}", stderr(&output));
+        let result: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+        assert_eq!(
+            result,
+            serde_json::json!({
+                "first": {"intercepted": true, "tool": "kv_set", "write": 1},
+                "second": {"intercepted": true, "tool": "kv_delete", "write": 2},
+                "sneaky": false,
+            })
+        );
+        let err = stderr(&output);
+        assert!(
+            err.contains("review: 2 intended writes (recorded, not made):")
+                && err.contains(r#"1. kv_set(key="Ada", value="<redacted>")"#)
+                && err.contains(r#"2. kv_delete(key="old-Ada")"#),
+            "{err}"
+        );
+        assert!(
+            !err.contains("secret-1"),
+            "a redacted value is never shown: {err}"
+        );
+    }
+    let kept = ok(dir.path(), &["call", "kv_get", "--arg", "key=old-Ada"]);
+    assert!(kept.contains("kept"), "{kept}");
+    let unset = ok(
+        dir.path(),
+        &[
+            "call",
+            "kv_get",
+            "--arg",
+            "key=Ada",
+            "--arg",
+            "default=none",
+        ],
+    );
+    assert!(unset.contains("none"), "{unset}");
+    let approvals = ok(dir.path(), &["approvals", "list"]);
+    assert!(!approvals.contains("kv_delete"), "{approvals}");
+
+    // The record keeps the intended writes; the audit has one review record per write, and
+    // the refused publish as a refusal.
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(dir.path(), &["--as", "ada", "runs", "list", "--json"])).unwrap();
+    let record = &listed[0];
+    assert_eq!(record["kind"], "review");
+    assert_eq!(record["status"], "succeeded");
+    assert_eq!(
+        record["intended_writes"],
+        serde_json::json!([
+            {"tool": "kv_set", "arguments": {"key": "Ada", "value": "<redacted>"}},
+            {"tool": "kv_delete", "arguments": {"key": "old-Ada"}},
+        ])
+    );
+    let tail = ok(dir.path(), &["audit", "tail", "--principal", "ada"]);
+    let reviews: Vec<&str> = tail.lines().filter(|l| l.contains(" review ")).collect();
+    assert_eq!(reviews.len(), 4, "{tail}");
+    assert!(
+        reviews[0].contains("kv_set [review]") && reviews[0].contains("intended write 1"),
+        "{tail}"
+    );
+    assert!(
+        tail.contains("script_publish -> not_found [review]"),
+        "{tail}"
+    );
+    assert!(ok(dir.path(), &["audit", "verify"]).contains("intact"));
+
+    // A dry run shows what publishing would bring; publishing shows it again.
+    let shown = ok(
+        dir.path(),
+        &["--as", "pat", "script", "publish", "tidy", "--dry-run"],
+    );
+    assert!(
+        shown.contains("a first version")
+            && shown.contains("reviewed by run run-")
+            && shown.contains("as ada: 2 intended writes:")
+            && shown.contains(r#"2. kv_delete(key="old-Ada")"#)
+            && shown.contains("nothing published: --dry-run"),
+        "{shown}"
+    );
+    assert!(fails(dir.path(), &["script", "history", "tidy"]).contains("no published versions"));
+    let published = ok(dir.path(), &["--as", "pat", "script", "publish", "tidy"]);
+    assert!(
+        published.contains(r#"1. kv_set(key="Ada", value="<redacted>")"#)
+            && published.contains("published tidy version 1"),
+        "{published}"
+    );
+
+    // A changed source needs its own review; the publisher then sees the diff.
+    let changed = TIDY.replace("\"old-\" + name", "\"older-\" + name");
+    std::fs::write(dir.path().join("tidy.star"), changed).unwrap();
+    ok(
+        dir.path(),
+        &["--as", "ada", "script", "save", "tidy", "tidy.star"],
+    );
+    let refused = fails(dir.path(), &["--as", "pat", "script", "publish", "tidy"]);
+    assert!(refused.contains("no successful review run"), "{refused}");
+    // Through the tools this time: a review run, then a publish that answers the diff.
+    let review = ok(
+        dir.path(),
+        &[
+            "--as",
+            "ada",
+            "call",
+            "script_run_draft",
+            "--args-json",
+            r#"{"name": "tidy", "review": true, "args": {"name": "Bo"}}"#,
+        ],
+    );
+    let review: serde_json::Value = serde_json::from_str(&review).unwrap();
+    assert_eq!(
+        review["intended_writes"][1],
+        serde_json::json!({"tool": "kv_delete", "arguments": {"key": "older-Bo"}}),
+        "{review}"
+    );
+    let bad = fails(
+        dir.path(),
+        &[
+            "--as",
+            "ada",
+            "call",
+            "script_run_draft",
+            "--args-json",
+            r#"{"name": "tidy", "review": "yes", "args": {"name": "Bo"}}"#,
+        ],
+    );
+    assert!(bad.contains("`review` must be true or false"), "{bad}");
+    let dry: serde_json::Value = serde_json::from_str(&ok(
+        dir.path(),
+        &[
+            "--as",
+            "pat",
+            "call",
+            "script_publish",
+            "--args-json",
+            r#"{"name": "tidy", "dry_run": true}"#,
+        ],
+    ))
+    .unwrap();
+    assert_eq!(
+        (&dry["published"], &dry["version"], &dry["publisher"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(2),
+            &serde_json::Value::Null
+        ),
+        "{dry}"
+    );
+    assert_eq!(
+        ok(dir.path(), &["script", "history", "tidy"])
+            .lines()
+            .count(),
+        1
+    );
+    let published = ok(
+        dir.path(),
+        &[
+            "--as",
+            "pat",
+            "call",
+            "script_publish",
+            "--arg",
+            "name=tidy",
+        ],
+    );
+    let published: serde_json::Value = serde_json::from_str(&published).unwrap();
+    assert_eq!(published["published"], true);
+    assert_eq!(published["version"], 2);
+    assert_eq!(published["tool"], "script__tidy");
+    assert_eq!(published["publisher"], "pat");
+    assert_eq!(published["previous_version"], 1);
+    let diff = published["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("--- tidy v1")
+            && diff.contains(r#"-    second = call("kv_" + "delete", key = "old-" + name)"#)
+            && diff.contains(r#"+    second = call("kv_" + "delete", key = "older-" + name)"#),
+        "{diff}"
+    );
+    assert_eq!(published["review"]["run_id"], review["run_id"]);
+}
