@@ -51,13 +51,16 @@ pub enum Code {
     /// A script failed of its own accord (`fail(...)`, an error it raised): its author's to
     /// fix, not larkgate's.
     ScriptFailed,
+    /// A published script is suspended: an upstream tool it refers to changed its definition
+    /// and waits for an admin's review. Nothing of the script ran.
+    ScriptSuspended,
     /// larkgate itself failed; nothing ran, or the outcome is unknown.
     Internal,
 }
 
 impl Code {
     /// Every code, for tests and documentation.
-    pub const ALL: [Code; 15] = [
+    pub const ALL: [Code; 16] = [
         Code::Unauthenticated,
         Code::Forbidden,
         Code::NotFound,
@@ -72,6 +75,7 @@ impl Code {
         Code::UpstreamError,
         Code::Timeout,
         Code::ScriptFailed,
+        Code::ScriptSuspended,
         Code::Internal,
     ];
 
@@ -92,6 +96,7 @@ impl Code {
             Code::UpstreamError => "upstream_error",
             Code::Timeout => "timeout",
             Code::ScriptFailed => "script_failed",
+            Code::ScriptSuspended => "script_suspended",
             Code::Internal => "internal",
         }
     }
@@ -113,7 +118,7 @@ impl Code {
             }
             Code::RateLimited | Code::LimitExceeded | Code::Timeout => Category::Limit,
             Code::UpstreamUnavailable | Code::UpstreamError => Category::Upstream,
-            Code::ScriptFailed => Category::Script,
+            Code::ScriptFailed | Code::ScriptSuspended => Category::Script,
             Code::Internal => Category::Internal,
         }
     }

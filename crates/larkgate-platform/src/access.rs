@@ -12,7 +12,9 @@
 //! A tool a principal may not see is answered exactly like a tool that does not exist, by the
 //! caller of [`may_see`].
 
-use larkgate_caller::RunKind;
+use std::collections::BTreeSet;
+
+use larkgate_caller::{RunKind, Source};
 use larkgate_store::Principal;
 
 use crate::envelope::{Code, Refusal};
@@ -76,6 +78,16 @@ pub fn reachable(kind: RunKind, tool: &ToolSpec) -> bool {
     !tool.people_only || kind == RunKind::Direct
 }
 
+/// Whether a run held to `upstream_tools` (a published version's, see
+/// [`RunContext::upstream_tools`](crate::RunContext)) may call `tool`: any tool that is not an
+/// upstream's, and an upstream tool only when the version was published against it. A script
+/// cannot reach, by a name it computes at run time, an upstream tool its publisher never saw
+/// it refer to; `None` holds the run to no list.
+pub fn within_published_tools(upstream_tools: Option<&BTreeSet<String>>, tool: &ToolSpec) -> bool {
+    tool.origin.source != Source::Upstream
+        || upstream_tools.is_none_or(|tools| tools.contains(&tool.name))
+}
+
 /// Whether `reader` may read a run record: whoever started it, the principal it ran as, and
 /// administrators.
 pub fn may_read_run(reader: &Principal, ran_as: &str, started_by: Option<&str>) -> bool {
@@ -125,6 +137,61 @@ mod tests {
 
     fn policy(toml: &str) -> Policy {
         toml::from_str(toml).unwrap()
+    }
+
+    #[test]
+    fn a_published_run_reaches_only_the_upstream_tools_it_was_published_against() {
+        let upstream = |name: &str, source: Source| ToolSpec {
+            origin: Origin {
+                source,
+                alias: Some("gh".into()),
+                original_name: name.trim_start_matches("gh__").to_owned(),
+            },
+            ..tool(name, None)
+        };
+        let pinned: BTreeSet<String> = ["gh__search".to_owned()].into();
+        let table = [
+            // (held to, tool, reachable)
+            (
+                Some(&pinned),
+                upstream("gh__search", Source::Upstream),
+                true,
+            ),
+            (
+                Some(&pinned),
+                upstream("gh__delete", Source::Upstream),
+                false,
+            ),
+            // A name that merely looks pinned: the set holds full larkgate names.
+            (Some(&pinned), upstream("search", Source::Upstream), false),
+            (
+                Some(&pinned),
+                upstream("gh__search ", Source::Upstream),
+                false,
+            ),
+            // Capabilities, platform tools and other scripts are not upstream tools.
+            (Some(&pinned), tool("kv_set", None), true),
+            (
+                Some(&pinned),
+                upstream("script__other", Source::Script),
+                true,
+            ),
+            // No list: direct sessions, drafts, versions from before pins were recorded.
+            (None, upstream("gh__delete", Source::Upstream), true),
+        ];
+        for (held, spec, expected) in table {
+            assert_eq!(
+                within_published_tools(held, &spec),
+                expected,
+                "{} held to {held:?}",
+                spec.name
+            );
+        }
+        let nothing = BTreeSet::new();
+        assert!(!within_published_tools(
+            Some(&nothing),
+            &upstream("gh__search", Source::Upstream)
+        ));
     }
 
     #[test]

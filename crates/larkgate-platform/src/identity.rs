@@ -4,6 +4,7 @@
 //! a [`SessionIdentity`] to it when the session is created. Nothing a client puts in a request
 //! (extensions, `_meta`, `clientInfo`) reaches this type.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use larkgate_store::{CallChain, Principal};
@@ -45,6 +46,10 @@ pub struct RunContext {
     /// The runs this session's calls are made inside: who started each and who wrote its
     /// script (empty for a direct session). An approval binds to it.
     pub chain: CallChain,
+    /// For a published run: the upstream tools (larkgate names) its version was published
+    /// against. A call to any other upstream tool is refused. `None` for sessions held to no
+    /// such list: direct sessions, drafts, and versions published before larkgate recorded one.
+    pub upstream_tools: Option<Arc<BTreeSet<String>>>,
 }
 
 /// A session's bound identity: its run context and the label that tells run kinds apart in

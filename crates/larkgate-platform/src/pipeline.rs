@@ -271,7 +271,9 @@ pub fn build(services: Arc<Services>, registry: Arc<ToolTable>, catalog: Arc<Cat
         .layer(order.step(Arguments {
             services: Arc::clone(&services),
         }))
-        .layer(order.step(WriteBarrier))
+        .layer(order.step(WriteBarrier {
+            services: Arc::clone(&services),
+        }))
         .layer(order.step(RateLimit {
             services: Arc::clone(&services),
         }))

@@ -96,7 +96,7 @@ impl Reviews {
             .unwrap_or_default()
     }
 
-    /// Notes that review run `run_id` called `tool` (a call that was made: read-only). A run
+    /// Notes that review run `run_id` called `tool` (an authorized call, made or not). A run
     /// with no open ledger notes nothing; the tool set is bounded by the tools there are.
     pub fn called(&self, run_id: Option<&str>, tool: &str) {
         let mut open = self.lock();
@@ -140,7 +140,6 @@ impl Reviews {
             Refusal::internal("the intended write could not be recorded", e.to_string())
         })?;
         ledger.bytes += bytes;
-        ledger.record.tools_called.insert(tool.to_owned());
         ledger.record.intended_writes.push(IntendedWrite {
             tool: tool.to_owned(),
             arguments,
@@ -179,7 +178,9 @@ mod tests {
             reviews.record(Some("run-1"), "kv_delete", r#"{"key":"b"}"#),
             Ok(2)
         );
-        reviews.called(Some("run-1"), "kv_get");
+        for tool in ["kv_get", "kv_set", "kv_delete", "kv_get"] {
+            reviews.called(Some("run-1"), tool);
+        }
         reviews.called(Some("elsewhere"), "clock_now");
         let record = reviews.close("run-1");
         assert_eq!(

@@ -163,6 +163,7 @@ impl PlatformServer {
                             kind: RunKind::Direct,
                             depth: 0,
                             chain: Default::default(),
+                            upstream_tools: None,
                         },
                         label: label.clone(),
                     }))),

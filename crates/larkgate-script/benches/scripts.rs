@@ -150,6 +150,7 @@ fn main() {
         kind: RunKind::Published,
         depth: 1,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let limits = ScriptLimits {
         max_tool_calls: 100_000,

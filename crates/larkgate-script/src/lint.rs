@@ -12,7 +12,7 @@
 //! Each finding names its place as `FILE:LINE:COLUMN`. A computed tool name
 //! (`call(name, ...)`) cannot be checked here; the pipeline decides it when the script runs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use larkgate_caller::{Source, ToolInfo};
 use starlark::analysis::AstModuleLint;
@@ -189,6 +189,78 @@ pub fn lint(ast: &AstModule, listing: &[ToolInfo]) -> Findings {
     findings
 }
 
+/// The tools of `listing` that `ast` names literally: `call("NAME", ...)` and
+/// `try_call("NAME", ...)`, a tool global (`kv_get`), a namespace's member (`github.search`,
+/// `github["search-issues"]`). Names computed when the script runs are not among them; a
+/// published version is pinned to these, and to what its review runs called.
+pub fn references(ast: &AstModule, listing: &[ToolInfo]) -> BTreeSet<String> {
+    let mut globals: HashMap<&str, &str> = HashMap::new();
+    let mut members: HashMap<&str, HashMap<&str, &str>> = HashMap::new();
+    for tool in listing {
+        match (&tool.origin.source, &tool.origin.alias) {
+            (Source::Upstream | Source::Script, Some(alias)) => {
+                members
+                    .entry(alias)
+                    .or_default()
+                    .insert(&tool.origin.original_name, &tool.name);
+            }
+            _ => {
+                globals.insert(&tool.name, &tool.name);
+            }
+        }
+    }
+    let by_name: HashSet<&str> = listing.iter().map(|t| t.name.as_str()).collect();
+    let literal = |expr: &AstExpr| match &expr.node {
+        ExprP::Literal(AstLiteral::String(text)) => Some(text.node.clone()),
+        _ => None,
+    };
+    let mut found = BTreeSet::new();
+    let mut note = |expr: &AstExpr| match &expr.node {
+        ExprP::Call(function, arguments) => {
+            let ExprP::Identifier(id) = &function.node else {
+                return;
+            };
+            if !matches!(id.node.ident.as_str(), "call" | "try_call") {
+                return;
+            }
+            if let Some(ArgumentP::Positional(first)) = arguments.args.first().map(|a| &a.node)
+                && let Some(name) = literal(first)
+                && by_name.contains(name.as_str())
+            {
+                found.insert(name);
+            }
+        }
+        ExprP::Identifier(id) => {
+            if let Some(name) = globals.get(id.node.ident.as_str()) {
+                found.insert((*name).to_owned());
+            }
+        }
+        ExprP::Dot(object, member) => {
+            if let ExprP::Identifier(alias) = &object.node
+                && let Some(name) = members
+                    .get(alias.node.ident.as_str())
+                    .and_then(|m| m.get(member.node.as_str()))
+            {
+                found.insert((*name).to_owned());
+            }
+        }
+        ExprP::Index(pair) => {
+            let (object, index) = &**pair;
+            if let ExprP::Identifier(alias) = &object.node
+                && let Some(key) = literal(index)
+                && let Some(name) = members
+                    .get(alias.node.ident.as_str())
+                    .and_then(|m| m.get(key.as_str()))
+            {
+                found.insert((*name).to_owned());
+            }
+        }
+        _ => {}
+    };
+    walk_stmt(ast.statement(), &mut note);
+    found
+}
+
 fn walk_stmt<'a>(stmt: &'a AstStmt, f: &mut impl FnMut(&'a AstExpr)) {
     stmt.visit_expr(|expr| walk_expr(expr, f));
 }
@@ -240,6 +312,59 @@ mod tests {
             tool("kv_get", None, "kv_get", closed),
             tool("github__search", Some("github"), "search", open),
         ]
+    }
+
+    #[test]
+    fn a_script_refers_to_the_tools_it_names_literally_and_no_others() {
+        let mut tools = listing();
+        tools.push(tool(
+            "github__search-issues",
+            Some("github"),
+            "search-issues",
+            serde_json::json!({}),
+        ));
+        tools.push(tool(
+            "github__delete",
+            Some("github"),
+            "delete",
+            serde_json::json!({}),
+        ));
+        let table: [(&str, &[&str]); 8] = [
+            ("def main():\n    return kv_get(key = \"k\")\n", &["kv_get"]),
+            (
+                "def main():\n    return github.search(q = 1)\n",
+                &["github__search"],
+            ),
+            (
+                "def main():\n    return github[\"search-issues\"](q = 1)\n",
+                &["github__search-issues"],
+            ),
+            (
+                "def main():\n    return try_call(\"github__delete\")\n",
+                &["github__delete"],
+            ),
+            // A reference that is not a call still refers to the tool.
+            (
+                "def main():\n    f = github.delete\n    return f()\n",
+                &["github__delete"],
+            ),
+            // Computed names are decided at run time: no reference.
+            (
+                "def main(*, n: str):\n    return call(\"github__\" + n)\n",
+                &[],
+            ),
+            ("def main(*, n: str):\n    return github[n]()\n", &[]),
+            // Names the listing does not have are no references.
+            (
+                "def main():\n    return call(\"github__gone\") or github.gone\n",
+                &[],
+            ),
+        ];
+        for (source, expected) in table {
+            let ast = crate::parse("s.star", source).unwrap();
+            let found: Vec<String> = references(&ast, &tools).into_iter().collect();
+            assert_eq!(found, expected, "{source}");
+        }
     }
 
     fn findings(source: &str) -> Findings {

@@ -43,7 +43,7 @@ use larkgate_script::{EntryPoint, RunError, ScriptLimits, WorkerCommand, WorkerP
 use larkgate_store::now_ms;
 use larkgate_store::{
     AuditKind, CallChain, Draft, Principal, PrincipalKind, Run, RunQuery, RunStats, RunStatus,
-    ScriptVersion, Store, StoreError,
+    ScriptPin, ScriptVersion, Store, StoreError,
 };
 use sha2::{Digest, Sha256};
 use tracing::Instrument;
@@ -232,6 +232,9 @@ pub struct RunRequest {
     /// The runs it is part of, this one included: who started each and who wrote its script.
     /// The run's calls carry it, so an approval they need binds to it.
     pub chain: CallChain,
+    /// For a published run: the upstream tools its version was published against, the only
+    /// upstream tools it may call (`None`: no such list).
+    pub upstream_tools: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl RunRequest {
@@ -265,6 +268,7 @@ impl RunRequest {
             depth,
             started_by: actor.id.clone(),
             chain: CallChain::default().then(&actor.id, &actor.id),
+            upstream_tools: None,
         }
     }
 }
@@ -313,6 +317,10 @@ pub struct PublishPreview {
     pub diff: Option<String>,
     /// The newest review run of exactly this source that succeeded, if any.
     pub review: Option<ReviewSummary>,
+    /// The upstream tools the version refers to, with their approved definitions now: its
+    /// runs may call no other upstream tool, and it is suspended while one of these is
+    /// quarantined.
+    pub pins: Vec<ScriptPin>,
 }
 
 /// A review run, as a publisher is shown it.
@@ -488,6 +496,116 @@ impl Scripts {
         })
     }
 
+    /// The tools `principal` sees, as a script run as it sees them.
+    fn listing(&self, principal: &Principal) -> Vec<larkgate_caller::ToolInfo> {
+        let identity = larkgate_platform::SessionIdentity {
+            run: RunContext {
+                principal: principal.clone(),
+                run_id: None,
+                kind: RunKind::Draft,
+                depth: 0,
+                chain: CallChain::default(),
+                upstream_tools: None,
+            },
+            label: "listing".to_owned(),
+        };
+        self.platform
+            .list(Some(&identity))
+            .iter()
+            .map(larkgate_session::tool_info)
+            .collect()
+    }
+
+    /// The upstream tools a published version of `source` refers to: those it names literally
+    /// (as its author sees tools: the roles its runs will carry) and those `review` called,
+    /// each with the hash of its approved definition now.
+    async fn upstream_pins(
+        &self,
+        name: &str,
+        source: &str,
+        author: &str,
+        review: Option<&ReviewSummary>,
+    ) -> Result<Vec<ScriptPin>, Refusal> {
+        let Some(author) = self.store.principal(author).await.map_err(store_failed)? else {
+            // Publishing refuses a departed author; nothing to pin.
+            return Ok(Vec::new());
+        };
+        let ast = larkgate_script::parse(&format!("{name}.star"), source)
+            .map_err(|e| Refusal::new(Code::InvalidArguments, format!("{name}: {e}")))?;
+        let listing = self.listing(&author);
+        let mut named = larkgate_script::lint::references(&ast, &listing);
+        named.extend(
+            review
+                .into_iter()
+                .flat_map(|r| r.tools_called.iter().cloned()),
+        );
+        let mut pins = Vec::new();
+        let mut known: std::collections::HashMap<String, Vec<larkgate_store::ToolPin>> =
+            std::collections::HashMap::new();
+        for tool in listing.iter().filter(|t| named.contains(&t.name)) {
+            let (larkgate_caller::Source::Upstream, Some(alias)) =
+                (&tool.origin.source, &tool.origin.alias)
+            else {
+                continue;
+            };
+            if !known.contains_key(alias) {
+                let stored = self.store.pins(alias).await.map_err(store_failed)?;
+                known.insert(alias.to_owned(), stored);
+            }
+            let hash = known[alias]
+                .iter()
+                .find(|p| p.tool == tool.origin.original_name)
+                .map(|p| p.hash.clone())
+                .unwrap_or_default();
+            pins.push(ScriptPin {
+                tool: tool.name.clone(),
+                alias: alias.to_owned(),
+                upstream_tool: tool.origin.original_name.clone(),
+                hash,
+            });
+        }
+        Ok(pins)
+    }
+
+    /// Refuses a run of `version` while an upstream tool it was published against is
+    /// quarantined (its definition changed and waits for an admin's review): nothing of the
+    /// script runs. Approving the change, or the upstream reverting it, restores the script.
+    async fn check_not_suspended(&self, version: &ScriptVersion) -> Result<(), Refusal> {
+        let Some(pins) = &version.pins else {
+            return Ok(());
+        };
+        let mut by_alias: std::collections::BTreeMap<&str, Vec<&ScriptPin>> = Default::default();
+        for pin in pins {
+            by_alias.entry(&pin.alias).or_default().push(pin);
+        }
+        for (alias, wanted) in by_alias {
+            let stored = self.store.pins(alias).await.map_err(store_failed)?;
+            for pin in wanted {
+                let quarantined = stored.iter().any(|p| {
+                    p.tool == pin.upstream_tool
+                        && p.status == larkgate_store::PinStatus::Quarantined
+                });
+                if quarantined {
+                    return Err(Refusal::new(
+                        Code::ScriptSuspended,
+                        format!(
+                            "{} is suspended: it calls {}, whose definition changed since \
+                             version {} was published and waits for an admin's review",
+                            script_tool_name(&version.name),
+                            pin.tool,
+                            version.version
+                        ),
+                    )
+                    .with_hint(format!(
+                        "an admin reviews the change with larkgate upstream review {alias} \
+                         (approving it restores the script)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks `source` against the tools `actor` may call in a draft run
     /// ([`larkgate_script::lint`]): errors refuse, warnings are answered.
     fn lint(
@@ -498,23 +616,7 @@ impl Scripts {
     ) -> Result<larkgate_script::lint::Findings, Refusal> {
         let ast = larkgate_script::parse(&format!("{name}.star"), source)
             .map_err(|e| Refusal::new(Code::InvalidArguments, format!("{name}: {e}")))?;
-        let identity = larkgate_platform::SessionIdentity {
-            run: RunContext {
-                principal: actor.clone(),
-                run_id: None,
-                kind: RunKind::Draft,
-                depth: 0,
-                chain: CallChain::default(),
-            },
-            label: "save".to_owned(),
-        };
-        let listing: Vec<_> = self
-            .platform
-            .list(Some(&identity))
-            .iter()
-            .map(larkgate_session::tool_info)
-            .collect();
-        let findings = larkgate_script::lint::lint(&ast, &listing);
+        let findings = larkgate_script::lint::lint(&ast, &self.listing(actor));
         if findings.errors.is_empty() {
             return Ok(findings);
         }
@@ -575,7 +677,11 @@ impl Scripts {
             .await
             .map_err(store_failed)?
             .map(ReviewSummary::from_run);
+        let pins = self
+            .upstream_pins(name, &draft.source, &draft.author, review.as_ref())
+            .await?;
         Ok(PublishPreview {
+            pins,
             name: name.to_owned(),
             hash,
             author: draft.author,
@@ -612,7 +718,14 @@ impl Scripts {
         let hash = &preview.hash;
         let version = self
             .store
-            .publish(name, &preview.source, hash, &actor.id, &[], now_ms())
+            .publish(
+                name,
+                &preview.source,
+                hash,
+                &actor.id,
+                &preview.pins,
+                now_ms(),
+            )
             .await
             .map_err(|e| match e {
                 StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),
@@ -736,7 +849,12 @@ impl Scripts {
             Refusal::new(Code::NotFound, format!("{name:?} has no published version"))
                 .with_hint("publish it first")
         })?;
+        self.check_not_suspended(&latest).await?;
         Ok(RunRequest {
+            upstream_tools: latest
+                .pins
+                .as_ref()
+                .map(|pins| Arc::new(pins.iter().map(|p| p.tool.clone()).collect())),
             name: name.to_owned(),
             saved: true,
             source: latest.source.clone(),
@@ -867,6 +985,7 @@ impl Scripts {
             kind: request.kind,
             depth: request.depth,
             chain: request.chain.clone(),
+            upstream_tools: request.upstream_tools.clone(),
         };
         let label = format!("script-{}", request.kind);
         let (caller, teardown) =

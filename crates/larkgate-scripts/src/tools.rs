@@ -18,7 +18,7 @@ use larkgate_platform::registry::{
 };
 use larkgate_platform::review::IntendedWrite;
 use larkgate_platform::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability};
-use larkgate_store::{Run, ScriptVersion};
+use larkgate_store::{Run, ScriptPin, ScriptVersion};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +125,28 @@ struct PublishOutput {
     /// The newest successful review run of exactly this source, with the calls it would have
     /// made to tools that may write; null when it was never reviewed.
     review: Option<crate::ReviewSummary>,
+    /// The upstream tools the version refers to, with the definitions it is published against:
+    /// its runs may call no other upstream tool, and it is suspended while one of these waits
+    /// for an admin's review of a changed definition.
+    upstream_tools: Vec<PinnedTool>,
+}
+
+/// An upstream tool a published version refers to.
+#[derive(Debug, Serialize, JsonSchema)]
+struct PinnedTool {
+    /// The tool's name.
+    tool: String,
+    /// SHA-256 of its approved definition when the version was published.
+    definition_sha256: String,
+}
+
+impl From<&ScriptPin> for PinnedTool {
+    fn from(pin: &ScriptPin) -> Self {
+        PinnedTool {
+            tool: pin.tool.clone(),
+            definition_sha256: pin.hash.clone(),
+        }
+    }
 }
 
 impl PublishOutput {
@@ -143,6 +165,7 @@ impl PublishOutput {
             previous_version: preview.previous_version.map(i64::from),
             diff: preview.diff,
             review: preview.review,
+            upstream_tools: preview.pins.iter().map(PinnedTool::from).collect(),
         }
     }
 }
@@ -166,6 +189,9 @@ struct VersionView {
     hash: String,
     /// When (Unix ms).
     published_at_ms: i64,
+    /// The upstream tools it was published against (null for a version published before
+    /// larkgate recorded them).
+    upstream_tools: Option<Vec<String>>,
 }
 
 impl From<ScriptVersion> for VersionView {
@@ -179,6 +205,9 @@ impl From<ScriptVersion> for VersionView {
             publisher: v.publisher,
             hash: v.hash,
             published_at_ms: v.published_at_ms,
+            upstream_tools: v
+                .pins
+                .map(|pins| pins.into_iter().map(|p| p.tool).collect()),
         }
     }
 }

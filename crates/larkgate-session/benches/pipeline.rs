@@ -103,6 +103,7 @@ fn identity() -> Arc<SessionIdentity> {
             kind: RunKind::Direct,
             depth: 0,
             chain: Default::default(),
+            upstream_tools: None,
         },
         label: "bench".into(),
     })

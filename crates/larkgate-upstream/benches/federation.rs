@@ -143,6 +143,7 @@ async fn async_main() {
         kind: RunKind::Direct,
         depth: 0,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let (through, _teardown) =
         larkgate_session::connect(&platform, run(), "bench", Limits::default())

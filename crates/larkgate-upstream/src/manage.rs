@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditEntry, EventKind};
+use larkgate_platform::registry::script_tool_name;
 use larkgate_store::{AuditKind, PinStatus, UpstreamRecord, now_ms};
 use serde::Serialize;
 
@@ -229,6 +230,9 @@ pub struct Reviewed {
     pub diff: String,
     /// Whether this review approved it.
     pub approved: bool,
+    /// The published scripts (`script__NAME vN`) suspended while it waits: their latest
+    /// version was published against its approved definition.
+    pub suspends: Vec<String>,
 }
 
 /// The quarantined tools of upstream `alias` (or just `tool`), with what changed; with
@@ -243,6 +247,7 @@ pub async fn review(
 ) -> Result<Vec<Reviewed>, ManageError> {
     let store = &platform.services().store;
     let pins = store.pins(alias).await.map_err(failed)?;
+    let scripts = store.latest_versions().await.map_err(failed)?;
     let mut reviewed = Vec::new();
     let mut approved = Vec::new();
     for pin in pins
@@ -262,11 +267,22 @@ pub async fn review(
             )
             .map_err(ManageError::Failed)?;
         }
+        let suspends = scripts
+            .iter()
+            .filter(|v| {
+                v.pins
+                    .iter()
+                    .flatten()
+                    .any(|p| p.alias == alias && p.upstream_tool == pin.tool)
+            })
+            .map(|v| format!("{} v{}", script_tool_name(&v.name), v.version))
+            .collect();
         reviewed.push(Reviewed {
             name: format!("{alias}{SEPARATOR}{}", pin.tool),
             new: pin.hash.is_empty(),
             diff: difference(pin),
             approved: next.is_some(),
+            suspends,
         });
         approved.extend(next);
     }

@@ -7,6 +7,10 @@
 //! resource or prompt patterns admit what was asked for; anything they do not admit is
 //! answered exactly as what nobody listed (`not_found`): resources and prompts have no
 //! "visible but not callable" grant.
+//!
+//! A published script's run is held to the upstream tools its version was published against
+//! ([`access::within_published_tools`]): another upstream tool, reached by a name computed at
+//! run time, is `forbidden`.
 
 use std::sync::Arc;
 
@@ -71,6 +75,21 @@ impl Step for Authorize {
                 format!("{} may not call {}", principal.id, request.tool),
             )
             .with_hint("ask an administrator for a role that allows it"));
+        }
+        let published = identity.run.upstream_tools.as_deref();
+        if !access::within_published_tools(published, &tool.spec) {
+            return Err(Refusal::new(
+                Code::Forbidden,
+                format!(
+                    "this published script did not refer to {} when it was published, so it \
+                     may not call it",
+                    request.tool
+                ),
+            )
+            .with_hint(
+                "name the tool in the script's source (or call it in a review run) and \
+                 publish a new version",
+            ));
         }
         request.resolved = Some(Arc::clone(tool));
         Ok(())

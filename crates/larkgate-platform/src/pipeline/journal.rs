@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::approvals;
 use crate::audit::{AuditCode, AuditEntry};
 use crate::envelope::Refusal;
-use crate::identity::{CallContext, RunKind, SessionIdentity};
+use crate::identity::{CallContext, SessionIdentity};
 use crate::registry::{RegisteredTool, ToolOutput};
 use crate::services::Services;
 
@@ -90,11 +90,6 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
             result: intercept(&services, &request, &arguments, base),
             admitted: false,
         };
-    }
-    if identity.run.kind == RunKind::Review {
-        services
-            .reviews
-            .called(identity.run.run_id.as_deref(), &request.tool);
     }
     if request.approval_id.is_some() {
         // The approval may have been resolved beside the gateway: its event comes first.

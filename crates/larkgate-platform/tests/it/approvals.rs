@@ -283,6 +283,7 @@ async fn an_approval_from_inside_a_run_lists_its_chain_and_binds_to_it() {
         kind: RunKind::Published,
         depth: 1,
         chain: larkgate_store::CallChain::default().then("root", "alice"),
+        upstream_tools: None,
     };
     let (in_run, _t) =
         larkgate_session::connect(&h.platform, run, "script-published", Default::default())

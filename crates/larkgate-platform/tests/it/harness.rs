@@ -128,6 +128,7 @@ impl Harness {
             kind,
             depth: u32::from(kind != RunKind::Direct),
             chain: Default::default(),
+            upstream_tools: None,
         };
         connect(&self.platform, run, kind.as_str(), Limits::default())
             .await

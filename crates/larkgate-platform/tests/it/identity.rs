@@ -109,6 +109,7 @@ async fn raw_client(
             kind: larkgate_platform::RunKind::Direct,
             depth: 0,
             chain: Default::default(),
+            upstream_tools: None,
         },
         label: "raw".into(),
     });

@@ -120,12 +120,14 @@ async fn every_refusal_code_reaches_the_caller_without_internals() {
     assert!(broken.text.contains("correlation id"), "{}", broken.text);
     tokio::time::sleep(Duration::from_millis(10)).await;
 
-    // (`script_failed` is a run's: `larkgate-script`'s and the serve tests provoke it.)
+    // (`script_failed` is a run's: `larkgate-script`'s and the serve tests provoke it;
+    // `script_suspended` is a published script's: the command's upstream script tests do.)
     let provoked_elsewhere = [
         "unauthenticated",
         "upstream_unavailable",
         "upstream_error",
         "script_failed",
+        "script_suspended",
     ];
     let all: BTreeSet<&str> = Code::ALL
         .iter()

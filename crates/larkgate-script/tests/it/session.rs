@@ -62,6 +62,7 @@ async fn run(setup: &Setup, kind: RunKind) -> Result<larkgate_script::RunOutput,
         kind,
         depth: 1,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let label = format!("script-{kind}");
     let (caller, teardown) =
@@ -145,6 +146,7 @@ async fn a_draft_calling_a_hidden_tool_gets_the_same_refusal_as_for_a_missing_on
         kind: RunKind::Draft,
         depth: 1,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let (caller, teardown) =
         larkgate_session::connect(&setup.platform, run, "script-draft", Limits::default())

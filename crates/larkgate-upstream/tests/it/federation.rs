@@ -106,6 +106,7 @@ async fn call_as(
         kind,
         depth: 0,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let (caller, teardown) =
         larkgate_session::connect(&setup.platform, run, "test", Limits::default())
@@ -186,6 +187,7 @@ async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
                 kind: direct,
                 depth: 0,
                 chain: Default::default(),
+                upstream_tools: None,
             },
             label: "test".into(),
         }));
@@ -464,6 +466,7 @@ async fn call_as_on(
         kind,
         depth: 0,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let (caller, teardown) = larkgate_session::connect(platform, run, "test", Limits::default())
         .await
@@ -549,6 +552,7 @@ async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
         kind: RunKind::Direct,
         depth: 0,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let (caller, teardown) = larkgate_session::connect(&platform, run, "test", Limits::default())
         .await

@@ -68,6 +68,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         kind: RunKind::Direct,
         depth: 0,
         chain: Default::default(),
+        upstream_tools: None,
     };
     let (caller, teardown) =
         larkgate_session::connect(&context.platform, run, "cli", Limits::default()).await?;

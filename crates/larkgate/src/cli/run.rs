@@ -73,6 +73,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
                 kind: RunKind::Direct,
                 depth: 0,
                 chain: Default::default(),
+                upstream_tools: None,
             };
             scripts.published_run(name, Map::new(), &direct).await?
         }

@@ -155,5 +155,20 @@ fn show_preview(
              (larkgate run --draft {name} --review shows what it would write)"
         )?,
     }
+    if preview.pins.is_empty() {
+        writeln!(out, "upstream tools: none")?;
+    } else {
+        let pinned: Vec<String> = preview
+            .pins
+            .iter()
+            .map(|p| format!("{} (sha256 {})", p.tool, &p.hash[..12.min(p.hash.len())]))
+            .collect();
+        writeln!(
+            out,
+            "upstream tools: {} (its runs may call no other; it is suspended while one of \
+             these waits for review)",
+            pinned.join(", ")
+        )?;
+    }
     Ok(())
 }

@@ -316,6 +316,13 @@ pub(crate) async fn run(
                     "a changed tool"
                 };
                 writeln!(out, "{} ({what}):", tool.name)?;
+                if !tool.suspends.is_empty() {
+                    writeln!(
+                        out,
+                        "suspends, until approved or reverted: {}",
+                        tool.suspends.join(", ")
+                    )?;
+                }
                 write!(out, "{}", tool.diff)?;
             }
             if approving {

@@ -223,6 +223,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
             kind: RunKind::Direct,
             depth: 0,
             chain: Default::default(),
+            upstream_tools: None,
         },
         label: "http".into(),
     }));
