@@ -732,11 +732,14 @@ impl Scripts {
                 other => store_failed(other),
             })?;
         let reviewed = match &preview.review {
-            Some(review) => format!(
-                ", reviewed by run {} ({} intended writes)",
-                review.run_id,
-                review.intended_writes.len()
-            ),
+            Some(review) => {
+                let count = review.intended_writes.len();
+                format!(
+                    ", reviewed by run {} ({count} intended write{})",
+                    review.run_id,
+                    if count == 1 { "" } else { "s" }
+                )
+            }
             None => ", not reviewed".to_owned(),
         };
         self.event(

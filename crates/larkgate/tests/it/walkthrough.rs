@@ -92,6 +92,24 @@ fn the_readme_walkthrough_works() {
     ));
     assert_eq!(ran["result"]["remembered"], false, "{ran}");
     assert_eq!(ran["printed"], "not remembered: write_barrier\n");
+    // Reviewed by effect: the write is recorded, not made, and answered as an intended write.
+    let reviewed = succeeds(client(
+        d,
+        &url,
+        &admin,
+        &[
+            "call",
+            "script_run_draft",
+            "--args-json",
+            r#"{"name": "greet", "review": true, "args": {"name": "Ada"}}"#,
+        ],
+    ));
+    assert_eq!(
+        reviewed["intended_writes"],
+        serde_json::json!([{"tool": "kv_set", "arguments": {"key": "greeted:Ada", "value": "1"}}]),
+        "{reviewed}"
+    );
+    assert_eq!(reviewed["printed"], "remembered\n");
     succeeds(client(
         d,
         &url,
