@@ -49,7 +49,9 @@ pub struct NewToken {
     pub record: TokenRecord,
 }
 
-fn random(bytes: usize) -> String {
+/// `bytes` bytes of the operating system's random source, base64url without padding: for
+/// secrets (tokens, console sessions, CSRF tokens).
+pub fn random(bytes: usize) -> String {
     let mut buffer = vec![0u8; bytes];
     getrandom::fill(&mut buffer).expect("the operating system's random source works");
     URL_SAFE_NO_PAD.encode(buffer)
@@ -124,6 +126,16 @@ pub async fn verify(store: &dyn Store, token: &str, now_ms: i64) -> Result<Princ
         .map_or_else(|| "0".repeat(64), |r| r.secret_hash.clone());
     let matches: bool = presented.as_bytes().ct_eq(stored.as_bytes()).into();
     let record = record.filter(|_| matches).ok_or(TokenError::Invalid)?;
+    standing(store, &record, now_ms).await
+}
+
+/// The principal of `record` if the token still stands at `now_ms`: not revoked, not expired,
+/// its principal still registered (with its roles as they are now).
+async fn standing(
+    store: &dyn Store,
+    record: &TokenRecord,
+    now_ms: i64,
+) -> Result<Principal, TokenError> {
     if record.revoked_at_ms.is_some() || record.expires_at_ms.is_some_and(|t| t <= now_ms) {
         return Err(TokenError::Invalid);
     }
@@ -132,6 +144,24 @@ pub async fn verify(store: &dyn Store, token: &str, now_ms: i64) -> Result<Princ
         .await
         .map_err(TokenError::Store)?
         .ok_or(TokenError::Invalid)
+}
+
+/// The principal the token with public id `id` authenticates at `now_ms`, with its roles as
+/// they are now, if the token still stands (not revoked, not expired, its principal still
+/// registered). For a session that verified the whole token once and must re-check it at every
+/// request (the admin console's): a revocation ends such a session at its next request.
+pub async fn verify_id(store: &dyn Store, id: &str, now_ms: i64) -> Result<Principal, TokenError> {
+    let record = store
+        .token(id)
+        .await
+        .map_err(TokenError::Store)?
+        .ok_or(TokenError::Invalid)?;
+    standing(store, &record, now_ms).await
+}
+
+/// The public id of a well-formed `token` (what `verify` looks it up by).
+pub fn token_id(token: &str) -> Option<&str> {
+    parse(token.trim()).map(|(id, _)| id)
 }
 
 #[cfg(test)]

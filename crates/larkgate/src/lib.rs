@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod http;
 pub mod logging;
 mod telemetry;

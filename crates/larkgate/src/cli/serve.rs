@@ -179,7 +179,7 @@ pub(crate) async fn run(
     let server = &context.server;
     http::accept::make_room_for(server.max_connections + OPS_MAX_CONNECTIONS);
     let public_url = server.public_mcp_url(listen);
-    let policy = server.address_policy(listen).map_err(anyhow::Error::msg)?;
+    let policy = Arc::new(server.address_policy(listen).map_err(anyhow::Error::msg)?);
     bootstrap(context, &public_url, out).await?;
     let maintenance = context.federation.maintain().await;
 
@@ -225,7 +225,7 @@ pub(crate) async fn run(
             http::authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            Arc::new(policy),
+            Arc::clone(&policy),
             http::address::check_address,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -251,12 +251,27 @@ pub(crate) async fn run(
         Some(sign_in) => app.merge(metadata_routes(sign_in, &public_url)),
         None => app,
     };
-    let app = app.fallback(|| async {
-        (
-            StatusCode::NOT_FOUND,
-            Body::from("not found; MCP is at /mcp\n"),
+    // The admin console, for browsers (its own Origin rules: see `crate::console`).
+    let console = crate::console::Console::new(
+        context.platform.clone(),
+        Arc::clone(&policy),
+        public_url.starts_with("https://"),
+    );
+    let app = app
+        .merge(
+            crate::console::router(console).layer(axum::middleware::from_fn_with_state(
+                http::access::AccessLog {
+                    lines: server.access_log,
+                },
+                http::access::observe,
+            )),
         )
-    });
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                Body::from("not found; MCP is at /mcp, the admin console at /admin\n"),
+            )
+        });
     let connections = register_connection_metrics(context, "");
     crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
     crate::logging::say(&context.scripts.memory_budget());

