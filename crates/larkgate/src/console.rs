@@ -6,6 +6,10 @@
 //! | page | who | what |
 //! | --- | --- | --- |
 //! | `/admin/approvals` | `approver`, `admin` | requests with their arguments; approve or deny with a reason |
+//! | `/admin/audit` | `admin` | the audit chain, filtered by principal and tool; verify it |
+//! | `/admin/scripts`, `/admin/scripts/NAME` | `admin` | drafts and versions; a draft's source, its diff from the latest version, its review run's intended writes and pins; publish |
+//! | `/admin/runs`, `/admin/runs/ID` | `admin` | run records, filtered; one run whole |
+//! | `/admin/upstreams` | `admin` | each upstream's status and cause; quarantined tools with their definitions' diff and the scripts they suspend; approve |
 //! | `/admin/tokens` | `admin` | principals and tokens; create a token (shown once), revoke one |
 //!
 //! ## Threat model
@@ -28,6 +32,7 @@
 //! Unlike `/mcp`, which refuses every browser `Origin`, `/admin` accepts its own origin: it is
 //! made for browsers.
 
+mod pages;
 pub mod session;
 
 use std::sync::Arc;
@@ -49,6 +54,9 @@ use minijinja::value::Serde;
 use minijinja::{Environment, context};
 use serde::Deserialize;
 
+use larkgate_scripts::Scripts;
+use larkgate_upstream::federation::Federation;
+
 use crate::http::address::AddressPolicy;
 use session::{Flash, Session, Sessions};
 
@@ -60,6 +68,8 @@ pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; for
 #[derive(Debug)]
 pub struct Console {
     platform: Platform,
+    scripts: Arc<Scripts>,
+    federation: Arc<Federation>,
     sessions: Sessions,
     templates: Environment<'static>,
     addresses: Arc<AddressPolicy>,
@@ -67,15 +77,28 @@ pub struct Console {
 }
 
 impl Console {
-    /// The console of `platform`, answering the hosts `addresses` allows; `secure`: larkgate is
-    /// served over HTTPS (the cookie is then `Secure`).
-    pub fn new(platform: Platform, addresses: Arc<AddressPolicy>, secure: bool) -> Arc<Self> {
+    /// The console of `platform` (with its script service and upstreams), answering the hosts
+    /// `addresses` allows; `secure`: larkgate is served over HTTPS (the cookie is then
+    /// `Secure`).
+    pub fn new(
+        platform: Platform,
+        scripts: Arc<Scripts>,
+        federation: Arc<Federation>,
+        addresses: Arc<AddressPolicy>,
+        secure: bool,
+    ) -> Arc<Self> {
         let mut templates = Environment::new();
         for (name, source) in [
             ("base.html", include_str!("console/base.html")),
             ("sign_in.html", include_str!("console/sign_in.html")),
             ("approvals.html", include_str!("console/approvals.html")),
             ("tokens.html", include_str!("console/tokens.html")),
+            ("audit.html", include_str!("console/audit.html")),
+            ("scripts.html", include_str!("console/scripts.html")),
+            ("script.html", include_str!("console/script.html")),
+            ("runs.html", include_str!("console/runs.html")),
+            ("run.html", include_str!("console/run.html")),
+            ("upstreams.html", include_str!("console/upstreams.html")),
             ("refused.html", include_str!("console/refused.html")),
         ] {
             templates
@@ -83,8 +106,14 @@ impl Console {
                 .expect("the console's templates parse");
         }
         templates.add_filter("time", |ms: i64| rfc3339_from_ms(ms));
+        // Indented JSON, as text: the page escapes it like any other text.
+        templates.add_filter("pretty", |value: minijinja::Value| {
+            serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
+        });
         Arc::new(Console {
             platform,
+            scripts,
+            federation,
             sessions: Sessions::default(),
             templates,
             addresses,
@@ -127,6 +156,17 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/admin/approvals", get(approvals_page))
         .route("/admin/approvals/{id}", post(resolve))
         .route("/admin/tokens", get(tokens_page).post(create_token))
+        .route("/admin/audit", get(pages::audit))
+        .route("/admin/scripts", get(pages::scripts))
+        .route("/admin/scripts/{name}", get(pages::script))
+        .route("/admin/scripts/{name}/publish", post(pages::publish))
+        .route("/admin/runs", get(pages::runs))
+        .route("/admin/runs/{id}", get(pages::run))
+        .route("/admin/upstreams", get(pages::upstreams))
+        .route(
+            "/admin/upstreams/{alias}/approve",
+            post(pages::approve_tools),
+        )
         .route("/admin/tokens/{id}/revoke", post(revoke_token))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),

@@ -254,6 +254,8 @@ pub(crate) async fn run(
     // The admin console, for browsers (its own Origin rules: see `crate::console`).
     let console = crate::console::Console::new(
         context.platform.clone(),
+        Arc::clone(&context.scripts),
+        Arc::clone(&context.federation),
         Arc::clone(&policy),
         public_url.starts_with("https://"),
     );

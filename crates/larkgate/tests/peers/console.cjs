@@ -8,6 +8,8 @@
 //   APPROVER_TOKEN   a token of an approver (eve)
 //   APPROVER_TOKEN_ID  that token's public id
 //   APPROVAL_ID      a pending approval whose arguments hold a <script> element
+//   SCRIPT_NAME      a draft whose source holds one, reviewed (one intended write of kv_set)
+//   (and an upstream `local` whose tool `echo` changed since it was pinned)
 //   SHOTS            where to write a screenshot of each page
 //
 // Prints one JSON line: {"approved": ID, "created_token": TOKEN}; any failed check throws.
@@ -44,6 +46,11 @@ async function main() {
     return { context, page };
   }
 
+  // Every page of a signed-in person names them in its frame.
+  async function signedInAs(page, name) {
+    assert.match(await page.textContent("form.who span"), new RegExp(`^${name} `));
+  }
+
   async function shot(page, name) {
     await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true });
   }
@@ -74,6 +81,7 @@ async function main() {
   assert.equal(await eve.evaluate(() => document.querySelectorAll("script").length), 0);
   assert.equal(await eve.evaluate(() => window.pwned), undefined);
   await shot(eve, "approvals");
+  await signedInAs(eve, "eve");
 
   // A form posted without its CSRF token, or with another's, is refused; so is one from another
   // origin. Nothing is approved by them.
@@ -105,11 +113,15 @@ async function main() {
   await eve.goto(`${url}/admin/approvals?status=approved`);
   assert.match(await eve.textContent(`#approval-${approvalId}`), /the key is retired/);
 
-  // An approver may not open the tokens page.
+  // An approver may not open the tokens page, nor the administrators' others.
   const refused = await eve.goto(`${url}/admin/tokens`);
   assert.equal(refused.status(), 403);
   assert.match(await eve.textContent("[role=alert]"), /admin role/);
   await shot(eve, "tokens-refused");
+  for (const page of ["audit", "scripts", "runs", "upstreams"]) {
+    assert.equal((await eve.goto(`${url}/admin/${page}`)).status(), 403, page);
+  }
+  assert.equal(await eve.locator("a[href='/admin/audit']").count(), 0);
 
   // An admin: principals and tokens; a new token is shown once; eve's token is revoked.
   const administrator = await person();
@@ -125,6 +137,51 @@ async function main() {
   await shot(admin, "token-created");
   await admin.reload();
   assert.equal(await admin.locator("#new-token").count(), 0, "a new token is shown once");
+  // The audit chain, verified.
+  await admin.goto(`${url}/admin/audit`);
+  assert.ok((await admin.locator("table.audit tbody tr").count()) > 3);
+  await admin.click("button[name=verify]");
+  assert.match(await admin.textContent("#verified"), /The chain is intact/);
+  await signedInAs(admin, "root");
+  await shot(admin, "audit");
+
+  // A draft whose source holds a <script> element: shown as text, with its review run's
+  // intended writes; published from here.
+  const script = process.env.SCRIPT_NAME;
+  await admin.goto(`${url}/admin/scripts`);
+  await shot(admin, "scripts");
+  await signedInAs(admin, "root");
+  await admin.click(`a[href='/admin/scripts/${script}']`);
+  const source = await admin.textContent("#source");
+  assert.ok(source.includes('value = "<script>alert(\\"pwned\\")</script>"'), source);
+  assert.equal(await admin.evaluate(() => document.querySelectorAll("script").length), 0);
+  assert.match(await admin.textContent("#intended-writes"), /kv_set/);
+  await shot(admin, "script");
+  await signedInAs(admin, "root");
+  await admin.click("form[action$='/publish'] button");
+  assert.match(await admin.textContent(".flash.ok"), new RegExp(`Published ${script} version 1`));
+
+  // Runs, and one run whole.
+  await admin.goto(`${url}/admin/runs`);
+  await shot(admin, "runs");
+  await signedInAs(admin, "root");
+  await admin.click("table a[href^='/admin/runs/']");
+  assert.match(await admin.textContent("h1"), /Run run-/);
+  await shot(admin, "run");
+  await signedInAs(admin, "root");
+
+  // An upstream whose tool changed since it was pinned: quarantined, with the diff; approved.
+  await admin.goto(`${url}/admin/upstreams`);
+  const upstream = admin.locator("#upstream-local");
+  assert.match(await upstream.textContent(), /local__echo is quarantined \(a changed tool\)/);
+  assert.match(await upstream.locator("pre.diff").textContent(), /~\/.ssh\/id_ed25519/);
+  await shot(admin, "upstreams");
+  await signedInAs(admin, "root");
+  await upstream.locator("form button").click();
+  await admin.waitForURL(`${url}/admin/upstreams`);
+  assert.match(await admin.textContent(".flash.ok"), /Approved local__echo/);
+
+  await admin.goto(`${url}/admin/tokens`);
   await admin.click(`#token-${process.env.APPROVER_TOKEN_ID} button`);
   await admin.waitForURL(`${url}/admin/tokens`);
   assert.match(await admin.textContent(`#token-${process.env.APPROVER_TOKEN_ID}`), /revoked/);
