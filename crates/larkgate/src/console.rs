@@ -294,6 +294,9 @@ fn said(refusal: &larkgate_platform::Refusal) -> String {
     }
 }
 
+/// What someone without the admin role is told on an administrator's page or form.
+const ADMIN_ONLY: &str = "This is for principals with the admin role.";
+
 /// What every page's frame shows.
 fn frame(signed: &Signed, page: &str) -> minijinja::Value {
     context! {
@@ -567,18 +570,10 @@ struct TokenRow {
 }
 
 async fn tokens_page(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
-    let signed = match signed_in(&console, &headers).await {
+    let signed = match pages::admin(&console, &headers).await {
         Ok(signed) => signed,
-        Err(not) => return not.into_response(),
+        Err(response) => return *response,
     };
-    if !access::has_any_role(&signed.principal, ADMINS) {
-        return refused(
-            &console,
-            &signed,
-            StatusCode::FORBIDDEN,
-            "Principals and tokens are managed by principals with the admin role.",
-        );
-    }
     let store = console.platform.services().store.as_ref();
     let (principals, tokens) = match (store.principals().await, store.tokens(None).await) {
         (Ok(principals), Ok(tokens)) => (principals, tokens),
@@ -661,7 +656,7 @@ async fn admin_form(
             console,
             &signed,
             StatusCode::FORBIDDEN,
-            "Principals and tokens are managed by principals with the admin role.",
+            ADMIN_ONLY,
         )));
     }
     Ok(signed)

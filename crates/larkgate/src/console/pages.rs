@@ -17,13 +17,13 @@ use minijinja::value::Serde;
 use serde::Deserialize;
 
 use super::session::Flash;
-use super::{Console, CsrfForm, Signed, frame, refused, said, signed_form, signed_in};
+use super::{Console, CsrfForm, Signed, admin_form, frame, refused, said, signed_in};
 
 /// The most audit records or runs one page shows.
 const MAX_ROWS: usize = 1000;
 
 /// A signed-in administrator, or the answer for anyone else.
-async fn admin(console: &Console, headers: &HeaderMap) -> Result<Signed, Box<Response>> {
+pub(super) async fn admin(console: &Console, headers: &HeaderMap) -> Result<Signed, Box<Response>> {
     let signed = signed_in(console, headers)
         .await
         .map_err(|not| Box::new(not.into_response()))?;
@@ -32,25 +32,7 @@ async fn admin(console: &Console, headers: &HeaderMap) -> Result<Signed, Box<Res
             console,
             &signed,
             StatusCode::FORBIDDEN,
-            "This page is for principals with the admin role.",
-        )));
-    }
-    Ok(signed)
-}
-
-/// An administrator's form: signed in, the session's own, an admin.
-async fn admin_action(
-    console: &Console,
-    headers: &HeaderMap,
-    csrf: Option<&str>,
-) -> Result<Signed, Box<Response>> {
-    let signed = signed_form(console, headers, csrf).await?;
-    if !access::has_any_role(&signed.principal, ADMINS) {
-        return Err(Box::new(refused(
-            console,
-            &signed,
-            StatusCode::FORBIDDEN,
-            "This action is for principals with the admin role.",
+            super::ADMIN_ONLY,
         )));
     }
     Ok(signed)
@@ -228,7 +210,7 @@ pub(super) async fn publish(
     Path(name): Path<String>,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    let signed = match admin_action(&console, &headers, form.csrf.as_deref()).await {
+    let signed = match admin_form(&console, &headers, form.csrf.as_deref()).await {
         Ok(signed) => signed,
         Err(response) => return *response,
     };
@@ -371,7 +353,7 @@ pub(super) async fn approve_tools(
     Path(alias): Path<String>,
     Form(form): Form<ApproveForm>,
 ) -> Response {
-    let signed = match admin_action(&console, &headers, form.csrf.as_deref()).await {
+    let signed = match admin_form(&console, &headers, form.csrf.as_deref()).await {
         Ok(signed) => signed,
         Err(response) => return *response,
     };
