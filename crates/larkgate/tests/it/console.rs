@@ -237,3 +237,115 @@ fn the_console_in_a_browser_approves_a_call_and_ends_a_revoked_session() {
     assert!(tail.contains("published inert version 1"), "{tail}");
     assert!(tail.contains("tool_approved"), "{tail}");
 }
+
+/// The console as an attacker meets it, over plain HTTP: forged cookies, a sign-in posted from
+/// another site, a token without the roles, a principal whose role is taken away, an oversized
+/// form.
+#[test]
+fn the_console_refuses_forged_sessions_foreign_sign_ins_and_lost_roles() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    ok(d, &["principal", "add", "wes", "--roles", "writer"]);
+    let token = |name: &str| {
+        ok(d, &["token", "create", "--principal", name])
+            .trim()
+            .to_owned()
+    };
+    let eve = token("eve");
+    let wes = token("wes");
+    let server = Server::start(d);
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let location = |response: &reqwest::blocking::Response| {
+        response.headers()["location"].to_str().unwrap().to_owned()
+    };
+
+    // No session, or a forged one: sign in first.
+    for cookie in ["", "larkgate_console=forged", "larkgate_console="] {
+        let page = http
+            .get(format!("{origin}/admin/approvals"))
+            .header("Cookie", cookie)
+            .send()
+            .unwrap();
+        assert_eq!(page.status(), 303, "{cookie:?}");
+        assert_eq!(location(&page), "/admin/sign-in");
+    }
+    // A sign-in posted from another site's page is refused, whatever the token.
+    let foreign = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Origin", "http://evil.example")
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={eve}"))
+        .send()
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert!(foreign.headers().get("set-cookie").is_none());
+    // A valid token without the roles is told why, and gets no session.
+    let writer = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={wes}"))
+        .send()
+        .unwrap();
+    assert_eq!(writer.status(), 401);
+    assert!(writer.headers().get("set-cookie").is_none());
+    assert!(
+        writer
+            .text()
+            .unwrap()
+            .contains("wes may not use the console")
+    );
+    // An oversized form is refused before it is read whole.
+    let huge = "x".repeat(3 * 1024 * 1024);
+    let oversized = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={huge}"))
+        .send()
+        .unwrap();
+    assert_eq!(oversized.status(), 413);
+
+    // eve signs in; her session works until her role is taken away beside the server.
+    let signed = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Origin", &origin)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={eve}"))
+        .send()
+        .unwrap();
+    assert_eq!(signed.status(), 303);
+    let cookie = signed.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let page = http
+        .get(format!("{origin}/admin/approvals"))
+        .header("Cookie", &session)
+        .send()
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    ok(d, &["principal", "set-roles", "eve", "--roles", "writer"]);
+    let ended = http
+        .get(format!("{origin}/admin/approvals"))
+        .header("Cookie", &session)
+        .send()
+        .unwrap();
+    assert_eq!(ended.status(), 303);
+    assert_eq!(location(&ended), "/admin/sign-in?ended=1");
+    // The session is gone, not only refused: giving the role back does not revive it.
+    ok(d, &["principal", "set-roles", "eve", "--roles", "approver"]);
+    let gone = http
+        .get(format!("{origin}/admin/approvals"))
+        .header("Cookie", &session)
+        .send()
+        .unwrap();
+    assert_eq!(location(&gone), "/admin/sign-in");
+    assert!(server.stop().success());
+}
