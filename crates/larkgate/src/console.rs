@@ -16,7 +16,9 @@
 //!
 //! The console faces a person's browser, and every other page that browser opens.
 //! - **Sign-in** takes a larkgate token of an `admin` or `approver`, checked as `/mcp` checks
-//!   one; the browser then holds only a session cookie ([`session`]). The session is tied to
+//!   one, against the same per-address budget of failures (429 once it is spent, sampled into
+//!   the audit as `authentication_failed`); the browser then holds only a session cookie
+//!   ([`session`]). The session is tied to
 //!   the token's id and re-checked at every request: a revoked or expired token, a removed
 //!   principal or a lost role ends it at the next click.
 //! - **Cross-site requests**: the cookie is `SameSite=Strict`; every form carries the
@@ -57,7 +59,8 @@ use serde::Deserialize;
 use larkgate_scripts::Scripts;
 use larkgate_upstream::federation::Federation;
 
-use crate::http::address::AddressPolicy;
+use crate::http::Auth;
+use crate::http::address::{AddressPolicy, ClientAddress};
 use session::{Flash, Session, Sessions};
 
 /// The console's Content-Security-Policy: nothing but this server's stylesheet.
@@ -73,6 +76,8 @@ pub struct Console {
     sessions: Sessions,
     templates: Environment<'static>,
     addresses: Arc<AddressPolicy>,
+    /// `/mcp`'s authentication: its per-address budget of failures, and its audit sample.
+    auth: Auth,
     secure: bool,
 }
 
@@ -85,6 +90,7 @@ impl Console {
         scripts: Arc<Scripts>,
         federation: Arc<Federation>,
         addresses: Arc<AddressPolicy>,
+        auth: Auth,
         secure: bool,
     ) -> Arc<Self> {
         let mut templates = Environment::new();
@@ -117,6 +123,7 @@ impl Console {
             sessions: Sessions::default(),
             templates,
             addresses,
+            auth,
             secure,
         })
     }
@@ -178,13 +185,14 @@ pub fn router(console: Arc<Console>) -> Router {
 /// `Host` must name this server; a POST's `Origin`, when sent, must be this console's; every
 /// answer carries the security headers. (`Referrer-Policy: same-origin`, not `no-referrer`:
 /// under `no-referrer` a browser sends `Origin: null` with the console's own forms.)
-async fn guard(State(console): State<Arc<Console>>, request: Request, next: Next) -> Response {
+async fn guard(State(console): State<Arc<Console>>, mut request: Request, next: Next) -> Response {
     let peer = request
         .extensions()
         .get::<ConnectInfo<std::net::SocketAddr>>()
         .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |info| info.0.ip());
-    let (_, host) = console.addresses.resolve(peer, request.headers());
+    let (client, host) = console.addresses.resolve(peer, request.headers());
     let host = host.map(str::to_owned);
+    request.extensions_mut().insert(ClientAddress(client));
     let refused = match &host {
         Some(host) if console.addresses.host_is_allowed(host) => {
             let origin = request
@@ -379,7 +387,20 @@ struct SignInForm {
     token: String,
 }
 
-async fn sign_in(State(console): State<Arc<Console>>, Form(form): Form<SignInForm>) -> Response {
+async fn sign_in(
+    State(console): State<Arc<Console>>,
+    axum::Extension(ClientAddress(client)): axum::Extension<ClientAddress>,
+    Form(form): Form<SignInForm>,
+) -> Response {
+    // As at /mcp: an address that spent its failures for this minute is not looked up.
+    if let Err(refusal) = console.auth.throttled(client) {
+        let why = format!("Too many failed sign-ins from your address: {refusal}.");
+        return console.render(
+            StatusCode::TOO_MANY_REQUESTS,
+            "sign_in.html",
+            context! { error => why },
+        );
+    }
     let store = console.platform.services().store.as_ref();
     let failed = |console: &Console, why: &str| {
         console.render(
@@ -392,6 +413,7 @@ async fn sign_in(State(console): State<Arc<Console>>, Form(form): Form<SignInFor
     let principal = match tokens::verify(store, token, now_ms()).await {
         Ok(principal) => principal,
         Err(tokens::TokenError::Invalid) => {
+            console.auth.failed(Some(client), !token.is_empty());
             return failed(
                 &console,
                 "That token is not valid: it is unknown, revoked or expired. Paste the whole \

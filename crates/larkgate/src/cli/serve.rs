@@ -221,7 +221,7 @@ pub(crate) async fn run(
             http::json_rpc_shape,
         ))
         .layer(axum::middleware::from_fn_with_state(
-            auth,
+            auth.clone(),
             http::authenticate,
         ))
         .layer(axum::middleware::from_fn_with_state(
@@ -257,6 +257,7 @@ pub(crate) async fn run(
         Arc::clone(&context.scripts),
         Arc::clone(&context.federation),
         Arc::clone(&policy),
+        auth,
         public_url.starts_with("https://"),
     );
     let app = app

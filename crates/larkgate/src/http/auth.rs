@@ -82,10 +82,22 @@ impl Auth {
         self
     }
 
+    /// `Err` while `source` has spent its failed authentications for this minute: the refusal
+    /// to answer, without looking anything up. Shared by `/mcp` and the admin console's
+    /// sign-in, so the two count against one budget per address.
+    pub fn throttled(&self, source: std::net::IpAddr) -> Result<(), EdgeError> {
+        self.throttle
+            .check(source)
+            .map_err(|wait| EdgeError::TooManyFailures {
+                limit: self.throttle.limit(),
+                retry_after: wait,
+            })
+    }
+
     /// Counts a failed authentication and records it if the sample takes it (see
     /// [`super::throttle`]). The record names the source and whether a token was presented,
     /// never the token.
-    fn failed(&self, source: Option<std::net::IpAddr>, presented: bool) {
+    pub fn failed(&self, source: Option<std::net::IpAddr>, presented: bool) {
         self.failures.inc();
         let audited = match source {
             Some(source) => self.throttle.failed(source),
@@ -144,13 +156,9 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
                 .map(|info| info.0.ip())
         });
     if let Some(source) = source
-        && let Err(wait) = auth.throttle.check(source)
+        && let Err(refusal) = auth.throttled(source)
     {
-        return EdgeError::TooManyFailures {
-            limit: auth.throttle.limit(),
-            retry_after: wait,
-        }
-        .into_response();
+        return refusal.into_response();
     }
     let presented = token.is_some();
     let principal = match (token, &auth.sign_in) {

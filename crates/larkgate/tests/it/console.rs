@@ -353,3 +353,62 @@ fn the_console_refuses_forged_sessions_foreign_sign_ins_and_lost_roles() {
     assert_eq!(location(&gone), "/admin/sign-in");
     assert!(server.stop().success());
 }
+
+/// Failed console sign-ins spend the same per-address budget as `/mcp`'s failed
+/// authentications: once it is spent, even a valid token is not looked up (429), and the
+/// failures are sampled into the audit.
+#[test]
+fn failed_sign_ins_spend_the_same_budget_of_failures_as_mcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        format!("[server]\nmax_failed_authentications_per_minute = 2\n{POLICY}"),
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    let eve = ok(d, &["token", "create", "--principal", "eve"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let sign_in = |token: &str| {
+        http.post(format!("{origin}/admin/sign-in"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        assert_eq!(sign_in("lgt_guessed").status(), 401);
+    }
+    let spent = sign_in(&eve);
+    assert_eq!(spent.status(), 429);
+    assert!(spent.headers().get("set-cookie").is_none());
+    let text = spent.text().unwrap();
+    assert!(
+        text.contains("Too many failed sign-ins from your address"),
+        "{text}"
+    );
+    // The same budget at /mcp.
+    let mcp = http
+        .post(&server.url)
+        .header("Authorization", format!("Bearer {eve}"))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(mcp.status(), 429);
+    assert!(server.stop().success());
+    let tail = ok(d, &["audit", "tail", "--principal", "anonymous"]);
+    assert!(
+        tail.contains("authentication_failed")
+            && tail.contains("presented a token that is not valid"),
+        "{tail}"
+    );
+}
