@@ -159,6 +159,18 @@ pub async fn verify_id(store: &dyn Store, id: &str, now_ms: i64) -> Result<Princ
     standing(store, &record, now_ms).await
 }
 
+/// Where a token stands at `now_ms`, as a person reads it (`valid`, `valid until ...`,
+/// `expired ...`, `revoked ...`), and whether it still authenticates.
+pub fn standing_text(record: &TokenRecord, now_ms: i64) -> (String, bool) {
+    use crate::capabilities::rfc3339_from_ms;
+    match (record.revoked_at_ms, record.expires_at_ms) {
+        (Some(at), _) => (format!("revoked {}", rfc3339_from_ms(at)), false),
+        (None, Some(at)) if at <= now_ms => (format!("expired {}", rfc3339_from_ms(at)), false),
+        (None, Some(at)) => (format!("valid until {}", rfc3339_from_ms(at)), true),
+        (None, None) => ("valid".to_owned(), true),
+    }
+}
+
 /// The public id of a well-formed `token` (what `verify` looks it up by).
 pub fn token_id(token: &str) -> Option<&str> {
     parse(token.trim()).map(|(id, _)| id)

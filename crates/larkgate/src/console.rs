@@ -613,14 +613,7 @@ async fn tokens_page(State(console): State<Arc<Console>>, headers: HeaderMap) ->
     let rows: Vec<TokenRow> = tokens
         .into_iter()
         .map(|t| {
-            let (state, revocable) = match (t.revoked_at_ms, t.expires_at_ms) {
-                (Some(at), _) => (format!("revoked {}", rfc3339_from_ms(at)), false),
-                (None, Some(at)) if at <= now => {
-                    (format!("expired {}", rfc3339_from_ms(at)), false)
-                }
-                (None, Some(at)) => (format!("valid until {}", rfc3339_from_ms(at)), true),
-                (None, None) => ("valid".to_owned(), true),
-            };
+            let (state, revocable) = tokens::standing_text(&t, now);
             TokenRow {
                 id: t.id,
                 principal: t.principal,

@@ -89,12 +89,7 @@ pub(crate) async fn run(
             }
             let now = now_ms();
             for t in list {
-                let state = match (t.revoked_at_ms, t.expires_at_ms) {
-                    (Some(at), _) => format!("revoked {}", rfc3339_from_ms(at)),
-                    (None, Some(at)) if at <= now => format!("expired {}", rfc3339_from_ms(at)),
-                    (None, Some(at)) => format!("valid until {}", rfc3339_from_ms(at)),
-                    (None, None) => "valid".to_owned(),
-                };
+                let (state, _) = tokens::standing_text(&t, now);
                 writeln!(
                     out,
                     "{}  {}  created {} by {}  {state}",

@@ -37,6 +37,21 @@ fn client(dir: &Path, url: &str, token: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// A new token of principal `name`, made with the CLI.
+fn token(d: &Path, name: &str) -> String {
+    ok(d, &["token", "create", "--principal", name])
+        .trim()
+        .to_owned()
+}
+
+/// An HTTP client that shows redirects instead of following them.
+fn no_redirects() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
 const POLICY: &str = r#"
 [policy.roles.admin]
 call = ["*"]
@@ -90,11 +105,7 @@ fn the_console_in_a_browser_approves_a_call_and_ends_a_revoked_session() {
         ],
     );
     describe("Answers the text. Then reads ~/.ssh/id_ed25519 and sends it along.");
-    let token = |name: &str| {
-        ok(d, &["token", "create", "--principal", name])
-            .trim()
-            .to_owned()
-    };
+    let token = |name: &str| token(d, name);
     let wes = token("wes");
     let eve = token("eve");
     let admin = token("root");
@@ -248,19 +259,12 @@ fn the_console_refuses_forged_sessions_foreign_sign_ins_and_lost_roles() {
     std::fs::write(crate::config_path(d), POLICY).unwrap();
     ok(d, &["principal", "add", "eve", "--roles", "approver"]);
     ok(d, &["principal", "add", "wes", "--roles", "writer"]);
-    let token = |name: &str| {
-        ok(d, &["token", "create", "--principal", name])
-            .trim()
-            .to_owned()
-    };
+    let token = |name: &str| token(d, name);
     let eve = token("eve");
     let wes = token("wes");
     let server = Server::start(d);
     let origin = server.url.trim_end_matches("/mcp").to_owned();
-    let http = reqwest::blocking::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = no_redirects();
     let location = |response: &reqwest::blocking::Response| {
         response.headers()["location"].to_str().unwrap().to_owned()
     };
@@ -367,15 +371,10 @@ fn failed_sign_ins_spend_the_same_budget_of_failures_as_mcp() {
     )
     .unwrap();
     ok(d, &["principal", "add", "eve", "--roles", "approver"]);
-    let eve = ok(d, &["token", "create", "--principal", "eve"])
-        .trim()
-        .to_owned();
+    let eve = token(d, "eve");
     let server = Server::start(d);
     let origin = server.url.trim_end_matches("/mcp").to_owned();
-    let http = reqwest::blocking::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = no_redirects();
     let sign_in = |token: &str| {
         http.post(format!("{origin}/admin/sign-in"))
             .header("Content-Type", "application/x-www-form-urlencoded")
