@@ -5,8 +5,8 @@
 //! run records; federated upstreams and the pins of their tools; and the audit chain (records,
 //! its head, and the inbox of events forwarded by processes that do not own it). Callers hold
 //! no SQL; [`SqliteStore`] is the embedded default (one file under the data directory, WAL,
-//! every write in a transaction), and a PostgreSQL implementation for many replicas can follow
-//! behind the same trait.
+//! every write in a transaction), and [`PostgresStore`] keeps the same data in a PostgreSQL
+//! schema, for deployments with a database server. One test suite runs on both.
 //!
 //! The trait is async so that a networked database fits it; the SQLite implementation runs
 //! each operation on tokio's blocking pool.
@@ -14,6 +14,7 @@
 #![forbid(unsafe_code)]
 
 mod model;
+pub mod postgres;
 mod sqlite;
 
 pub use model::{
@@ -22,6 +23,7 @@ pub use model::{
     RunStatus, ScriptPin, ScriptVersion, TokenRecord, ToolPin, UpstreamRecord,
     UpstreamStatusRecord,
 };
+pub use postgres::{PostgresSettings, PostgresStore};
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
 
 /// A store failure.
@@ -30,6 +32,16 @@ pub enum StoreError {
     /// The database reported an error.
     #[error("database error: {0}")]
     Database(#[from] rusqlite::Error),
+    /// PostgreSQL reported an error, or the connection to it failed mid-operation.
+    #[error("database error: {}", postgres_text(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The database could not be reached (nothing was done).
+    #[error("the database is unreachable: {0}")]
+    Unavailable(String),
+    /// The database was reachable but every connection or the row needed stayed in use for
+    /// longer than the store waits (nothing was done).
+    #[error("the database is busy: {0}")]
+    Busy(String),
     /// A principal, approval or other record with this id already exists.
     #[error("{0} already exists")]
     Conflict(String),
@@ -56,15 +68,125 @@ impl StoreError {
     /// Whether another process held the database's lock for longer than the store waits (the
     /// busy timeout): nothing is wrong with the data, and the same call may succeed later.
     pub fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Database(rusqlite::Error::SqliteFailure(error, _))
-                if matches!(
-                    error.code,
-                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-                )
-        )
+        match self {
+            StoreError::Database(rusqlite::Error::SqliteFailure(error, _)) => matches!(
+                error.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ),
+            StoreError::Busy(_) => true,
+            StoreError::Postgres(error) => {
+                error.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+            }
+            _ => false,
+        }
     }
+
+    /// Whether the database could not be reached, or the connection to it broke during the
+    /// operation: nothing is known to be wrong with the data, and the same call may succeed
+    /// once the database is back. (An operation whose connection broke after it was sent may
+    /// or may not have been applied.)
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Unavailable(_) => true,
+            StoreError::Postgres(error) => {
+                use tokio_postgres::error::SqlState;
+                error.is_closed()
+                    || match error.code() {
+                        // Connection exceptions (class 08), and a server shutting down or
+                        // starting up.
+                        Some(code) => {
+                            code.code().starts_with("08")
+                                || [
+                                    SqlState::ADMIN_SHUTDOWN,
+                                    SqlState::CRASH_SHUTDOWN,
+                                    SqlState::CANNOT_CONNECT_NOW,
+                                ]
+                                .contains(code)
+                        }
+                        // No SQLSTATE: the failure was in the connection, not the statement.
+                        None => error.as_db_error().is_none(),
+                    }
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A PostgreSQL error's text with the server's message, which the driver's own text leaves to
+/// its source.
+fn postgres_text(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{}: {}", db.severity(), db.message());
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!(" ({detail})"));
+            }
+            text
+        }
+        None => match std::error::Error::source(error) {
+            Some(cause) => format!("{error}: {cause}"),
+            None => error.to_string(),
+        },
+    }
+}
+
+/// How full a store's connection pool is (for stores that keep one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Connections it keeps at most.
+    pub max_size: usize,
+    /// Connections open now.
+    pub size: usize,
+    /// Open connections not in use.
+    pub available: usize,
+    /// Callers waiting for a connection.
+    pub waiting: usize,
+}
+
+/// The right to append to a store's audit chain, held by one process at a time
+/// ([`Store::claim_audit_chain`]); dropping it gives the right up.
+pub struct AuditChainClaim {
+    _held: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl AuditChainClaim {
+    /// A claim with nothing to hold (a store whose chain is guarded elsewhere).
+    pub fn free() -> Self {
+        AuditChainClaim { _held: None }
+    }
+
+    /// A claim kept by `held` (a lock, a connection) until it is dropped.
+    pub fn held(held: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        AuditChainClaim { _held: Some(held) }
+    }
+}
+
+impl std::fmt::Debug for AuditChainClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditChainClaim").finish_non_exhaustive()
+    }
+}
+
+/// Roles are stored comma-separated, sorted and unique.
+fn split_roles(roles: &str) -> Vec<String> {
+    roles
+        .split(',')
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Roles as stored: sorted, unique, comma-separated; a role that is empty or holds a comma is
+/// refused.
+fn join_roles(mut roles: Vec<String>) -> Result<String> {
+    if let Some(bad) = roles.iter().find(|r| r.is_empty() || r.contains(',')) {
+        return Err(StoreError::Invalid(format!(
+            "role {bad:?} is empty or contains a comma"
+        )));
+    }
+    roles.sort();
+    roles.dedup();
+    Ok(roles.join(","))
 }
 
 /// The store's result type.
@@ -81,6 +203,25 @@ pub fn now_ms() -> i64 {
 /// Everything larkgate persists. See the crate documentation.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    // ---- the store itself ----
+
+    /// Where the store is, for the operator: a file, or a database and schema (never a
+    /// password).
+    fn describe(&self) -> String;
+    /// Answers once the database has answered a trivial query: for readiness checks.
+    async fn ping(&self) -> Result<()>;
+    /// How full the connection pool is, for stores that keep one.
+    fn pool_status(&self) -> Option<PoolStatus> {
+        None
+    }
+    /// Claims the audit chain for this process: `None` if another process that shares the
+    /// store holds it (this process then forwards its events to that one). Stores whose
+    /// processes share one data directory are already guarded by the audit log's own file
+    /// lock, and answer a free claim.
+    async fn claim_audit_chain(&self) -> Result<Option<AuditChainClaim>> {
+        Ok(Some(AuditChainClaim::free()))
+    }
+
     // ---- principals ----
 
     /// Registers a new principal; [`StoreError::Conflict`] if the id is taken.

@@ -28,7 +28,8 @@ use rusqlite::{Connection, params};
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
     Draft, ForwardedAudit, Principal, Result, Run, RunQuery, ScriptPin, ScriptVersion, Store,
-    StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord, join_roles,
+    split_roles,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -109,26 +110,6 @@ impl SqliteStore {
     }
 }
 
-fn split_roles(roles: &str) -> Vec<String> {
-    roles
-        .split(',')
-        .filter(|r| !r.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Roles are stored comma-separated, sorted and unique.
-fn join_roles(mut roles: Vec<String>) -> Result<String> {
-    if let Some(bad) = roles.iter().find(|r| r.is_empty() || r.contains(',')) {
-        return Err(StoreError::Invalid(format!(
-            "role {bad:?} is empty or contains a comma"
-        )));
-    }
-    roles.sort();
-    roles.dedup();
-    Ok(roles.join(","))
-}
-
 /// SQLite integers are signed; sequences and durations are far below 2^63.
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -136,6 +117,15 @@ fn signed(n: u64) -> i64 {
 
 #[async_trait::async_trait]
 impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        format!("SQLite database {}", self.path.display())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.with(|c| Ok(c.query_row("SELECT 1", [], |_| Ok(()))?))
+            .await
+    }
+
     async fn add_principal(&self, principal: Principal) -> Result<()> {
         self.with(move |c| principals::add_principal(c, principal))
             .await

@@ -1,6 +1,6 @@
 use larkgate_store::{ApprovalStatus, CallChain, Store, StoreError};
 
-use crate::fresh;
+use crate::{Place, on_both};
 
 /// A call made directly, not inside a script run.
 fn direct() -> CallChain {
@@ -12,9 +12,8 @@ fn through(starter: &str, author: &str) -> CallChain {
     CallChain::default().then(starter, author)
 }
 
-#[tokio::test]
-async fn the_same_call_through_another_chain_is_another_approval() {
-    let (_dir, store) = fresh();
+async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
+    let store = place.open().await;
     let for_p1 = store
         .pending_approval(
             "script:w",
@@ -118,9 +117,8 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     assert_eq!(again.id, pending[0].id);
 }
 
-#[tokio::test]
-async fn an_unreadable_chain_makes_the_approval_unreadable() {
-    let (dir, store) = fresh();
+async fn an_unreadable_chain_makes_the_approval_unreadable(place: Place) {
+    let store = place.open().await;
     let pending = store
         .pending_approval(
             "script:w",
@@ -132,18 +130,17 @@ async fn an_unreadable_chain_makes_the_approval_unreadable() {
         )
         .await
         .unwrap();
-    let raw = rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
-    raw.execute(
-        "UPDATE approvals SET chain_through = 'not json' WHERE id = ?1",
-        [&pending.id],
-    )
-    .unwrap();
+    place
+        .execute(&format!(
+            "UPDATE approvals SET chain_through = 'not json' WHERE id = '{}'",
+            pending.id
+        ))
+        .await;
     assert!(store.approval(&pending.id).await.is_err());
 }
 
-#[tokio::test]
-async fn repeated_refused_calls_share_one_pending_record() {
-    let (_dir, store) = fresh();
+async fn repeated_refused_calls_share_one_pending_record(place: Place) {
+    let store = place.open().await;
     let a = store
         .pending_approval(
             "alice",
@@ -195,9 +192,8 @@ async fn repeated_refused_calls_share_one_pending_record() {
     );
 }
 
-#[tokio::test]
-async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
-    let (_dir, store) = fresh();
+async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: Place) {
+    let store = place.open().await;
     let pending = store
         .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
         .await
@@ -244,9 +240,8 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires() {
     );
 }
 
-#[tokio::test]
-async fn concurrent_consumers_get_one_success() {
-    let (_dir, store) = fresh();
+async fn concurrent_consumers_get_one_success(place: Place) {
+    let store = place.open().await;
     let pending = store
         .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
         .await
@@ -270,9 +265,35 @@ async fn concurrent_consumers_get_one_success() {
     assert_eq!(wins, 1);
 }
 
-#[tokio::test]
-async fn only_a_pending_approval_can_be_resolved() {
-    let (_dir, store) = fresh();
+/// The same refused call made at once through two processes sharing the store, many times
+/// over: one pending record.
+async fn concurrent_requests_share_one_pending_record(place: Place) {
+    let handles = [place.open().await, place.open().await];
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = handles[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 5)
+                .await
+                .unwrap()
+                .id
+        }));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for task in tasks {
+        ids.insert(task.await.unwrap());
+    }
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let pending = handles[0]
+        .approvals(Some(ApprovalStatus::Pending))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+}
+
+async fn only_a_pending_approval_can_be_resolved(place: Place) {
+    let store = place.open().await;
     let pending = store
         .pending_approval("alice", "t", "h", &direct(), &Default::default(), 0)
         .await
@@ -305,9 +326,8 @@ async fn only_a_pending_approval_can_be_resolved() {
     assert_eq!(found.status, ApprovalStatus::Denied);
 }
 
-#[tokio::test]
-async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided() {
-    let (_dir, store) = fresh();
+async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place: Place) {
+    let store = place.open().await;
     let details = larkgate_store::ApprovalDetails {
         arguments: Some(r#"{"key":"important","token":"<redacted>"}"#.into()),
         run_id: Some("r1".into()),
@@ -349,9 +369,8 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided() {
     );
 }
 
-#[tokio::test]
-async fn pending_approvals_expire_and_the_next_call_asks_anew() {
-    let (_dir, store) = fresh();
+async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
+    let store = place.open().await;
     let old = store
         .pending_approval(
             "alice",
@@ -481,3 +500,15 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
         .unwrap();
     assert_eq!(first.id, again.id);
 }
+
+on_both!(
+    concurrent_requests_share_one_pending_record,
+    an_unreadable_chain_makes_the_approval_unreadable,
+    the_same_call_through_another_chain_is_another_approval,
+    repeated_refused_calls_share_one_pending_record,
+    an_approval_is_consumed_exactly_once_and_only_before_it_expires,
+    concurrent_consumers_get_one_success,
+    only_a_pending_approval_can_be_resolved,
+    an_approval_keeps_what_its_approver_is_shown_and_why_they_decided,
+    pending_approvals_expire_and_the_next_call_asks_anew,
+);

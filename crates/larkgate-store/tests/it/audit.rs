@@ -1,6 +1,6 @@
-use larkgate_store::{AuditHead, AuditKind, AuditQuery, AuditRecord, Store};
+use larkgate_store::{AuditHead, AuditKind, AuditQuery, AuditRecord};
 
-use crate::fresh;
+use crate::{Place, on_both};
 
 pub(crate) fn record(seq: u64, principal: &str, tool: &str) -> AuditRecord {
     AuditRecord {
@@ -23,9 +23,8 @@ pub(crate) fn record(seq: u64, principal: &str, tool: &str) -> AuditRecord {
     }
 }
 
-#[tokio::test]
-async fn records_append_in_order_and_move_the_head() {
-    let (_dir, store) = fresh();
+async fn records_append_in_order_and_move_the_head(place: Place) {
+    let store = place.open().await;
     assert_eq!(store.audit_head().await.unwrap(), None);
     store
         .append_audit((1..=3).map(|s| record(s, "alice", "kv_get")).collect())
@@ -47,9 +46,8 @@ async fn records_append_in_order_and_move_the_head() {
     assert_eq!(all[0], record(1, "alice", "kv_get"));
 }
 
-#[tokio::test]
-async fn replaying_a_batch_changes_nothing() {
-    let (_dir, store) = fresh();
+async fn replaying_a_batch_changes_nothing(place: Place) {
+    let store = place.open().await;
     let batch: Vec<AuditRecord> = (1..=3).map(|s| record(s, "alice", "t")).collect();
     store.append_audit(batch.clone()).await.unwrap();
     store.append_audit(batch[..2].to_vec()).await.unwrap();
@@ -68,9 +66,8 @@ async fn replaying_a_batch_changes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn queries_filter_and_take_the_newest_in_order() {
-    let (_dir, store) = fresh();
+async fn queries_filter_and_take_the_newest_in_order(place: Place) {
+    let store = place.open().await;
     let mut batch = Vec::new();
     for seq in 1..=10 {
         batch.push(record(
@@ -112,14 +109,13 @@ async fn queries_filter_and_take_the_newest_in_order() {
     assert_eq!(after.iter().map(|r| r.seq).collect::<Vec<_>>(), [8, 9]);
 }
 
-#[tokio::test]
-async fn forwarded_entries_wait_in_order_until_a_batch_adopts_them() {
-    let (dir, store) = fresh();
+async fn forwarded_entries_wait_in_order_until_a_batch_adopts_them(place: Place) {
+    let store = place.open().await;
     let first = store.forward_audit(100, r#"{"principal":"ada"}"#).unwrap();
     let second = store.forward_audit(90, r#"{"principal":"bob"}"#).unwrap();
     assert!(second > first);
-    // Another handle on the same file (another process) sees them, oldest first.
-    let other = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+    // Another handle on the same store (another process) sees them, oldest first.
+    let other = place.open().await;
     let waiting = other.forwarded_audit(10).await.unwrap();
     assert_eq!(
         waiting.iter().map(|f| (f.id, f.at_ms)).collect::<Vec<_>>(),
@@ -151,3 +147,10 @@ async fn forwarded_entries_wait_in_order_until_a_batch_adopts_them() {
         1
     );
 }
+
+on_both!(
+    records_append_in_order_and_move_the_head,
+    replaying_a_batch_changes_nothing,
+    queries_filter_and_take_the_newest_in_order,
+    forwarded_entries_wait_in_order_until_a_batch_adopts_them,
+);

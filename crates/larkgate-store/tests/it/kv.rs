@@ -1,10 +1,7 @@
-use larkgate_store::Store;
+use crate::{Place, on_both};
 
-use crate::fresh;
-
-#[tokio::test]
-async fn set_get_and_delete_report_what_happened() {
-    let (_dir, store) = fresh();
+async fn set_get_and_delete_report_what_happened(place: Place) {
+    let store = place.open().await;
     assert_eq!(store.kv_get("k").await.unwrap(), None);
     assert!(store.kv_set("k", "1").await.unwrap(), "created");
     assert!(!store.kv_set("k", "2").await.unwrap(), "replaced");
@@ -14,9 +11,8 @@ async fn set_get_and_delete_report_what_happened() {
     assert_eq!(store.kv_get("k").await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn listing_pages_by_prefix_in_key_order() {
-    let (_dir, store) = fresh();
+async fn listing_pages_by_prefix_in_key_order(place: Place) {
+    let store = place.open().await;
     for key in ["user:b", "user:a", "user:c", "userx", "team:a", "user:é"] {
         store.kv_set(key, &format!("v-{key}")).await.unwrap();
     }
@@ -45,3 +41,8 @@ async fn listing_pages_by_prefix_in_key_order() {
         .collect();
     assert_eq!(keys, ["50%_off"]);
 }
+
+on_both!(
+    set_get_and_delete_report_what_happened,
+    listing_pages_by_prefix_in_key_order,
+);

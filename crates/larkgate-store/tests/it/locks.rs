@@ -1,4 +1,4 @@
-//! Writes while another process holds SQLite's write lock: a write waits out a brief lock
+//! SQLite: writes while another process holds SQLite's write lock: a write waits out a brief lock
 //! (within the busy timeout) instead of failing at once. A deferred transaction that reads
 //! first and then writes cannot wait (SQLite refuses its upgrade at once to avoid a
 //! deadlock), so every transaction that writes begins immediate.
@@ -7,7 +7,12 @@ use std::time::{Duration, Instant};
 
 use larkgate_store::{DATABASE_FILE, Store};
 
-use crate::fresh;
+/// A SQLite store in a fresh temporary directory (kept alive by the returned guard).
+fn fresh() -> (tempfile::TempDir, larkgate_store::SqliteStore) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store = larkgate_store::SqliteStore::open(dir.path()).expect("store opens");
+    (dir, store)
+}
 
 /// Holds the write lock of the database in `dir` from another connection (as another
 /// process would) for `held`; answers once the lock is taken.

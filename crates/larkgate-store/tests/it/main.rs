@@ -1,19 +1,83 @@
-//! Integration tests of the SQLite store, on real files in temporary directories.
+//! Integration tests of the store: one suite, run on both backends. Each test that holds for
+//! every store is written once against a [`Place`] and run twice by [`on_both!`]: on SQLite in
+//! a temporary directory, and on PostgreSQL in a schema of its own (dropped after). Tests of
+//! one backend's own mechanics (SQLite's file lock and schema rollbacks; PostgreSQL's pool,
+//! advisory locks and lost connections) stand alone.
 
 mod approvals;
 mod audit;
 mod crash;
 mod kv;
 mod locks;
+mod postgres;
 mod principals;
 mod scripts;
 mod upstreams;
 
-use larkgate_store::SqliteStore;
+use std::sync::Arc;
 
-/// A store in a fresh temporary directory (kept alive by the returned guard).
-pub(crate) fn fresh() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let store = SqliteStore::open(dir.path()).expect("store opens");
-    (dir, store)
+use larkgate_store::postgres::testing::TestSchema;
+use larkgate_store::{PostgresStore, SqliteStore, Store};
+
+/// Where a test's store lives. Opening it again is what another process sharing the store
+/// would see.
+pub(crate) enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres(TestSchema),
+}
+
+impl Place {
+    pub(crate) fn sqlite() -> Place {
+        Place::Sqlite(tempfile::tempdir().expect("temporary directory"))
+    }
+
+    pub(crate) async fn postgres() -> Place {
+        Place::Postgres(TestSchema::create().await)
+    }
+
+    /// Opens the store (migrating it on first use).
+    pub(crate) async fn open(&self) -> Arc<dyn Store> {
+        match self {
+            Place::Sqlite(dir) => Arc::new(SqliteStore::open(dir.path()).expect("store opens")),
+            Place::Postgres(schema) => Arc::new(
+                PostgresStore::open(&schema.settings())
+                    .await
+                    .expect("store opens"),
+            ),
+        }
+    }
+
+    /// Runs `sql` on the store's database from outside it, as another program would.
+    pub(crate) async fn execute(&self, sql: &str) {
+        match self {
+            Place::Sqlite(dir) => {
+                rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE))
+                    .unwrap()
+                    .execute_batch(sql)
+                    .unwrap();
+            }
+            Place::Postgres(schema) => schema.execute(sql).await,
+        }
+    }
+}
+
+/// Runs each named `async fn NAME(place: Place)` of the module as two tests, `NAME::sqlite`
+/// and `NAME::postgres`.
+#[macro_export]
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name($crate::Place::sqlite()).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name($crate::Place::postgres().await).await
+                }
+            }
+        )*
+    };
 }

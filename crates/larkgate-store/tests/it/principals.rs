@@ -1,6 +1,6 @@
-use larkgate_store::{Principal, PrincipalKind, Store, StoreError};
+use larkgate_store::{Principal, PrincipalKind, StoreError};
 
-use crate::fresh;
+use crate::{Place, on_both};
 
 fn alice() -> Principal {
     Principal {
@@ -10,9 +10,8 @@ fn alice() -> Principal {
     }
 }
 
-#[tokio::test]
-async fn principals_are_added_listed_changed_and_removed() {
-    let (_dir, store) = fresh();
+async fn principals_are_added_listed_changed_and_removed(place: Place) {
+    let store = place.open().await;
     store.add_principal(alice()).await.unwrap();
     store
         .add_principal(Principal {
@@ -50,9 +49,8 @@ async fn principals_are_added_listed_changed_and_removed() {
     assert_eq!(store.principal("bot").await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn a_taken_id_a_missing_principal_and_a_bad_role_are_errors() {
-    let (_dir, store) = fresh();
+async fn a_taken_id_a_missing_principal_and_a_bad_role_are_errors(place: Place) {
+    let store = place.open().await;
     store.add_principal(alice()).await.unwrap();
     assert!(matches!(
         store.add_principal(alice()).await,
@@ -76,14 +74,19 @@ async fn a_taken_id_a_missing_principal_and_a_bad_role_are_errors() {
     );
 }
 
-#[tokio::test]
-async fn data_survives_reopening_and_migrations_run_once() {
-    let dir = tempfile::tempdir().unwrap();
+async fn data_survives_reopening_and_migrations_run_once(place: Place) {
     {
-        let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+        let store = place.open().await;
         store.add_principal(alice()).await.unwrap();
     }
-    let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+    let store = place.open().await;
     assert!(store.principal("alice").await.unwrap().is_some());
-    assert!(store.path().ends_with(larkgate_store::DATABASE_FILE));
+    store.ping().await.unwrap();
+    assert!(!store.describe().is_empty());
 }
+
+on_both!(
+    principals_are_added_listed_changed_and_removed,
+    a_taken_id_a_missing_principal_and_a_bad_role_are_errors,
+    data_survives_reopening_and_migrations_run_once,
+);

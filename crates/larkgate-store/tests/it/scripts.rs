@@ -5,9 +5,9 @@ use larkgate_store::{
     Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
 };
 
-use crate::fresh;
+use crate::{Place, on_both};
 
-async fn with_author(store: &larkgate_store::SqliteStore) {
+async fn with_author(store: &dyn Store) {
     store
         .add_principal(Principal {
             id: "ada".into(),
@@ -18,9 +18,8 @@ async fn with_author(store: &larkgate_store::SqliteStore) {
         .unwrap();
 }
 
-#[tokio::test]
-async fn a_draft_belongs_to_its_author() {
-    let (_dir, store) = fresh();
+async fn a_draft_belongs_to_its_author(place: Place) {
+    let store = place.open().await;
     store
         .save_draft("digest", "def main():\n    pass\n", "ada", 1)
         .await
@@ -44,10 +43,9 @@ async fn a_draft_belongs_to_its_author() {
     assert_eq!(store.drafts().await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
-    let (_dir, store) = fresh();
-    with_author(&store).await;
+async fn publishing_numbers_versions_and_captures_the_authors_roles_then(place: Place) {
+    let store = place.open().await;
+    with_author(&*store).await;
     store.save_draft("digest", "v1", "ada", 1).await.unwrap();
     let v1 = store
         .publish("digest", "v1", "h1", "pat", &[], 10)
@@ -82,14 +80,58 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then() {
     assert_eq!(store.latest_version("never").await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_author() {
-    let (_dir, store) = fresh();
+/// Publishing one draft at once through two processes sharing the store, many times over:
+/// every publish gets a version of its own, numbered one after another.
+async fn concurrent_publishes_number_versions_one_after_another(place: Place) {
+    let handles = [place.open().await, place.open().await];
+    with_author(&*handles[0]).await;
+    handles[0]
+        .save_draft("digest", "v", "ada", 1)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let store = handles[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .publish("digest", "v", "h", "pat", &[], 10)
+                .await
+                .unwrap()
+                .version
+        }));
+    }
+    let mut versions = Vec::new();
+    for task in tasks {
+        versions.push(task.await.unwrap());
+    }
+    versions.sort();
+    assert_eq!(versions, (1..=12).collect::<Vec<u32>>());
+    let stored: Vec<u32> = handles[1]
+        .versions("digest")
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(stored, (1..=12).collect::<Vec<u32>>());
+    assert_eq!(
+        handles[1]
+            .latest_version("digest")
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        12
+    );
+}
+
+async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_author(place: Place) {
+    let store = place.open().await;
     assert!(matches!(
         store.publish("nope", "x", "h", "pat", &[], 1).await,
         Err(StoreError::Missing(_))
     ));
-    with_author(&store).await;
+    with_author(&*store).await;
     store
         .save_draft("digest", "checked", "ada", 1)
         .await
@@ -139,10 +181,9 @@ fn run(id: &str) -> Run {
     }
 }
 
-#[tokio::test]
-async fn a_version_keeps_the_upstream_tools_it_was_published_against() {
-    let (_dir, store) = fresh();
-    with_author(&store).await;
+async fn a_version_keeps_the_upstream_tools_it_was_published_against(place: Place) {
+    let store = place.open().await;
+    with_author(&*store).await;
     store.save_draft("digest", "v1", "ada", 1).await.unwrap();
     let pins = vec![ScriptPin {
         tool: "github__search_issues".into(),
@@ -159,9 +200,8 @@ async fn a_version_keeps_the_upstream_tools_it_was_published_against() {
     assert_eq!(store.versions("digest").await.unwrap()[0].pins, Some(pins));
 }
 
-#[tokio::test]
-async fn the_newest_successful_review_of_exactly_a_source_is_found() {
-    let (_dir, store) = fresh();
+async fn the_newest_successful_review_of_exactly_a_source_is_found(place: Place) {
+    let store = place.open().await;
     let review = |id: &str, hash: &str, status: RunStatus, started: i64| Run {
         kind: "review".into(),
         hash: hash.into(),
@@ -203,9 +243,8 @@ async fn the_newest_successful_review_of_exactly_a_source_is_found() {
     assert_eq!(store.latest_review("other", "h").await.unwrap(), None);
 }
 
-#[tokio::test]
-async fn runs_are_recorded_when_they_start_and_when_they_end() {
-    let (_dir, store) = fresh();
+async fn runs_are_recorded_when_they_start_and_when_they_end(place: Place) {
+    let store = place.open().await;
     store.start_run(run("r1")).await.unwrap();
     assert_eq!(
         store.run("r1").await.unwrap().unwrap().status,
@@ -235,3 +274,13 @@ async fn runs_are_recorded_when_they_start_and_when_they_end() {
     ));
     assert_eq!(store.run("ghost").await.unwrap(), None);
 }
+
+on_both!(
+    concurrent_publishes_number_versions_one_after_another,
+    a_draft_belongs_to_its_author,
+    publishing_numbers_versions_and_captures_the_authors_roles_then,
+    publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_author,
+    a_version_keeps_the_upstream_tools_it_was_published_against,
+    the_newest_successful_review_of_exactly_a_source_is_found,
+    runs_are_recorded_when_they_start_and_when_they_end,
+);

@@ -1,6 +1,8 @@
 //! Stored upstreams and tool pins survive a reopen; removing an upstream removes its pins.
 
-use larkgate_store::{PinStatus, SqliteStore, Store, ToolPin, UpstreamRecord};
+use larkgate_store::{PinStatus, ToolPin, UpstreamRecord};
+
+use crate::{Place, on_both};
 
 fn pin(tool: &str, status: PinStatus) -> ToolPin {
     ToolPin {
@@ -16,11 +18,9 @@ fn pin(tool: &str, status: PinStatus) -> ToolPin {
     }
 }
 
-#[tokio::test]
-async fn upstreams_and_pins_persist_and_go_together() {
-    let dir = tempfile::tempdir().unwrap();
+async fn upstreams_and_pins_persist_and_go_together(place: Place) {
     {
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = place.open().await;
         store
             .save_upstream(UpstreamRecord {
                 alias: "weather".into(),
@@ -38,7 +38,7 @@ async fn upstreams_and_pins_persist_and_go_together() {
             .await
             .unwrap();
     }
-    let store = SqliteStore::open(dir.path()).unwrap();
+    let store = place.open().await;
     let upstreams = store.upstreams().await.unwrap();
     assert_eq!(upstreams.len(), 1);
     assert_eq!(upstreams[0].added_by, "operator");
@@ -63,12 +63,10 @@ async fn upstreams_and_pins_persist_and_go_together() {
     assert!(!store.remove_upstream("weather").await.unwrap());
 }
 
-#[tokio::test]
-async fn every_change_to_upstreams_or_pins_moves_the_revision_another_process_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    // Two handles on one directory, as `larkgate upstream ...` beside a running `serve`.
-    let cli = SqliteStore::open(dir.path()).unwrap();
-    let gateway = SqliteStore::open(dir.path()).unwrap();
+async fn every_change_to_upstreams_or_pins_moves_the_revision_another_process_reads(place: Place) {
+    // Two handles on one store, as `larkgate upstream ...` beside a running `serve`.
+    let cli = place.open().await;
+    let gateway = place.open().await;
     let mut seen = gateway.upstreams_revision().await.unwrap();
     let mut moved = async |what: &str| {
         let now = gateway.upstreams_revision().await.unwrap();
@@ -112,11 +110,9 @@ async fn every_change_to_upstreams_or_pins_moves_the_revision_another_process_re
     assert!(cli.upstream_statuses().await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn sealed_credentials_persist_are_replaced_and_go_with_their_upstream() {
-    let dir = tempfile::tempdir().unwrap();
+async fn sealed_credentials_persist_are_replaced_and_go_with_their_upstream(place: Place) {
     {
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let store = place.open().await;
         assert_eq!(store.upstream_credentials("weather").await.unwrap(), None);
         store
             .save_upstream_credentials("weather", vec![1, 2, 3], 5)
@@ -131,7 +127,7 @@ async fn sealed_credentials_persist_are_replaced_and_go_with_their_upstream() {
             .await
             .unwrap();
     }
-    let store = SqliteStore::open(dir.path()).unwrap();
+    let store = place.open().await;
     assert_eq!(
         store.upstream_credentials("weather").await.unwrap(),
         Some(vec![4, 5]),
@@ -158,3 +154,9 @@ async fn sealed_credentials_persist_are_replaced_and_go_with_their_upstream() {
     assert!(!store.remove_upstream_credentials("other").await.unwrap());
     assert_eq!(store.upstream_credentials("other").await.unwrap(), None);
 }
+
+on_both!(
+    upstreams_and_pins_persist_and_go_together,
+    every_change_to_upstreams_or_pins_moves_the_revision_another_process_reads,
+    sealed_credentials_persist_are_replaced_and_go_with_their_upstream,
+);

@@ -1,0 +1,314 @@
+//! The audit chain in PostgreSQL: batches appended in one statement with the head moved in the
+//! same transaction, a refusal of any record that would fork the chain, the inbox of entries
+//! forwarded by processes that do not own the chain, and the claim that makes one process its
+//! owner.
+
+use tokio_postgres::{NoTls, Row};
+
+use super::{PostgresStore, signed};
+use crate::{
+    AuditChainClaim, AuditHead, AuditKind, AuditQuery, AuditRecord, ForwardedAudit, Result,
+    StoreError,
+};
+
+const AUDIT_COLUMNS: &str = "seq, at_ms, kind, principal, run_id, run_kind, session, tool, \
+     args_hash, args, code, intent_seq, duration_us, detail, prev_hash, hash";
+
+fn audit_from_row(row: &Row) -> Result<AuditRecord> {
+    let kind: String = row.try_get(2)?;
+    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+    Ok(AuditRecord {
+        seq: unsigned(row.try_get(0)?),
+        at_ms: row.try_get(1)?,
+        kind: AuditKind::parse(&kind).unwrap_or(AuditKind::Event),
+        principal: row.try_get(3)?,
+        run_id: row.try_get(4)?,
+        run_kind: row.try_get(5)?,
+        session: row.try_get(6)?,
+        tool: row.try_get(7)?,
+        args_hash: row.try_get(8)?,
+        args: row.try_get(9)?,
+        code: row.try_get(10)?,
+        intent_seq: row.try_get::<_, Option<i64>>(11)?.map(unsigned),
+        duration_us: row.try_get::<_, Option<i64>>(12)?.map(unsigned),
+        detail: row.try_get(13)?,
+        prev_hash: row.try_get(14)?,
+        hash: row.try_get(15)?,
+    })
+}
+
+pub(super) async fn append_audit_adopting(
+    store: &PostgresStore,
+    records: Vec<AuditRecord>,
+    adopted: Vec<i64>,
+) -> Result<()> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    if !adopted.is_empty() {
+        tx.execute("DELETE FROM audit_inbox WHERE id = ANY($1)", &[&adopted])
+            .await?;
+    }
+    if !records.is_empty() {
+        // The batch goes in as one statement: a column of values per field.
+        let seqs: Vec<i64> = records.iter().map(|r| signed(r.seq)).collect();
+        let at: Vec<i64> = records.iter().map(|r| r.at_ms).collect();
+        let kinds: Vec<&str> = records.iter().map(|r| r.kind.as_str()).collect();
+        let principals: Vec<&str> = records.iter().map(|r| r.principal.as_str()).collect();
+        let text = |f: fn(&AuditRecord) -> &Option<String>| -> Vec<Option<&str>> {
+            records.iter().map(|r| f(r).as_deref()).collect()
+        };
+        let run_ids = text(|r| &r.run_id);
+        let run_kinds = text(|r| &r.run_kind);
+        let sessions = text(|r| &r.session);
+        let tools = text(|r| &r.tool);
+        let args_hashes = text(|r| &r.args_hash);
+        let args = text(|r| &r.args);
+        let codes = text(|r| &r.code);
+        let details = text(|r| &r.detail);
+        let intents: Vec<Option<i64>> = records.iter().map(|r| r.intent_seq.map(signed)).collect();
+        let durations: Vec<Option<i64>> =
+            records.iter().map(|r| r.duration_us.map(signed)).collect();
+        let prev_hashes: Vec<&str> = records.iter().map(|r| r.prev_hash.as_str()).collect();
+        let hashes: Vec<&str> = records.iter().map(|r| r.hash.as_str()).collect();
+        let statement = tx
+            .prepare_cached(&format!(
+                "INSERT INTO audit ({AUDIT_COLUMNS}) \
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], \
+                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+                     $11::text[], $12::bigint[], $13::bigint[], $14::text[], $15::text[], \
+                     $16::text[]) \
+                 ON CONFLICT (seq) DO NOTHING RETURNING seq"
+            ))
+            .await?;
+        let inserted = tx
+            .query(
+                &statement,
+                &[
+                    &seqs,
+                    &at,
+                    &kinds,
+                    &principals,
+                    &run_ids,
+                    &run_kinds,
+                    &sessions,
+                    &tools,
+                    &args_hashes,
+                    &args,
+                    &codes,
+                    &intents,
+                    &durations,
+                    &details,
+                    &prev_hashes,
+                    &hashes,
+                ],
+            )
+            .await?;
+        if inserted.len() < records.len() {
+            refuse_a_fork(&tx, &records, &inserted).await?;
+        }
+        let last = records
+            .iter()
+            .max_by_key(|r| r.seq)
+            .expect("records is not empty");
+        // The head only moves forward: a replayed older batch leaves it alone.
+        tx.execute(
+            "INSERT INTO audit_head (id, seq, hash) VALUES (1, $1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
+             WHERE excluded.seq > audit_head.seq",
+            &[&signed(last.seq), &last.hash],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Records whose sequence was already stored are a replay (skipped) only if what is stored is
+/// the same record; another record there means two processes chained on one head, and the
+/// batch is refused (it stays in its owner's journal) rather than silently dropped.
+async fn refuse_a_fork(
+    tx: &deadpool_postgres::Transaction<'_>,
+    records: &[AuditRecord],
+    inserted: &[Row],
+) -> Result<()> {
+    let inserted: std::collections::HashSet<i64> =
+        inserted.iter().map(|row| row.get::<_, i64>(0)).collect();
+    let skipped: Vec<i64> = records
+        .iter()
+        .map(|r| signed(r.seq))
+        .filter(|seq| !inserted.contains(seq))
+        .collect();
+    let stored = tx
+        .query(
+            "SELECT seq, hash FROM audit WHERE seq = ANY($1)",
+            &[&skipped],
+        )
+        .await?;
+    let stored: std::collections::HashMap<i64, String> =
+        stored.iter().map(|row| (row.get(0), row.get(1))).collect();
+    for record in records {
+        let seq = signed(record.seq);
+        if let Some(hash) = stored.get(&seq).filter(|hash| **hash != record.hash) {
+            return Err(StoreError::Invalid(format!(
+                "audit record {seq} is already stored with another hash ({hash}, not {}): \
+                 two larkgate processes have appended to one chain",
+                record.hash
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Commits one entry to the inbox. The trait's callers are synchronous (an audit sink), so
+/// this blocks: on a multi-threaded runtime it borrows the pool; anywhere else it uses a
+/// connection of its own on a thread of its own (the pool's connections are driven by a
+/// runtime this thread may be the one to drive).
+pub(super) fn forward_audit(store: &PostgresStore, at_ms: i64, entry: &str) -> Result<i64> {
+    const INSERT: &str = "INSERT INTO audit_inbox (at_ms, entry) VALUES ($1, $2) RETURNING id";
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if let Ok(handle) = Handle::try_current()
+        && handle.runtime_flavor() == RuntimeFlavor::MultiThread
+    {
+        return tokio::task::block_in_place(|| {
+            handle.block_on(async {
+                let client = store.client().await?;
+                Ok(client
+                    .query_one(INSERT, &[&at_ms, &entry])
+                    .await?
+                    .try_get(0)?)
+            })
+        });
+    }
+    let config = store.config.clone();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| -> Result<i64> {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| StoreError::Task(e.to_string()))?;
+                runtime.block_on(async {
+                    let (client, connection) = config
+                        .connect(NoTls)
+                        .await
+                        .map_err(|e| StoreError::Unavailable(super::unavailable_reason(&e)))?;
+                    tokio::spawn(connection);
+                    Ok(client
+                        .query_one(INSERT, &[&at_ms, &entry])
+                        .await?
+                        .try_get(0)?)
+                })
+            })
+            .join()
+            .map_err(|_| StoreError::Task("forwarding an audit entry panicked".to_owned()))?
+    })
+}
+
+pub(super) async fn forwarded_audit(
+    store: &PostgresStore,
+    limit: i64,
+) -> Result<Vec<ForwardedAudit>> {
+    let client = store.client().await?;
+    let statement = client
+        .prepare_cached("SELECT id, at_ms, entry FROM audit_inbox ORDER BY id LIMIT $1")
+        .await?;
+    let rows = client.query(&statement, &[&limit]).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ForwardedAudit {
+                id: row.try_get(0)?,
+                at_ms: row.try_get(1)?,
+                entry: row.try_get(2)?,
+            })
+        })
+        .collect()
+}
+
+pub(super) async fn audit_head(store: &PostgresStore) -> Result<Option<AuditHead>> {
+    let client = store.client().await?;
+    client
+        .query_opt("SELECT seq, hash FROM audit_head WHERE id = 1", &[])
+        .await?
+        .map(|row| {
+            Ok(AuditHead {
+                seq: u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0),
+                hash: row.try_get(1)?,
+            })
+        })
+        .transpose()
+}
+
+pub(super) async fn audit_records(
+    store: &PostgresStore,
+    query: AuditQuery,
+) -> Result<Vec<AuditRecord>> {
+    let order = if query.newest { "DESC" } else { "ASC" };
+    let client = store.client().await?;
+    let limit = query.limit.map(|l| signed(l as u64));
+    let rows = client
+        .query(
+            &format!(
+                "SELECT {AUDIT_COLUMNS} FROM audit \
+                 WHERE ($1::bigint IS NULL OR seq > $1) AND ($2::text IS NULL OR principal = $2) \
+                   AND ($3::text IS NULL OR tool = $3) \
+                 ORDER BY seq {order} LIMIT $4"
+            ),
+            &[
+                &query.after_seq.map(signed),
+                &query.principal,
+                &query.tool,
+                &limit,
+            ],
+        )
+        .await?;
+    let mut records = rows
+        .iter()
+        .map(audit_from_row)
+        .collect::<Result<Vec<_>>>()?;
+    if query.newest {
+        records.reverse();
+    }
+    Ok(records)
+}
+
+/// What keeps a claim: the connection holding the advisory lock, and the task driving it.
+/// Dropping it closes the connection, which releases the lock.
+struct Held {
+    _client: tokio_postgres::Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Claims the schema's audit chain with a session-level advisory lock on a connection of its
+/// own (not the pool's: the lock lives as long as that session). `None` if another process
+/// holds it.
+pub(super) async fn claim_chain(store: &PostgresStore) -> Result<Option<AuditChainClaim>> {
+    let (client, connection) = store
+        .config
+        .connect(NoTls)
+        .await
+        .map_err(|e| StoreError::Unavailable(super::unavailable_reason(&e)))?;
+    let task = tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%error, "the connection holding the audit chain's claim ended");
+        }
+    });
+    let held = Held {
+        _client: client,
+        task,
+    };
+    let claimed: bool = held
+        ._client
+        .query_one(
+            "SELECT pg_try_advisory_lock(1818325608, hashtext($1))",
+            &[&store.schema],
+        )
+        .await?
+        .try_get(0)?;
+    Ok(claimed.then(|| AuditChainClaim::held(Box::new(held))))
+}
