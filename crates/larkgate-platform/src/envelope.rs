@@ -97,18 +97,31 @@ impl Refusal {
         }
     }
 
-    /// A store operation failed: if another process held the store's lock past the busy
-    /// timeout, a `timeout` that says so (nothing ran; the same call may succeed later), else
-    /// [`Refusal::internal`] with `summary`. The store's own error goes to the log either way.
+    /// A store operation failed: if the store stayed locked or fully in use past its busy
+    /// timeout, a `timeout` that says so (nothing ran; the same call may succeed later); if its
+    /// database could not be reached, a `timeout` that says that; else [`Refusal::internal`]
+    /// with `summary`. The store's own error goes to the log either way, never to the caller.
     pub fn store(summary: &'static str, error: larkgate_store::StoreError) -> Self {
         if error.is_busy() {
             return Refusal::logged(
                 Code::Timeout,
-                "the store is busy: another process held its write lock for longer than \
-                 larkgate waits (5 s), so the call did not run",
+                "the store is busy: it stayed locked or fully in use for longer than larkgate \
+                 waits, so the call did not run",
                 error,
             )
             .with_hint("try again; if it keeps happening, find the process holding the lock");
+        }
+        if error.is_unavailable() {
+            return Refusal::logged(
+                Code::Timeout,
+                "larkgate's database could not be reached, so the call was not completed (a \
+                 write under way when the connection broke may or may not have been applied)",
+                error,
+            )
+            .with_hint(
+                "try again shortly; if it keeps happening, tell the operator (their log has the \
+                 cause under the correlation id)",
+            );
         }
         Refusal::internal(summary, error)
     }

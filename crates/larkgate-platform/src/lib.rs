@@ -37,6 +37,7 @@ pub mod bounded;
 pub mod capabilities;
 pub mod catalog;
 pub mod envelope;
+pub mod failing;
 pub mod identity;
 pub mod metrics;
 pub mod observe;

@@ -90,6 +90,15 @@ impl SqliteStore {
         &self.path
     }
 
+    /// The schema's version (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<i64> {
+        let connection = self
+            .connection
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Ok(connection.pragma_query_value(None, "user_version", |row| row.get(0))?)
+    }
+
     /// Runs `f` with the connection on the blocking pool.
     async fn with<T, F>(&self, f: F) -> Result<T>
     where

@@ -567,13 +567,22 @@ impl Federation {
         let mut saved = self.save_statuses(&statuses).await.then_some(statuses);
         tokio::spawn(async move {
             let mut tick = 0u64;
+            let mut failing = larkgate_platform::failing::Failing::default();
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 tick += 1;
-                if tick.is_multiple_of(2)
-                    && let Err(e) = federation.sync().await
-                {
-                    tracing::warn!(%e, "upstream changes could not be followed");
+                if tick.is_multiple_of(2) {
+                    failing.note(
+                        federation.sync().await,
+                        |e, failed| {
+                            tracing::warn!(
+                                %e,
+                                failed_attempts_since_last_logged = failed,
+                                "upstream changes could not be followed"
+                            );
+                        },
+                        || tracing::info!("upstream changes are followed again"),
+                    );
                 }
                 for upstream in federation.upstreams() {
                     federation.tend(&upstream).await;

@@ -9,6 +9,7 @@ mod client;
 mod context;
 mod credentials;
 mod endpoint;
+mod migrate;
 mod principal;
 mod run;
 mod runs;
@@ -145,9 +146,12 @@ enum Command {
     /// One MCP session over stdin/stdout for desktop clients (token from LARKGATE_TOKEN or
     /// --token-file).
     Stdio(stdio::Args),
-    /// Validate the configuration (policy, limits, upstreams, their header variables) without
-    /// opening the data directory or connecting anywhere.
+    /// Validate the configuration (policy, limits, store, upstreams, their header variables)
+    /// without connecting anywhere.
     Check,
+    /// Bring the store's schema to this larkgate's version (every command does this on
+    /// opening; safe to run from several processes at once).
+    Migrate,
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -196,6 +200,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        if let Command::Migrate = cli.command {
+            return migrate::run(options.config.as_deref(), options.data_dir.as_deref(), out).await;
+        }
         // The operator's commands work beside a running `serve`.
         let operator = matches!(
             cli.command,
@@ -238,6 +245,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             match cli.command {
                 Command::Capabilities(_)
                 | Command::Check
+                | Command::Migrate
                 | Command::Client(_)
                 | Command::Token(_)
                 | Command::Principal(_)

@@ -34,6 +34,10 @@
 //! start_wait_ms = 30000      # how long a run waits for its turn before limit_exceeded
 //! max_depth = 4              # how deep published scripts may call each other
 //!
+//! [store]                    # PostgreSQL instead of SQLite in the data directory (see store)
+//! url = "postgres://larkgate@db.internal:5432/larkgate"
+//! password = "${LARKGATE_DB_PASSWORD}"
+//!
 //! [audit]
 //! record_arguments = false   # store canonical arguments in intents, not only their hash
 //! fsync = false              # fsync the audit journal per record (survives power loss)
@@ -70,6 +74,9 @@ use larkgate_scripts::RunBounds;
 use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 use serde::Deserializer;
+
+mod store;
+pub(crate) use store::StoreConfig;
 
 /// The configuration file's name in the data directory, read when it exists and neither
 /// `--config` nor `LARKGATE_CONFIG` names another.
@@ -580,6 +587,9 @@ pub(crate) struct Config {
     /// Script limits and workers.
     #[serde(default)]
     pub(crate) scripts: ScriptsConfig,
+    /// Where state is kept: SQLite in the data directory, or PostgreSQL.
+    #[serde(default)]
+    pub(crate) store: StoreConfig,
     /// Audit options.
     #[serde(default)]
     pub(crate) audit: AuditConfig,
@@ -651,6 +661,10 @@ impl Config {
             .validate(|name| std::env::var(name).ok())
             .map_err(anyhow::Error::msg)?;
         config.sign_in.validate().map_err(anyhow::Error::msg)?;
+        config
+            .store
+            .postgres(|name| std::env::var(name).ok())
+            .map_err(anyhow::Error::msg)?;
         for (i, upstream) in config.upstreams.iter().enumerate() {
             upstream
                 .validate()

@@ -95,6 +95,9 @@ pub struct AuditLog {
     /// The exclusive lock on `audit.lock`, held for the log's lifetime: two processes
     /// appending to one chain would fork it.
     _lock: File,
+    /// The store's own claim on its chain, for stores shared by processes with other data
+    /// directories (PostgreSQL): held for the log's lifetime too.
+    _claim: larkgate_store::AuditChainClaim,
     wake: Arc<Notify>,
     /// Serializes flushes (the background task and explicit [`AuditLog::flush`] calls).
     flushing: tokio::sync::Mutex<()>,
@@ -118,6 +121,9 @@ impl AuditLog {
         if lock.try_lock().is_err() {
             return Err(AuditError::Busy(dir.display().to_string()));
         }
+        let Some(claim) = store.claim_audit_chain().await? else {
+            return Err(AuditError::Busy(store.describe()));
+        };
         let left_behind = segments::recover(dir)?;
         store
             .append_audit_adopting(left_behind.records, left_behind.adopted)
@@ -141,6 +147,7 @@ impl AuditLog {
             store,
             options,
             _lock: lock,
+            _claim: claim,
             wake: Arc::new(Notify::new()),
             flushing: tokio::sync::Mutex::new(()),
         });
@@ -152,12 +159,31 @@ impl AuditLog {
         let wake = Arc::clone(&log.wake);
         let interval = options.flush_interval;
         tokio::spawn(async move {
+            let mut failing = crate::failing::Failing::default();
+            let mut backoff = interval;
             loop {
-                let _ = tokio::time::timeout(interval, wake.notified()).await;
-                let Some(log) = weak.upgrade() else { return };
-                if let Err(error) = log.flush().await {
-                    tracing::error!(%error, "audit records could not be moved into the store; they stay in the journal");
+                if failing.failing() {
+                    // The store is failing: try again after a pause that grows to 5 s, not at
+                    // every append (the records are safe in the journal meanwhile).
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                } else {
+                    backoff = interval;
+                    let _ = tokio::time::timeout(interval, wake.notified()).await;
                 }
+                let Some(log) = weak.upgrade() else { return };
+                failing.note(
+                    log.flush().await,
+                    |error, failed| {
+                        tracing::error!(
+                            %error,
+                            failed_attempts_since_last_logged = failed,
+                            "audit records could not be moved into the store; they stay in the \
+                             journal and larkgate keeps trying"
+                        );
+                    },
+                    || tracing::info!("audit records are reaching the store again"),
+                );
             }
         });
         Ok(log)

@@ -172,7 +172,17 @@ pub(crate) fn run(
             .endpoint(|name| std::env::var(name).ok())
             .map_err(anyhow::Error::msg)?;
     }
-    let (principals, stored_aliases) = stored(&located.data_dir)?;
+    // The store's settings are checked without connecting; a SQLite store's principals and
+    // upstreams are read for the warnings below when its file exists (reading it touches no
+    // network).
+    let postgres = config
+        .store
+        .postgres(|name| std::env::var(name).ok())
+        .map_err(anyhow::Error::msg)?;
+    let (principals, stored_aliases) = match &postgres {
+        None => stored(&located.data_dir)?,
+        Some(_) => (Vec::new(), Vec::new()),
+    };
     let aliases = config
         .upstreams
         .iter()
@@ -191,6 +201,21 @@ pub(crate) fn run(
         config.policy.roles.len(),
         config.upstreams.len()
     )?;
+    match postgres {
+        None => writeln!(
+            out,
+            "store: SQLite database {}",
+            located
+                .data_dir
+                .join(larkgate_store::DATABASE_FILE)
+                .display()
+        )?,
+        Some(settings) => writeln!(
+            out,
+            "store: {} (settings valid; not contacted: `larkgate migrate` connects)",
+            settings.describe()
+        )?,
+    }
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use larkgate_platform::audit::{
     AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, EventKind, ForwardingAudit,
 };
 use larkgate_script::{WorkerCommand, WorkerPool};
-use larkgate_store::{AuditKind, Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_store::{AuditKind, PostgresStore, Principal, PrincipalKind, SqliteStore, Store};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::federation::Federation;
 
@@ -44,7 +44,7 @@ pub(crate) struct Options {
 pub(crate) struct Context {
     /// The data directory (the store, the audit journal, `serve`'s endpoint file).
     pub(crate) data_dir: PathBuf,
-    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) audit: Arc<AuditLog>,
     pub(crate) platform: Platform,
     /// The federated upstreams, connected (or recorded as down) when the command started.
@@ -72,13 +72,33 @@ pub(crate) struct Context {
 pub(crate) struct StoreContext {
     pub(crate) config: Config,
     pub(crate) data_dir: PathBuf,
-    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) store: Arc<dyn Store>,
     /// The audit log, when this process owns it (no other larkgate runs on this directory).
     pub(crate) log: Option<Arc<AuditLog>>,
     /// Where events go: the log, or the running larkgate that owns it.
     pub(crate) events: Arc<dyn AuditSink>,
     /// Who the command acts as: the operator, or `--as NAME`.
     pub(crate) actor: Principal,
+}
+
+/// Opens the store the configuration names: SQLite in `data_dir`, or PostgreSQL (`[store]
+/// url`), migrating it to this larkgate's schema either way.
+pub(crate) async fn open_store(
+    config: &Config,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<Arc<dyn Store>> {
+    let settings = config
+        .store
+        .postgres(|name| std::env::var(name).ok())
+        .map_err(anyhow::Error::msg)?;
+    Ok(match settings {
+        None => Arc::new(SqliteStore::open(data_dir)?),
+        Some(settings) => Arc::new(PostgresStore::open(&settings).await.map_err(|error| {
+            anyhow::anyhow!(
+                "{error}; check that PostgreSQL is running and reachable from here, and that                  [store] names it (`larkgate check` validates the settings without connecting)"
+            )
+        })?),
+    })
 }
 
 impl StoreContext {
@@ -95,7 +115,10 @@ impl StoreContext {
         let crate::config::Located {
             data_dir, config, ..
         } = located;
-        let store = Arc::new(SqliteStore::open(&data_dir)?);
+        let store = open_store(&config, &data_dir).await?;
+        if options.pool {
+            crate::logging::say(&format!("store: {}", store.describe()));
+        }
         let actor = match &options.as_principal {
             None => Principal {
                 id: OPERATOR.to_owned(),

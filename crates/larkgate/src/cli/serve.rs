@@ -14,7 +14,7 @@ use axum::http::{StatusCode, header};
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, tokens};
-use larkgate_store::{AuditKind, Principal, PrincipalKind, Store, now_ms};
+use larkgate_store::{AuditKind, Principal, PrincipalKind, now_ms};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 
 use super::context::Context;
@@ -44,6 +44,15 @@ struct Scrape {
         Vec<(String, String)>,
         prometheus_client::metrics::gauge::Gauge,
     >,
+    /// The store, for readiness and its connection pool's gauges.
+    store: Arc<dyn larkgate_store::Store>,
+    /// `store_pool_connections{state="open"|"idle"|"max"}` and `store_pool_waiting`, for
+    /// stores with a pool (PostgreSQL).
+    store_pool: prometheus_client::metrics::family::Family<
+        Vec<(String, String)>,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+    store_pool_waiting: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Scrape {
@@ -56,6 +65,9 @@ impl Scrape {
             sessions,
             upstream_up: Default::default(),
             upstream_tools: Default::default(),
+            store: context.store.clone(),
+            store_pool: Default::default(),
+            store_pool_waiting: Default::default(),
         };
         let metrics = &scrape.platform.services().metrics;
         metrics.register(
@@ -73,7 +85,37 @@ impl Scrape {
             "Tools federated from an upstream",
             scrape.upstream_tools.clone(),
         );
+        if scrape.store.pool_status().is_some() {
+            metrics.register(
+                "store_pool_connections",
+                "Database connections of the store's pool: open now, idle of those, and the most \
+                 it keeps",
+                scrape.store_pool.clone(),
+            );
+            metrics.register(
+                "store_pool_waiting",
+                "Calls waiting for a free database connection",
+                scrape.store_pool_waiting.clone(),
+            );
+        }
         scrape
+    }
+
+    /// Whether the gateway can serve: its store answers within a second. The cause goes to
+    /// the log; the probe is told only that the store is not answering (it may be served
+    /// beside `/mcp`, to anyone).
+    async fn ready(&self) -> Result<(), &'static str> {
+        match tokio::time::timeout(std::time::Duration::from_secs(1), self.store.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "not ready: the store is not answering");
+                Err("the store is not answering")
+            }
+            Err(_) => {
+                tracing::warn!("not ready: the store did not answer within 1 s");
+                Err("the store is not answering")
+            }
+        }
     }
 
     fn render(&self) -> String {
@@ -94,6 +136,18 @@ impl Scrape {
             self.upstream_tools
                 .get_or_create(&labels)
                 .set(status.tools as i64);
+        }
+        if let Some(pool) = self.store.pool_status() {
+            for (state, value) in [
+                ("open", pool.size),
+                ("idle", pool.available),
+                ("max", pool.max_size),
+            ] {
+                self.store_pool
+                    .get_or_create(&vec![("state".to_owned(), state.to_owned())])
+                    .set(value as i64);
+            }
+            self.store_pool_waiting.set(pool.waiting as i64);
         }
         metrics.encode()
     }
@@ -373,11 +427,27 @@ fn metadata_routes(sign_in: &Arc<http::sign_in::SignIn>, public_url: &str) -> ax
 /// Connections the operational listener keeps open at once.
 const OPS_MAX_CONNECTIONS: usize = 64;
 
-/// `/healthz`, `/readyz` and `/metrics`.
+/// `/healthz` (the process answers), `/readyz` (it can serve: 503 while its store is
+/// unreachable) and `/metrics`.
 fn ops_routes(metrics: Arc<Scrape>) -> axum::Router {
+    let readiness = Arc::clone(&metrics);
     axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok\n" }))
-        .route("/readyz", axum::routing::get(|| async { "ready\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let readiness = Arc::clone(&readiness);
+                async move {
+                    match readiness.ready().await {
+                        Ok(()) => (axum::http::StatusCode::OK, "ready\n".to_owned()),
+                        Err(reason) => (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            format!("not ready: {reason}\n"),
+                        ),
+                    }
+                }
+            }),
+        )
         .route(
             "/metrics",
             axum::routing::get(move || {

@@ -11,7 +11,6 @@ use anyhow::{Context as _, bail};
 use larkgate_platform::audit::EventKind;
 use larkgate_platform::capabilities::rfc3339_from_ms;
 use larkgate_platform::tokens;
-use larkgate_store::Store;
 use larkgate_store::now_ms;
 
 use super::context::{StoreContext, require_admin};

@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use larkgate_platform::Platform;
-use larkgate_store::Store;
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
 use larkgate_upstream::config::{Grant, LimitsConfig, OAuthConfig, UpstreamConfig};

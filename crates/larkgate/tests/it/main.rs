@@ -9,6 +9,7 @@ mod content;
 mod edge;
 mod logs;
 mod memory;
+mod postgres;
 mod principals_and_approvals;
 mod resources;
 mod scripts;
@@ -51,6 +52,22 @@ pub(crate) fn config_path(dir: &Path) -> PathBuf {
     let data = dir.join("larkgate-data");
     std::fs::create_dir_all(&data).unwrap();
     data.join("larkgate.toml")
+}
+
+/// A PostgreSQL schema of its own on the test server (dropped with the guard), and the
+/// `[store]` section that points larkgate at it, to append to a test's configuration.
+pub(crate) fn postgres_store() -> (larkgate_store::postgres::testing::TestSchema, String) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let schema = runtime.block_on(larkgate_store::postgres::testing::TestSchema::create());
+    let section = format!(
+        "\n[store]\nurl = {:?}\nschema = {:?}\n",
+        larkgate_store::postgres::testing::url(),
+        schema.name()
+    );
+    (schema, section)
 }
 
 /// Runs `larkgate` in `dir` (its working directory, so `./larkgate-data` lands there).

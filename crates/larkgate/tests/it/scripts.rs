@@ -20,8 +20,13 @@ def main(*, name: str):
 "#;
 
 fn setup() -> tempfile::TempDir {
+    setup_with("")
+}
+
+/// [`setup`] with `extra` appended to the configuration (a `[store]` section).
+fn setup_with(extra: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(crate::config_path(dir.path()), POLICY).unwrap();
+    std::fs::write(crate::config_path(dir.path()), format!("{POLICY}{extra}")).unwrap();
     std::fs::write(dir.path().join("greet.star"), GREET).unwrap();
     ok(
         dir.path(),
@@ -51,7 +56,21 @@ fn a_file_runs_as_a_draft_that_may_only_read() {
 
 #[test]
 fn publishing_captures_the_authors_roles_and_the_script_runs_as_itself() {
-    let dir = setup();
+    publish_and_run(&setup());
+}
+
+#[test]
+fn publishing_and_running_on_postgres_work_as_on_sqlite() {
+    let (_schema, section) = crate::postgres_store();
+    let dir = setup_with(&section);
+    publish_and_run(&dir);
+    assert!(!dir.path().join("larkgate-data/larkgate.sqlite3").exists());
+    let runs = ok(dir.path(), &["runs", "list"]);
+    assert!(runs.contains("greet"), "{runs}");
+    assert!(ok(dir.path(), &["audit", "verify"]).contains("intact"));
+}
+
+fn publish_and_run(dir: &tempfile::TempDir) {
     assert!(
         fails(dir.path(), &["script", "save", "greet", "greet.star"]).contains("registered author")
     );

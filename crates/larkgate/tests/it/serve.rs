@@ -221,7 +221,55 @@ pub(crate) fn token_in(text: &str) -> String {
 #[test]
 fn the_first_start_prints_an_admin_token_that_works_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path());
+    first_start_then_restart(dir.path());
+    assert!(dir.path().join("larkgate-data/larkgate.sqlite3").exists());
+}
+
+#[test]
+fn the_first_start_and_a_restart_on_postgres_keep_everything_in_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let (schema, section) = crate::postgres_store();
+    std::fs::write(crate::config_path(dir.path()), section).unwrap();
+    let text = first_start_then_restart(dir.path());
+    // The pool's gauges are served for a pooled store.
+    assert!(
+        text.contains("larkgate_store_pool_connections{state=\"max\"} 16"),
+        "{text}"
+    );
+    // Nothing went to a SQLite file; the data, the principal and its token are in the schema.
+    assert!(!dir.path().join("larkgate-data/larkgate.sqlite3").exists());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let db = schema.client().await;
+        let value: String = db
+            .query_one("SELECT value FROM kv WHERE key = 'k'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(value, "v");
+        let tokens: i64 = db
+            .query_one("SELECT count(*) FROM tokens WHERE principal = 'admin'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(tokens, 1);
+        let chained: i64 = db
+            .query_one("SELECT count(*) FROM audit WHERE tool = 'kv_set'", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(chained, 2, "the kv_set intent and its outcome");
+    });
+    assert!(ok(dir.path(), &["audit", "verify"]).contains("intact"));
+}
+
+/// Starts `serve` on a fresh data directory in `dir`, uses the token its first start prints,
+/// restarts it and reads back what the first run wrote. Answers the first run's metrics.
+fn first_start_then_restart(dir: &Path) -> String {
+    let server = Server::start(dir);
     assert!(
         server.first_start.contains("created the principal `admin`"),
         "{}",
@@ -235,7 +283,7 @@ fn the_first_start_prints_an_admin_token_that_works_after_a_restart() {
     let token = token_in(&server.first_start);
     let url = server.url.clone();
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
+    let metrics = runtime.block_on(async {
         let admin = client(&url, &token, Revisions::Latest).await.unwrap();
         let result = admin
             .call_tool(
@@ -276,11 +324,12 @@ fn the_first_start_prints_an_admin_token_that_works_after_a_restart() {
             "{text}"
         );
         assert!(text.contains("larkgate_active_sessions"), "{text}");
+        text
     });
     assert!(server.stop().success(), "SIGTERM is a clean shutdown");
 
     // A restart keeps the principal, the token and the data; no second banner.
-    let server = Server::start(dir.path());
+    let server = Server::start(dir);
     assert!(server.first_start.is_empty(), "{}", server.first_start);
     let url = server.url.clone();
     runtime.block_on(async {
@@ -295,8 +344,9 @@ fn the_first_start_prints_an_admin_token_that_works_after_a_restart() {
         assert_eq!(result.structured_content.unwrap()["value"], "v");
     });
     assert!(server.stop().success());
-    let tail = ok(dir.path(), &["audit", "tail", "--principal", "admin"]);
+    let tail = ok(dir, &["audit", "tail", "--principal", "admin"]);
     assert!(tail.contains("kv_set -> ok"), "{tail}");
+    metrics
 }
 
 #[test]
