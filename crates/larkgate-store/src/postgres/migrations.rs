@@ -211,9 +211,17 @@ pub(super) async fn run(client: &mut Client, schema: &str, target: i64) -> Resul
         &[&schema],
     )
     .await?;
+    // Created only when missing: `CREATE SCHEMA IF NOT EXISTS` would need the right to
+    // create schemas even when this one exists.
+    let exists = tx
+        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+        .await?
+        .is_some();
+    if !exists {
+        tx.batch_execute(&format!("CREATE SCHEMA {schema}")).await?;
+    }
     tx.batch_execute(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {schema};
-         CREATE TABLE IF NOT EXISTS {schema}.larkgate_schema (
+        "CREATE TABLE IF NOT EXISTS {schema}.larkgate_schema (
              id INTEGER PRIMARY KEY CHECK (id = 1),
              version BIGINT NOT NULL
          );"

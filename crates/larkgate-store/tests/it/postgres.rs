@@ -361,3 +361,56 @@ async fn the_pool_reports_how_full_it_is() {
     assert_eq!(status.waiting, 0);
     assert_eq!(status.available, status.size);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_rights_on_its_schema_only_can_run_larkgate() {
+    let schema = TestSchema::create().await;
+    let role = format!("{}_role", schema.name());
+    // A login role that may not create schemas in the database, owning larkgate's schema.
+    schema
+        .execute(&format!(
+            "CREATE ROLE {role} LOGIN; ALTER SCHEMA {} OWNER TO {role}",
+            schema.name()
+        ))
+        .await;
+    let may_create: bool = schema
+        .client()
+        .await
+        .query_one(
+            "SELECT has_database_privilege($1, current_database(), 'CREATE')",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!may_create, "the role must not be able to create schemas");
+    let mut config: tokio_postgres::Config =
+        larkgate_store::postgres::testing::url().parse().unwrap();
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    config.user(&role);
+    let settings = PostgresSettings {
+        url: format!(
+            "postgres://{role}@{host}:{}/{}",
+            config.get_ports().first().copied().unwrap_or(5432),
+            config.get_dbname().unwrap_or("test")
+        ),
+        ..schema.settings()
+    };
+    let result = async {
+        let store = PostgresStore::open(&settings).await?;
+        store.kv_set("k", "v").await?;
+        store.kv_get("k").await
+    }
+    .await;
+    // The role goes whatever happened (its schema goes with the test schema).
+    schema
+        .execute(&format!(
+            "ALTER SCHEMA {} OWNER TO CURRENT_USER; DROP OWNED BY {role}; DROP ROLE {role}",
+            schema.name()
+        ))
+        .await;
+    assert_eq!(result.unwrap().as_deref(), Some("v"));
+}

@@ -189,10 +189,12 @@ impl Context {
         let Some(audit) = log else {
             anyhow::bail!(
                 "another larkgate process (a running `serve` or `stdio`) owns the audit log in {}, \
-                 and this command records calls on it: stop that process first, or do this \
-                 through it over MCP (`larkgate client call TOOL ...`); the token, principal, \
-                 approvals, audit, runs and upstream commands work beside it",
-                data_dir.display()
+                 or the audit chain of {}, and this command records calls on it: stop that \
+                 process first, or do this through it over MCP (`larkgate client call TOOL \
+                 ...`); the token, principal, approvals, audit, runs and upstream commands \
+                 work beside it",
+                data_dir.display(),
+                store.describe()
             );
         };
         let listen = options

@@ -312,3 +312,40 @@ fn the_database_going_away_under_load_loses_no_acknowledged_call_and_service_res
     let verified = ok(d, &["audit", "verify"]);
     assert!(verified.contains("intact"), "{verified}");
 }
+
+/// An operator's command on another machine (another data directory) pointed at the same
+/// database as a running gateway: it does not chain on its own (that would fork the chain); its
+/// events reach the gateway's chain through the database, and a command that records calls is
+/// refused with what to do instead.
+#[test]
+fn a_command_elsewhere_on_the_same_database_hands_its_events_to_the_gateway() {
+    let runtime = runtime();
+    let schema = runtime.block_on(TestSchema::create());
+    let gateway = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    for dir in [gateway.path(), elsewhere.path()] {
+        std::fs::write(config_path(dir), store_section(&url(), &schema)).unwrap();
+    }
+    let server = Server::start(gateway.path());
+    ok(
+        elsewhere.path(),
+        &["principal", "add", "zed", "--roles", "writer"],
+    );
+    let busy = fails(elsewhere.path(), &["call", "clock_now"]);
+    assert!(busy.contains("owns the audit log"), "{busy}");
+    assert!(busy.contains(schema.name()), "{busy}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tail = ok(gateway.path(), &["audit", "tail", "-n", "50"]);
+        if tail.contains("added principal zed") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{tail}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(server.stop().success());
+    let verified = ok(elsewhere.path(), &["audit", "verify"]);
+    assert!(verified.contains("intact"), "{verified}");
+    let tail = ok(elsewhere.path(), &["audit", "tail", "-n", "50"]);
+    assert_eq!(tail.matches("added principal zed").count(), 1, "{tail}");
+}

@@ -78,6 +78,19 @@ fn tail_until(d: &std::path::Path, wanted: &str) -> String {
 
 #[test]
 fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_change_is_chained() {
+    operator_beside_serve("");
+}
+
+/// The same on PostgreSQL: the operator's events reach the gateway's chain through the
+/// database's inbox.
+#[test]
+fn the_operator_works_beside_serve_on_postgres_too() {
+    let (_schema, section) = crate::postgres_store();
+    operator_beside_serve(&section);
+}
+
+/// The operator's commands beside a running `serve`, on the store `extra` configures.
+fn operator_beside_serve(extra: &str) {
     use crate::serve::{Server, client, token_in};
     use larkgate_upstream::client::Revisions;
 
@@ -85,7 +98,9 @@ fn the_operator_manages_tokens_principals_and_approvals_beside_serve_and_each_ch
     let d = dir.path();
     std::fs::write(
         crate::config_path(d),
-        "[policy.roles.admin]\ncall = [\"*\"]\n[policy.approvals]\nrequire = [\"kv_delete\"]\n",
+        format!(
+            "[policy.roles.admin]\ncall = [\"*\"]\n[policy.approvals]\nrequire = [\"kv_delete\"]\n{extra}"
+        ),
     )
     .unwrap();
     let server = Server::start(d);

@@ -1,0 +1,47 @@
+-- wrk script: `tools/call kv_set` on `larkgate serve` over the 2026-07-28 revision, each
+-- request a new key (per thread, cycling through 100,000) so that writes do not queue on one
+-- row.
+--
+--   LARKGATE_TOKEN=lgt_... wrk -t2 -c32 -d20s --latency -s scripts/wrk-kv-set.lua \
+--       http://127.0.0.1:8940/mcp
+--
+-- Every answer must be 200; the last line counts the ones that were not.
+
+local token = os.getenv("LARKGATE_TOKEN")
+if not token or token == "" then
+  error("set LARKGATE_TOKEN to a token of a principal that may call kv_set")
+end
+local counter = 0
+local thread_id = 0
+
+function setup(thread)
+  thread_id = thread_id + 1
+  thread:set("id", thread_id)
+end
+
+function init(args)
+  counter = 0
+end
+
+function request()
+  counter = (counter + 1) % 100000
+  local key = "bench-" .. tostring(id) .. "-" .. tostring(counter)
+  local body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kv_set",'
+    .. '"arguments":{"key":"' .. key .. '","value":"v"},'
+    .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+    .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+  return wrk.format("POST", nil, {
+    ["Authorization"] = "Bearer " .. token,
+    ["Content-Type"] = "application/json",
+    ["Accept"] = "application/json, text/event-stream",
+    ["MCP-Protocol-Version"] = "2026-07-28",
+    ["Mcp-Method"] = "tools/call",
+    ["Mcp-Name"] = "kv_set",
+  }, body)
+end
+
+function done(summary, latency, requests)
+  io.write(string.format("calls: %d, refused (status >= 400): %d, socket errors: %d\n",
+    summary.requests, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
