@@ -36,6 +36,7 @@ pub struct PlatformBuilder {
     record_arguments: bool,
     clock: Box<dyn Clock>,
     max_rate_keys: usize,
+    shared_rate_limits: Option<crate::ratelimit::shared::SharedSettings>,
     registry: Registry,
 }
 
@@ -58,6 +59,16 @@ impl PlatformBuilder {
         self
     }
 
+    /// Keeps the rate limits' budgets in Redis, shared by every process configured alike
+    /// (default: in this process).
+    pub fn shared_rate_limits(
+        mut self,
+        settings: crate::ratelimit::shared::SharedSettings,
+    ) -> Self {
+        self.shared_rate_limits = Some(settings);
+        self
+    }
+
     /// Sets the rate limiter's clock (default: tokio's).
     pub fn clock(mut self, clock: Box<dyn Clock>) -> Self {
         self.clock = clock;
@@ -77,7 +88,20 @@ impl PlatformBuilder {
     /// Assembles the platform.
     pub fn build(self) -> Platform {
         let services = Arc::new(Services {
-            limiter: RateLimiter::new(&self.policy.rate_limits, self.clock, self.max_rate_keys),
+            limiter: {
+                let local =
+                    RateLimiter::new(&self.policy.rate_limits, self.clock, self.max_rate_keys);
+                match self.shared_rate_limits {
+                    None => crate::ratelimit::Limiter::Local(local),
+                    Some(settings) => crate::ratelimit::Limiter::Shared(Box::new(
+                        crate::ratelimit::shared::SharedLimiter::new(
+                            &self.policy.rate_limits,
+                            local,
+                            settings,
+                        ),
+                    )),
+                }
+            },
             store: self.store,
             policy: self.policy,
             audit: self.audit,
@@ -118,6 +142,7 @@ impl Platform {
             record_arguments: false,
             clock: Box::new(TokioClock::default()),
             max_rate_keys: DEFAULT_MAX_KEYS,
+            shared_rate_limits: None,
             registry,
         })
     }

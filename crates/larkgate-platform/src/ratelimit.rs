@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use crate::policy::{RateLimitRule, RateScope, TargetKind};
 
+pub mod shared;
+
 /// A monotonic time source: the time since some fixed start.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The time since the clock's start.
@@ -80,6 +82,51 @@ enum Key {
     PrincipalTool(String, String),
 }
 
+/// A rule's GCRA pacing: the time between calls, and how far ahead of now the theoretical
+/// arrival time may run (the burst).
+fn pacing(rule: &RateLimitRule) -> (Duration, Duration) {
+    let interval = Duration::from_secs(rule.period_seconds) / rule.calls.max(1);
+    let burst = rule.burst.unwrap_or(rule.calls).max(1);
+    (interval, interval * (burst - 1))
+}
+
+/// Why a call was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// A budget is spent: the call would be allowed after `retry_after`.
+    Budget(Limited),
+    /// The shared budgets (Redis) could not be reached, and the configuration says to refuse
+    /// then ([`shared::WhenUnreachable::FailClosed`]).
+    Unreachable(Limited),
+}
+
+/// The platform's rate limiter: budgets in this process, or shared by every replica in Redis.
+#[derive(Debug)]
+pub enum Limiter {
+    /// Budgets in this process.
+    Local(RateLimiter),
+    /// Budgets in Redis.
+    Shared(Box<shared::SharedLimiter>),
+}
+
+impl Limiter {
+    /// [`RateLimiter::check_target`], wherever the budgets are kept.
+    pub async fn check_target(
+        &self,
+        principal: &str,
+        kind: TargetKind,
+        name: &str,
+        key: &str,
+    ) -> Result<(), Refused> {
+        match self {
+            Limiter::Local(local) => local
+                .check_target(principal, kind, name, key)
+                .map_err(Refused::Budget),
+            Limiter::Shared(shared) => shared.check_target(principal, kind, name, key).await,
+        }
+    }
+}
+
 /// The rate limiter for a policy's rules.
 #[derive(Debug)]
 pub struct RateLimiter {
@@ -94,12 +141,11 @@ impl RateLimiter {
         let buckets = rules
             .iter()
             .map(|rule| {
-                let interval = Duration::from_secs(rule.period_seconds) / rule.calls.max(1);
-                let burst = rule.burst.unwrap_or(rule.calls).max(1);
+                let (interval, tolerance) = pacing(rule);
                 Bucket {
                     rule: rule.clone(),
                     interval,
-                    tolerance: interval * (burst - 1),
+                    tolerance,
                     table: Mutex::new(Table::default()),
                 }
             })
@@ -132,22 +178,9 @@ impl RateLimiter {
     ) -> Result<(), Limited> {
         let now = self.clock.now();
         let matching: Vec<(&Bucket, Key)> = self
-            .buckets
-            .iter()
-            .filter(|b| b.rule.counts(kind, name))
-            .map(|b| {
-                let key = match b.rule.per {
-                    RateScope::Principal => Key::Principal(principal.to_owned()),
-                    RateScope::PrincipalTool => Key::PrincipalTool(
-                        principal.to_owned(),
-                        match kind {
-                            TargetKind::Tool => key.to_owned(),
-                            other => format!("{} {key}", other.method()),
-                        },
-                    ),
-                };
-                (b, key)
-            })
+            .matching(principal, kind, name, key)
+            .into_iter()
+            .map(|(index, key)| (&self.buckets[index], key))
             .collect();
         // First decide, then charge, so a call refused by one rule costs nothing in another.
         let mut wait = None;
@@ -165,6 +198,34 @@ impl RateLimiter {
             bucket.charge(key, now);
         }
         Ok(())
+    }
+
+    /// The rules that count this call (by index), each with the key its budget is kept under.
+    fn matching(
+        &self,
+        principal: &str,
+        kind: TargetKind,
+        name: &str,
+        key: &str,
+    ) -> Vec<(usize, Key)> {
+        self.buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.rule.counts(kind, name))
+            .map(|(index, b)| {
+                let key = match b.rule.per {
+                    RateScope::Principal => Key::Principal(principal.to_owned()),
+                    RateScope::PrincipalTool => Key::PrincipalTool(
+                        principal.to_owned(),
+                        match kind {
+                            TargetKind::Tool => key.to_owned(),
+                            other => format!("{} {key}", other.method()),
+                        },
+                    ),
+                };
+                (index, key)
+            })
+            .collect()
     }
 
     /// The number of keys held across all rules (for tests and metrics).

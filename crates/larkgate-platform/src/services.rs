@@ -10,7 +10,7 @@ use larkgate_store::Store;
 use crate::audit::AuditSink;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
-use crate::ratelimit::RateLimiter;
+use crate::ratelimit::Limiter;
 use crate::review::Reviews;
 
 /// Size limits the platform enforces on every call.
@@ -41,7 +41,7 @@ pub struct Services {
     /// Where audit records go.
     pub audit: Arc<dyn AuditSink>,
     /// Rate limits from the policy.
-    pub limiter: RateLimiter,
+    pub limiter: Limiter,
     /// Size limits.
     pub limits: CallLimits,
     /// Whether intents record the canonical arguments themselves, not only their hash.

@@ -38,6 +38,9 @@
 //! url = "postgres://larkgate@db.internal:5432/larkgate"
 //! password = "${LARKGATE_DB_PASSWORD}"
 //!
+//! [ratelimit]                # rate-limit budgets in Redis, shared by replicas (see ratelimit)
+//! redis = "redis://127.0.0.1:6379"
+//!
 //! [audit]
 //! record_arguments = false   # store canonical arguments in intents, not only their hash
 //! fsync = false              # fsync the audit journal per record (survives power loss)
@@ -75,7 +78,9 @@ use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 use serde::Deserializer;
 
+mod ratelimit;
 mod store;
+pub(crate) use ratelimit::RateLimitConfig;
 pub(crate) use store::StoreConfig;
 
 /// The configuration file's name in the data directory, read when it exists and neither
@@ -590,6 +595,9 @@ pub(crate) struct Config {
     /// Where state is kept: SQLite in the data directory, or PostgreSQL.
     #[serde(default)]
     pub(crate) store: StoreConfig,
+    /// Where rate-limit budgets are kept: in the process, or in Redis.
+    #[serde(default)]
+    pub(crate) ratelimit: RateLimitConfig,
     /// Audit options.
     #[serde(default)]
     pub(crate) audit: AuditConfig,
@@ -664,6 +672,10 @@ impl Config {
         config
             .store
             .postgres(|name| std::env::var(name).ok())
+            .map_err(anyhow::Error::msg)?;
+        config
+            .ratelimit
+            .shared(|name| std::env::var(name).ok())
             .map_err(anyhow::Error::msg)?;
         for (i, upstream) in config.upstreams.iter().enumerate() {
             upstream

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::envelope::{Code, Refusal};
 use crate::policy::TargetKind;
+use crate::ratelimit::Refused;
 use crate::services::Services;
 
 use super::{CallRequest, Step};
@@ -33,13 +34,28 @@ impl Step for RateLimit {
         self.services
             .limiter
             .check_target(&principal, request.kind, &request.target, key)
-            .map_err(|limited| Refusal {
-                retry_after: Some(limited.retry_after),
-                ..Refusal::new(
-                    Code::RateLimited,
-                    format!("{principal} is calling {} too often", request.tool),
-                )
-                .with_hint("wait retry_after_seconds and call again")
+            .await
+            .map_err(|refused| match refused {
+                Refused::Budget(limited) => Refusal {
+                    retry_after: Some(limited.retry_after),
+                    ..Refusal::new(
+                        Code::RateLimited,
+                        format!("{principal} is calling {} too often", request.tool),
+                    )
+                    .with_hint("wait retry_after_seconds and call again")
+                },
+                Refused::Unreachable(limited) => Refusal {
+                    retry_after: Some(limited.retry_after),
+                    ..Refusal::new(
+                        Code::RateLimited,
+                        "the shared rate limits could not be checked (their store is \
+                         unreachable), so the call was not admitted",
+                    )
+                    .with_hint(
+                        "try again shortly; if it keeps happening, tell the operator (larkgate's \
+                         log says why)",
+                    )
+                },
             })
     }
 }

@@ -13,4 +13,5 @@ mod identity;
 mod leaks;
 mod modules;
 mod pipeline;
+mod shared_rate_limits;
 mod tokens;

@@ -200,10 +200,17 @@ impl Context {
         let listen = options
             .serve
             .map(|flag| flag.unwrap_or(config.server.listen));
-        let platform = Platform::builder(store.clone(), audit.clone())?
+        let shared_rate_limits = config
+            .ratelimit
+            .shared(|name| std::env::var(name).ok())
+            .map_err(anyhow::Error::msg)?;
+        let mut platform = Platform::builder(store.clone(), audit.clone())?
             .policy(config.policy)
-            .record_arguments(config.audit.record_arguments)
-            .build();
+            .record_arguments(config.audit.record_arguments);
+        if let Some(settings) = shared_rate_limits {
+            platform = platform.shared_rate_limits(settings);
+        }
+        let platform = platform.build();
         let federation = Federation::start(
             &platform,
             config.upstreams,

@@ -85,6 +85,16 @@ impl Scrape {
             "Tools federated from an upstream",
             scrape.upstream_tools.clone(),
         );
+        if let larkgate_platform::ratelimit::Limiter::Shared(shared) =
+            &scrape.platform.services().limiter
+        {
+            metrics.register(
+                "ratelimit_unreachable",
+                "Rate-limit checks that could not reach the shared budgets in Redis (refused, or \
+                 counted in this process, as [ratelimit] when_unreachable says)",
+                shared.unreachable(),
+            );
+        }
         if scrape.store.pool_status().is_some() {
             metrics.register(
                 "store_pool_connections",

@@ -11,6 +11,7 @@ mod logs;
 mod memory;
 mod postgres;
 mod principals_and_approvals;
+mod rate_limits;
 mod resources;
 mod scripts;
 mod sdk_clients;
