@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The cost of shared rate limits, with wrk (the system package): `tools/call clock_now` at 1 and
+# 32 connections on a release `larkgate serve` whose policy counts every call in a budget that
+# never runs out, once with the budgets in the process (the baseline) and once in Redis, in one
+# run. Not a test: it prints calls/s and p50 of each and the p50 Redis adds.
+#
+# Usage: scripts/bench-ratelimit.sh [SECONDS per run, default 10]
+# Needs: wrk, and Redis where LARKGATE_TEST_REDIS_URL points (default redis://127.0.0.1:6379).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+redis="${LARKGATE_TEST_REDIS_URL:-redis://127.0.0.1:6379}"
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+scripts/check-services
+
+cargo build --release --quiet -p larkgate
+work=$(mktemp -d)
+prefix="bench:$(date +%s):$$:"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+policy='[policy.roles.admin]
+call = ["*"]
+[[policy.rate_limits]]
+per = "principal"
+calls = 4000000000
+period_seconds = 1
+'
+start() {
+    local dir=$1
+    (cd "$dir" && exec "$OLDPWD/target/release/larkgate" serve --listen 127.0.0.1:0 \
+        > "$dir/serve.out" 2> "$dir/serve.err") &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
+    served_url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")
+    served_token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)
+    [[ -n $served_url && -n $served_token ]] || { cat "$dir/serve.err" >&2; exit 1; }
+}
+mkdir -p "$work/local/larkgate-data" "$work/redis/larkgate-data"
+printf '%s' "$policy" > "$work/local/larkgate-data/larkgate.toml"
+printf '%s[ratelimit]\nredis = "%s"\nprefix = "%s"\n' "$policy" "$redis" "$prefix" \
+    > "$work/redis/larkgate-data/larkgate.toml"
+start "$work/local"; local_url=$served_url; local_token=$served_token
+start "$work/redis"; redis_url=$served_url; redis_token=$served_token
+
+figures() {
+    awk '
+        /Requests\/sec:/ { rps = $2 }
+        /^ +50%/ {
+            v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v)
+            f = (unit == "us") ? 1 : (unit == "ms") ? 1000 : (unit == "s") ? 1000000 : 0.001
+            p50 = v * f
+        }
+        /refused \(status >= 400\)/ { bad = $7 + 0 }
+        END { printf "%.0f %.0f %d\n", rps, p50, bad }'
+}
+
+echo "== $seconds s per run; larkgate $(target/release/larkgate --version)"
+for connections in 1 32; do
+    threads=$(( connections > 1 ? 2 : 1 ))
+    declare -A p50s
+    for where in local redis; do
+        url_var=${where}_url; token_var=${where}_token
+        LARKGATE_TOKEN=${!token_var} wrk -t"$threads" -c"$connections" -d2s \
+            -s scripts/wrk-tools-call.lua "${!url_var}" > /dev/null
+        out=$(LARKGATE_TOKEN=${!token_var} wrk -t"$threads" -c"$connections" -d"${seconds}s" \
+            --latency -s scripts/wrk-tools-call.lua "${!url_var}")
+        read -r rps p50 bad <<< "$(figures <<< "$out")"
+        p50s[$where]=$p50
+        printf '%-6s %3d conn  %8s calls/s  p50 %6s us  non-200 %s\n' "$where" "$connections" "$rps" "$p50" "$bad"
+    done
+    echo "   Redis adds $(( ${p50s[redis]} - ${p50s[local]} )) us to the p50 at $connections connection(s)"
+done
