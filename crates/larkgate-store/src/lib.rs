@@ -189,6 +189,17 @@ fn join_roles(mut roles: Vec<String>) -> Result<String> {
     Ok(roles.join(","))
 }
 
+/// Integers are signed in both databases; sequences and durations are far below 2^63.
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// An approval's call chain as stored: a JSON array (the same text for the same chain, so it
+/// is matched by equality).
+fn chain_column(names: &[String]) -> String {
+    serde_json::to_string(names).unwrap_or_else(|_| "[]".to_owned())
+}
+
 /// The store's result type.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

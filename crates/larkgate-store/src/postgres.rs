@@ -48,7 +48,7 @@ use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditChainClaim, AuditHead, AuditQuery, AuditRecord,
     CallChain, Draft, ForwardedAudit, PoolStatus, Principal, Result, Run, RunQuery, ScriptPin,
     ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
-    join_roles, split_roles,
+    chain_column, join_roles, signed, split_roles,
 };
 
 /// The PostgreSQL implementation of [`Store`].
@@ -190,11 +190,6 @@ fn unavailable_reason(error: &tokio_postgres::Error) -> String {
         (None, Some(cause)) => format!("{error}: {cause}"),
         (None, None) => error.to_string(),
     }
-}
-
-/// Integers are signed in PostgreSQL; sequences and durations are far below 2^63.
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[async_trait::async_trait]

@@ -28,8 +28,8 @@ use rusqlite::{Connection, params};
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
     Draft, ForwardedAudit, Principal, Result, Run, RunQuery, ScriptPin, ScriptVersion, Store,
-    StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord, join_roles,
-    split_roles,
+    StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord, chain_column,
+    join_roles, signed, split_roles,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -117,11 +117,6 @@ impl SqliteStore {
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?
     }
-}
-
-/// SQLite integers are signed; sequences and durations are far below 2^63.
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[async_trait::async_trait]

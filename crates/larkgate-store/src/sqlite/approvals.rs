@@ -3,17 +3,12 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
+use super::chain_column;
 use crate::{Approval, ApprovalDetails, ApprovalStatus, CallChain, Result, StoreError};
 
 pub(super) const APPROVAL_COLUMNS: &str = "id, principal, tool, args_hash, status, created_at_ms, \
      resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors, \
      arguments, run_id, script, reason";
-
-/// A chain's column: a JSON array (the same text for the same chain, so it is matched by
-/// equality).
-fn chain_column(names: &[String]) -> String {
-    serde_json::to_string(names).unwrap_or_else(|_| "[]".to_owned())
-}
 
 /// A chain column read back. One that does not parse makes the approval unreadable, so it is
 /// neither resolved nor used: fail closed.
