@@ -46,19 +46,7 @@ start "$work/sqlite"; sqlite_url=$served_url; sqlite_token=$served_token
 start "$work/postgres"; postgres_url=$served_url; postgres_token=$served_token
 
 # "calls/s p50_us p99_us non-200" of one wrk run's output.
-figures() {
-    awk '
-        function us(v,   unit, f) {
-            unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v)
-            f = (unit == "us") ? 1 : (unit == "ms") ? 1000 : (unit == "s") ? 1000000 : 0.001
-            return v * f
-        }
-        /Requests\/sec:/ { rps = $2 }
-        /^ +50%/ { p50 = us($2) }
-        /^ +99%/ { p99 = us($2) }
-        /refused \(status >= 400\)/ { bad = $7 + 0 }
-        END { printf "%.0f %.0f %.0f %d\n", rps, p50, p99, bad }'
-}
+figures() { awk -f scripts/wrk-figures.awk; }
 
 echo "== $seconds s per run, 32 connections; larkgate $(target/release/larkgate --version)"
 declare -A rps

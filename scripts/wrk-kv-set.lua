@@ -5,12 +5,14 @@
 --   LARKGATE_TOKEN=lgt_... wrk -t2 -c32 -d20s --latency -s scripts/wrk-kv-set.lua \
 --       http://127.0.0.1:8940/mcp
 --
--- Every answer must be 200; the last line counts the ones that were not.
+-- Every answer must be 200; the last line counts the ones that were not. LARKGATE_KEY_PREFIX
+-- (default `bench`) keeps the keys of wrk processes run at once apart.
 
 local token = os.getenv("LARKGATE_TOKEN")
 if not token or token == "" then
   error("set LARKGATE_TOKEN to a token of a principal that may call kv_set")
 end
+local prefix = os.getenv("LARKGATE_KEY_PREFIX") or "bench"
 local counter = 0
 local thread_id = 0
 
@@ -25,7 +27,7 @@ end
 
 function request()
   counter = (counter + 1) % 100000
-  local key = "bench-" .. tostring(id) .. "-" .. tostring(counter)
+  local key = prefix .. "-" .. tostring(id) .. "-" .. tostring(counter)
   local body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kv_set",'
     .. '"arguments":{"key":"' .. key .. '","value":"v"},'
     .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'

@@ -19,34 +19,49 @@
 //! of a call that has already run is kept in memory until the journal or the store takes it.
 //! Records wait in memory as well as in the journal while the store is unavailable.
 
-//! ## The chain
+//! ## The chain, across replicas
 //!
 //! Each record's `hash` is SHA-256 over its fields and the previous record's hash, and the
 //! chain's head (sequence, hash) is also kept in its own table, moved in the same transaction
 //! as each batch. [`verify`] recomputes the chain and names the first record that breaks it,
-//! a head that is ahead of the table (deleted last records), and intents without an outcome.
+//! a head that is ahead of the table (deleted last records), outcomes chained before their
+//! intents, and intents without an outcome.
 //!
-//! ## One owner, and events from other processes
+//! Every larkgate process that journals (a *replica*: one data directory, `audit/replica.rs`)
+//! numbers its records in its own sequence, and journals them unchained. The store links each
+//! flushed batch after the chain's head under its lock on the chain
+//! ([`larkgate_store::Store::chain_audit`]): a lock per batch, not per record, so any number of
+//! replicas sharing a PostgreSQL database append to one chain. An outcome names its intent by
+//! the intent's local sequence, translated to the intent's place in the chain when linked; a
+//! replica's records are linked in its own order, so an outcome never precedes its intent. A
+//! replayed journal is chained once (records are keyed by replica and local sequence).
 //!
-//! One process owns the chain (it holds `audit.lock`): two processes appending to one chain
-//! would fork it. An operator's command run beside a gateway that owns it (`larkgate principal
-//! add`, `token revoke`, `approvals approve`) still has an event to record. It hands the entry
-//! over through [`ForwardingAudit`]: the entry is committed to the store's audit inbox, and
-//! the owner's flusher chains it (with the time it was forwarded) and deletes it from the inbox
-//! in the same transaction that stores the record, so each forwarded entry is chained exactly
-//! once, across crashes too: the journal line of an adopted record names its inbox entry, and a
-//! replay deletes it with the record. A forwarding process cannot record calls: an intent
-//! needs its sequence at once, so [`ForwardingAudit`] refuses them and a call fails closed.
+//! What a lost disk loses: the records of that replica not yet flushed (at most the flush
+//! interval's worth, 50 ms by default, or more while the store is unreachable). With
+//! [`AuditOptions::store_intents`] every intent is in the store before its call runs, so a lost
+//! disk loses at most outcomes (shown by `verify` as intents without an outcome).
+//!
+//! ## Events from other processes
+//!
+//! An operator's command run beside a gateway in the same data directory (`larkgate principal
+//! add`, `token revoke`, `approvals approve`) cannot journal there (the gateway holds
+//! `audit.lock`), yet has an event to record. It hands the entry over through
+//! [`ForwardingAudit`]: the entry is committed to the store's audit inbox, and a replica's
+//! flusher journals it (with the time it was forwarded) and the store deletes it from the inbox
+//! in the same transaction that chains the record, so each forwarded entry is chained exactly
+//! once, by whichever replica's transaction deletes it, across crashes too. A forwarding
+//! process cannot record calls: an intent needs its sequence at once, so [`ForwardingAudit`]
+//! refuses them and a call fails closed.
 //!
 //! The inbox trusts nothing new: whoever can write to the database can already rewrite the
 //! unkeyed chain; the chain shows edits, insertions and deletions made by anything less.
-
 //!
 //! ## Where each part lives
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | `audit/journal.rs` | [`AuditLog`]: chaining, the batched moves into the store, replay |
+//! | `audit/journal.rs` | [`AuditLog`]: journaling, the batched moves into the chain, replay |
+//! | `audit/replica.rs` | the data directory's name in the chain |
 //! | `audit/segments.rs` | the journal's segment files, and what holds when the disk fails |
 //! | `audit/chain.rs` | the hash every record carries, and [`verify`] |
 //! | `audit/forwarding.rs` | [`ForwardingAudit`]: events from processes that do not own the chain |
@@ -56,6 +71,7 @@ mod chain;
 mod code;
 mod forwarding;
 mod journal;
+mod replica;
 mod segments;
 
 use larkgate_store::{AuditKind, StoreError};
@@ -89,7 +105,7 @@ pub struct AuditEntry {
     pub args: Option<String>,
     /// The outcome (`ok` or a refusal code) or the event.
     pub code: Option<AuditCode>,
-    /// For an outcome, its intent's sequence.
+    /// For an outcome, its intent's sequence as [`AuditSink::append`] returned it.
     pub intent_seq: Option<u64>,
     /// For an outcome, the call's duration.
     pub duration_us: Option<u64>,
@@ -112,6 +128,18 @@ pub enum AuditError {
          cannot record calls; make calls through that process"
     )]
     NotOwner,
+    /// Another live process journals under this directory's replica name.
+    #[error(
+        "another larkgate process is journaling as replica {replica} of {store} (a copy of \
+         this data directory?); stop it, or give this directory its own name in its `replica` \
+         file"
+    )]
+    ReplicaBusy {
+        /// The name.
+        replica: String,
+        /// The store, described.
+        store: String,
+    },
     /// Another process owns the audit chain in this directory.
     #[error(
         "another larkgate process is using the audit log in {0}; stop it or point this one at \
@@ -123,7 +151,8 @@ pub enum AuditError {
 /// Where records go. [`AuditLog`] is the real one; tests substitute a failing one to prove the
 /// pipeline fails closed.
 pub trait AuditSink: Send + Sync + std::fmt::Debug {
-    /// Appends a record; returns its sequence once it is durable against a process crash.
+    /// Appends a record; returns its sequence (in this replica's own numbering: what an
+    /// outcome names its intent by) once it is durable against a process crash.
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError>;
 
     /// Records an event whose sequence nobody needs (an approval resolved, a principal
@@ -137,5 +166,12 @@ pub trait AuditSink: Send + Sync + std::fmt::Debug {
     /// approval). Nothing to do for a sink that adopts nothing.
     fn catch_up(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(async {})
+    }
+
+    /// Returns once the intent `seq` (as [`AuditSink::append`] returned it) is in the store,
+    /// when the sink is configured to store intents before their calls run
+    /// ([`AuditOptions::store_intents`]); at once otherwise.
+    fn store_intent(&self, _seq: u64) -> futures::future::BoxFuture<'_, Result<(), AuditError>> {
+        Box::pin(async { Ok(()) })
     }
 }

@@ -13,10 +13,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod chain;
 mod model;
 pub mod postgres;
 mod sqlite;
 
+pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord,
     CallChain, Draft, ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunQuery, RunStats,
@@ -225,11 +227,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn pool_status(&self) -> Option<PoolStatus> {
         None
     }
-    /// Claims the audit chain for this process: `None` if another process that shares the
-    /// store holds it (this process then forwards its events to that one). Stores whose
-    /// processes share one data directory are already guarded by the audit log's own file
-    /// lock, and answer a free claim.
-    async fn claim_audit_chain(&self) -> Result<Option<AuditChainClaim>> {
+    /// Claims the name `replica` for this process while it appends to the chain: `None` if
+    /// another live process sharing the store uses that name (two processes journaling under
+    /// one name would number their records alike). Stores whose processes share one data
+    /// directory are already guarded by the audit log's own file lock, and answer a free claim.
+    async fn claim_audit_replica(&self, _replica: &str) -> Result<Option<AuditChainClaim>> {
         Ok(Some(AuditChainClaim::free()))
     }
 
@@ -417,6 +419,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         records: Vec<AuditRecord>,
         adopted: Vec<i64>,
     ) -> Result<()>;
+    /// Chains a replica's journaled records, in its local order, after the chain's head: the
+    /// global sequences and hashes are assigned under the store's lock on the chain, in one
+    /// transaction that also moves the head and deletes the inbox entries the batch adopts.
+    /// Records the chain already holds (by replica and local sequence) and inbox entries
+    /// another replica chained first are skipped, so a journal can be replayed, and any number
+    /// of replicas can chain at once (see [`chain`]).
+    async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()>;
+    /// The highest local sequence of `replica` that the chain holds (0 if none): where a
+    /// replica whose journal is empty continues numbering.
+    async fn audit_local_head(&self, replica: &str) -> Result<u64>;
     /// Hands an audit entry (`entry`, in the audit log's own format) to the process that owns
     /// the chain, when another process holds it: the entry is committed to the audit inbox
     /// before this returns, and the owner chains it. Blocks the calling thread for one small

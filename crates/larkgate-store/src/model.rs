@@ -250,6 +250,13 @@ pub struct AuditRecord {
     pub duration_us: Option<u64>,
     /// Free text: a refusal's message, an event's description.
     pub detail: Option<String>,
+    /// The replica (a data directory of a larkgate process) that recorded it; `None` for
+    /// records chained before replicas were named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+    /// Its sequence in that replica's own journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_seq: Option<u64>,
     /// The previous record's hash (64 zeros for the first).
     pub prev_hash: String,
     /// SHA-256 (hex) over this record.

@@ -16,10 +16,13 @@
 //!   at the next checkout, so service resumes by itself when the database comes back.
 //! - **Migrations** (`migrations.rs`) run at open under an advisory lock, and a schema newer
 //!   than this larkgate is refused.
-//! - **The audit chain has one owner per schema** ([`Store::claim_audit_chain`]): a
-//!   session-level advisory lock held on a connection of its own for as long as the owner
-//!   runs. And an appended record whose sequence is already stored with another hash is
-//!   refused (the chain forked), never skipped.
+//! - **Any number of processes chain into one audit chain** ([`Store::chain_audit`]): each
+//!   batch is linked after the head under a transaction-level advisory lock on the schema's
+//!   chain, so the lock is held for one batch, never per record and never across a crash. A
+//!   replica's name is held by one live process at a time ([`Store::claim_audit_replica`]: a
+//!   session-level advisory lock on a connection of its own). A record appended already
+//!   chained whose sequence is stored with another hash is refused (the chain forked), never
+//!   skipped.
 //! - **No TLS** to the database yet: the URL is refused if it asks for it (see
 //!   [`PostgresSettings::validate`]).
 //!
@@ -46,9 +49,9 @@ pub use settings::PostgresSettings;
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditChainClaim, AuditHead, AuditQuery, AuditRecord,
-    CallChain, Draft, ForwardedAudit, PoolStatus, Principal, Result, Run, RunQuery, ScriptPin,
-    ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
-    chain_column, join_roles, signed, split_roles,
+    CallChain, Draft, ForwardedAudit, JournaledAudit, PoolStatus, Principal, Result, Run, RunQuery,
+    ScriptPin, ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord,
+    UpstreamStatusRecord, chain_column, join_roles, signed, split_roles,
 };
 
 /// The PostgreSQL implementation of [`Store`].
@@ -214,8 +217,8 @@ impl Store for PostgresStore {
         })
     }
 
-    async fn claim_audit_chain(&self) -> Result<Option<AuditChainClaim>> {
-        audit::claim_chain(self).await
+    async fn claim_audit_replica(&self, replica: &str) -> Result<Option<AuditChainClaim>> {
+        audit::claim_replica(self, replica).await
     }
 
     async fn add_principal(&self, principal: Principal) -> Result<()> {
@@ -435,6 +438,17 @@ impl Store for PostgresStore {
 
     async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool> {
         principals::revoke_token(self, id, now_ms).await
+    }
+
+    async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        audit::chain_audit(self, replica, entries).await
+    }
+
+    async fn audit_local_head(&self, replica: &str) -> Result<u64> {
+        audit::audit_local_head(self, replica).await
     }
 
     async fn append_audit_adopting(

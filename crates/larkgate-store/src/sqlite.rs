@@ -27,9 +27,9 @@ use rusqlite::{Connection, params};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
-    Draft, ForwardedAudit, Principal, Result, Run, RunQuery, ScriptPin, ScriptVersion, Store,
-    StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord, chain_column,
-    join_roles, signed, split_roles,
+    Draft, ForwardedAudit, JournaledAudit, Principal, Result, Run, RunQuery, ScriptPin,
+    ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    chain_column, join_roles, signed, split_roles,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -438,6 +438,21 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let replica = replica.to_owned();
+        self.with(move |c| audit::chain_audit(c, &replica, entries))
+            .await
+    }
+
+    async fn audit_local_head(&self, replica: &str) -> Result<u64> {
+        let replica = replica.to_owned();
+        self.with(move |c| audit::audit_local_head(c, &replica))
+            .await
+    }
+
     fn forward_audit(&self, at_ms: i64, entry: &str) -> Result<i64> {
         // A poisoned lock is safe to keep using: see `with`.
         let connection = self
@@ -457,7 +472,7 @@ impl Store for SqliteStore {
     }
 
     async fn audit_head(&self) -> Result<Option<AuditHead>> {
-        self.with(audit::audit_head).await
+        self.with(|c| audit::audit_head(c)).await
     }
 
     async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>> {

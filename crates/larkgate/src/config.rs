@@ -44,6 +44,7 @@
 //! [audit]
 //! record_arguments = false   # store canonical arguments in intents, not only their hash
 //! fsync = false              # fsync the audit journal per record (survives power loss)
+//! store_intents = false      # chain each intent in the store before its call runs
 //!
 //! [policy.roles.admin]
 //! call = ["*"]
@@ -103,6 +104,10 @@ pub(crate) struct AuditConfig {
     /// fsync the journal after every record.
     #[serde(default)]
     pub(crate) fsync: bool,
+    /// Chain each intent in the store before its call runs (nothing of a call is lost with a
+    /// replica's disk; a store round trip per call).
+    #[serde(default)]
+    pub(crate) store_intents: bool,
 }
 
 /// The default listen address of `serve`.

@@ -1,56 +1,9 @@
 //! The chain: each record's hash covers its fields and the previous record's hash, so an edit,
 //! an insertion or a deletion anywhere shows. [`verify`] recomputes it from the store.
 
-use larkgate_store::{AuditKind, AuditQuery, AuditRecord, Store, StoreError};
-use serde::Serialize;
-use sha2::{Digest, Sha256};
+use larkgate_store::{AuditKind, AuditQuery, Store, StoreError};
 
-/// The hash before the first record.
-pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-/// The fields a record's hash covers, in a fixed order.
-#[derive(Serialize)]
-struct HashInput<'a> {
-    seq: u64,
-    at_ms: i64,
-    kind: &'a str,
-    principal: &'a str,
-    run_id: &'a Option<String>,
-    run_kind: &'a Option<String>,
-    session: &'a Option<String>,
-    tool: &'a Option<String>,
-    args_hash: &'a Option<String>,
-    args: &'a Option<String>,
-    code: &'a Option<String>,
-    intent_seq: Option<u64>,
-    duration_us: Option<u64>,
-    detail: &'a Option<String>,
-    prev_hash: &'a str,
-}
-
-/// The hash a record should carry.
-pub fn record_hash(record: &AuditRecord) -> String {
-    let input = HashInput {
-        seq: record.seq,
-        at_ms: record.at_ms,
-        kind: record.kind.as_str(),
-        principal: &record.principal,
-        run_id: &record.run_id,
-        run_kind: &record.run_kind,
-        session: &record.session,
-        tool: &record.tool,
-        args_hash: &record.args_hash,
-        args: &record.args,
-        code: &record.code,
-        intent_seq: record.intent_seq,
-        duration_us: record.duration_us,
-        detail: &record.detail,
-        prev_hash: &record.prev_hash,
-    };
-    // Serializing plain strings and integers cannot fail.
-    let bytes = serde_json::to_vec(&input).unwrap_or_default();
-    hex::encode(Sha256::digest(&bytes))
-}
+pub use larkgate_store::{GENESIS_HASH, record_hash};
 
 /// What [`verify`] found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -148,6 +101,10 @@ pub async fn verify_against(
                     Some("its previous hash does not match the record before it".to_owned())
                 } else if record_hash(record) != record.hash {
                     Some("its contents do not match its hash: it was edited".to_owned())
+                } else if record.kind == AuditKind::Outcome
+                    && record.intent_seq.is_some_and(|intent| intent >= record.seq)
+                {
+                    Some("it is an outcome chained before its intent".to_owned())
                 } else {
                     None
                 };

@@ -1,24 +1,25 @@
-//! [`AuditLog`]: the owner's side of the chain. A record is journaled with one `write(2)`
-//! before [`AuditSink::append`] returns; a background task moves journaled records into the
-//! store in batches and rotates the journal to a new segment; at start, the segments a crash
-//! left behind are replayed (idempotently, by sequence) before anything new is appended. How
-//! the segments hold up under faults: [`super::segments`].
+//! [`AuditLog`]: a replica's side of the chain. A record is numbered in the replica's own
+//! sequence and journaled with one `write(2)` before [`AuditSink::append`] returns; a background
+//! task hands journaled records to the store in batches, which chains them (global sequence and
+//! hashes, under its lock on the chain), and rotates the journal to a new segment; at start,
+//! the segments a crash left behind are replayed (idempotently, by replica and local sequence)
+//! before anything new is appended. How the segments hold up under faults:
+//! [`super::segments`].
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use larkgate_store::{AuditHead, AuditKind, AuditRecord, Store, now_ms};
-use serde::Serialize;
+use larkgate_store::{AuditKind, AuditRecord, JournaledAudit, Store, now_ms};
 use tokio::sync::Notify;
 
-use super::chain::{GENESIS_HASH, record_hash};
 use super::forwarding::{as_event, unreadable};
+use super::replica;
 use super::segments::{self, Segments, Written};
 use super::{AuditEntry, AuditError, AuditSink};
 
-/// Held (an exclusive file lock) by the one process that owns the chain.
+/// Held (an exclusive file lock) by the one process that journals in a data directory.
 const LOCK: &str = "audit.lock";
 
 /// How many forwarded entries one flush adopts.
@@ -35,6 +36,10 @@ pub struct AuditOptions {
     /// Called at each [`FlushStep`]: fault-injection tests stop the process there. `None`
     /// outside them.
     pub at_step: Option<fn(FlushStep)>,
+    /// Chain each intent in the store before its call runs ([`AuditSink::store_intent`]), for
+    /// deployments that cannot lose a record with a replica's disk; costs a store round trip
+    /// per call.
+    pub store_intents: bool,
 }
 
 impl Default for AuditOptions {
@@ -43,6 +48,7 @@ impl Default for AuditOptions {
             fsync: false,
             flush_interval: Duration::from_millis(50),
             at_step: None,
+            store_intents: false,
         }
     }
 }
@@ -66,24 +72,16 @@ pub enum FlushStep {
 
 #[derive(Debug)]
 struct Chain {
-    seq: u64,
-    prev_hash: String,
+    /// The last local sequence given out.
+    local_seq: u64,
     journal: Segments,
-    /// Records chained but not yet in the store, in sequence order.
-    pending: Vec<AuditRecord>,
-    /// Inbox ids of the forwarded entries among `pending`.
-    pending_adopted: Vec<i64>,
-    /// Inbox ids chained but not yet deleted from the inbox (pending, or in a flush under way):
-    /// never chained twice.
+    /// Records journaled but not yet in the store, in local order.
+    pending: Vec<JournaledAudit>,
+    /// Inbox ids journaled but not yet chained (pending, or in a flush under way): never
+    /// journaled twice by this replica.
     adopted: std::collections::BTreeSet<i64>,
-}
-
-/// A journal line, written.
-#[derive(Serialize)]
-struct JournalLineRef<'a> {
-    #[serde(flatten)]
-    record: &'a AuditRecord,
-    adopted: i64,
+    /// The store holds this replica's records through this local sequence.
+    stored_through: u64,
 }
 
 /// The journaled, chained audit log. See the module documentation.
@@ -91,12 +89,14 @@ struct JournalLineRef<'a> {
 pub struct AuditLog {
     chain: Mutex<Chain>,
     store: Arc<dyn Store>,
+    /// This data directory's name in the chain.
+    replica: String,
     options: AuditOptions,
     /// The exclusive lock on `audit.lock`, held for the log's lifetime: two processes
-    /// appending to one chain would fork it.
+    /// journaling in one directory would number their records alike.
     _lock: File,
-    /// The store's own claim on its chain, for stores shared by processes with other data
-    /// directories (PostgreSQL): held for the log's lifetime too.
+    /// The store's claim on this replica's name, for stores shared by processes with other
+    /// data directories (PostgreSQL): held for the log's lifetime too.
     _claim: larkgate_store::AuditChainClaim,
     wake: Arc<Notify>,
     /// Serializes flushes (the background task and explicit [`AuditLog::flush`] calls).
@@ -104,9 +104,9 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    /// Opens the log in `dir`: replays any journal a crash left behind into `store`, chains
-    /// the entries other processes forwarded, then continues the chain from there. Spawns the
-    /// background flusher on the current tokio runtime.
+    /// Opens the log in `dir`: replays any journal a crash left behind into `store`'s chain,
+    /// chains the entries other processes forwarded, then continues this replica's numbering
+    /// from there. Spawns the background flusher on the current tokio runtime.
     pub async fn open(
         dir: &Path,
         store: Arc<dyn Store>,
@@ -121,30 +121,42 @@ impl AuditLog {
         if lock.try_lock().is_err() {
             return Err(AuditError::Busy(dir.display().to_string()));
         }
-        let Some(claim) = store.claim_audit_chain().await? else {
-            return Err(AuditError::Busy(store.describe()));
+        let replica = replica::name(dir)?;
+        let Some(claim) = store.claim_audit_replica(&replica).await? else {
+            return Err(AuditError::ReplicaBusy {
+                replica,
+                store: store.describe(),
+            });
         };
         let left_behind = segments::recover(dir)?;
+        // Lines of a journal written before records were chained at flush carry their
+        // sequence and hash already: they go back in as they are, then this replica's own.
         store
-            .append_audit_adopting(left_behind.records, left_behind.adopted)
+            .append_audit_adopting(left_behind.chained, left_behind.adopted)
             .await?;
+        let recovered_through = left_behind
+            .journaled
+            .last()
+            .and_then(|e| e.record.local_seq)
+            .unwrap_or(0);
+        store.chain_audit(&replica, left_behind.journaled).await?;
         step(&options, FlushStep::Replayed);
         segments::remove_recovered(&left_behind.files)?;
-        let head = store.audit_head().await?;
-        let (seq, prev_hash) = head
-            .map(|h| (h.seq, h.hash))
-            .unwrap_or((0, GENESIS_HASH.to_owned()));
+        let local_seq = store
+            .audit_local_head(&replica)
+            .await?
+            .max(recovered_through);
         let journal = Segments::start(dir, options.fsync)?;
         let log = Arc::new(AuditLog {
             chain: Mutex::new(Chain {
-                seq,
-                prev_hash,
+                local_seq,
                 journal,
                 pending: Vec::new(),
-                pending_adopted: Vec::new(),
                 adopted: std::collections::BTreeSet::new(),
+                stored_through: local_seq,
             }),
             store,
+            replica,
             options,
             _lock: lock,
             _claim: claim,
@@ -195,19 +207,24 @@ impl AuditLog {
         self.chain.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Chains the entries other processes forwarded, then moves every chained record into the
-    /// store now. On failure the records stay (in the journal, and pending here) for the next
-    /// flush, which the background task makes on its own.
+    /// This data directory's name in the chain.
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    /// Journals the entries other processes forwarded, then chains every journaled record
+    /// into the store now. On failure the records stay (in the journal, and pending here) for
+    /// the next flush, which the background task makes on its own.
     pub async fn flush(&self) -> Result<(), AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
         let forwarded = self.store.forwarded_audit(ADOPT_BATCH).await?;
-        let (batch, adopted) = {
+        let batch = {
             let mut chain = self.lock();
             for forwarded in forwarded {
                 if !chain.adopted.contains(&forwarded.id) {
                     let entry = serde_json::from_str(&forwarded.entry)
                         .map_or_else(|error| unreadable(&forwarded.entry, &error), as_event);
-                    self.chain_record(&mut chain, entry, forwarded.at_ms, Some(forwarded.id))?;
+                    self.journal(&mut chain, entry, forwarded.at_ms, Some(forwarded.id))?;
                 }
             }
             step(&self.options, FlushStep::Adopted);
@@ -221,26 +238,20 @@ impl AuditLog {
                 tracing::warn!(%error, "the audit journal could not move to a new segment yet");
             }
             step(&self.options, FlushStep::Rotated);
-            (
-                std::mem::take(&mut chain.pending),
-                std::mem::take(&mut chain.pending_adopted),
-            )
+            std::mem::take(&mut chain.pending)
         };
-        let stored_through = batch.last().map_or(0, |r| r.seq);
-        let stored = self
-            .store
-            .append_audit_adopting(batch.clone(), adopted.clone())
-            .await;
+        let stored_through = batch.last().and_then(|e| e.record.local_seq).unwrap_or(0);
+        let adopted: Vec<i64> = batch.iter().filter_map(|e| e.adopted).collect();
+        let stored = self.store.chain_audit(&self.replica, batch.clone()).await;
         let mut chain = self.lock();
         if let Err(error) = stored {
-            // Put the batch back in front of what was chained meanwhile.
+            // Put the batch back in front of what was journaled meanwhile.
             let newer = std::mem::replace(&mut chain.pending, batch);
             chain.pending.extend(newer);
-            let newer = std::mem::replace(&mut chain.pending_adopted, adopted);
-            chain.pending_adopted.extend(newer);
             return Err(error.into());
         }
         step(&self.options, FlushStep::Stored);
+        chain.stored_through = chain.stored_through.max(stored_through);
         chain.journal.release(stored_through);
         for id in &adopted {
             chain.adopted.remove(id);
@@ -249,68 +260,79 @@ impl AuditLog {
         Ok(())
     }
 
-    /// Sequences, chains and journals one record (the chain is locked by the caller).
-    fn chain_record(
+    /// Numbers and journals one record (the chain is locked by the caller); the store chains
+    /// it at the next flush.
+    fn journal(
         &self,
         chain: &mut Chain,
         entry: AuditEntry,
         at_ms: i64,
         adopted: Option<i64>,
     ) -> Result<u64, AuditError> {
-        let mut record = AuditRecord {
-            seq: chain.seq + 1,
-            at_ms,
-            kind: entry.kind.unwrap_or(AuditKind::Event),
-            principal: entry.principal,
-            run_id: entry.run_id,
-            run_kind: entry.run_kind.map(|k| k.as_str().to_owned()),
-            session: entry.session,
-            tool: entry.tool,
-            args_hash: entry.args_hash,
-            args: entry.args,
-            code: entry.code.map(String::from),
-            intent_seq: entry.intent_seq,
-            duration_us: entry.duration_us,
-            detail: entry.detail,
-            prev_hash: chain.prev_hash.clone(),
-            hash: String::new(),
+        let local_seq = chain.local_seq + 1;
+        let entry = JournaledAudit {
+            record: AuditRecord {
+                seq: 0,
+                at_ms,
+                kind: entry.kind.unwrap_or(AuditKind::Event),
+                principal: entry.principal,
+                run_id: entry.run_id,
+                run_kind: entry.run_kind.map(|k| k.as_str().to_owned()),
+                session: entry.session,
+                tool: entry.tool,
+                args_hash: entry.args_hash,
+                args: entry.args,
+                code: entry.code.map(String::from),
+                intent_seq: entry.intent_seq,
+                duration_us: entry.duration_us,
+                detail: entry.detail,
+                replica: Some(self.replica.clone()),
+                local_seq: Some(local_seq),
+                prev_hash: String::new(),
+                hash: String::new(),
+            },
+            adopted,
         };
-        record.hash = record_hash(&record);
-        let line = match adopted {
-            None => serde_json::to_vec(&record),
-            Some(adopted) => serde_json::to_vec(&JournalLineRef {
-                record: &record,
-                adopted,
-            }),
-        };
-        let mut line = line.map_err(std::io::Error::other)?;
+        let mut line = serde_json::to_vec(&entry).map_err(std::io::Error::other)?;
         line.push(b'\n');
         // One write: after it returns the record survives a process crash. The outcome of a
         // call that has run is never dropped: if the journal cannot take it, it is held until
         // the journal or the store can (and a record after it cannot be journaled first).
-        let hold = record.kind == AuditKind::Outcome;
-        if chain.journal.write(record.seq, line, hold)? == Written::Held {
+        let hold = entry.record.kind == AuditKind::Outcome;
+        if chain.journal.write(local_seq, line, hold)? == Written::Held {
             tracing::error!(
-                seq = record.seq,
+                local_seq,
                 "the outcome of a call could not be journaled; it is kept in memory until the store takes it"
             );
         }
-        chain.seq = record.seq;
-        chain.prev_hash = record.hash.clone();
-        chain.pending.push(record);
+        chain.local_seq = local_seq;
+        chain.pending.push(entry);
         if let Some(adopted) = adopted {
-            chain.pending_adopted.push(adopted);
             chain.adopted.insert(adopted);
         }
-        Ok(chain.seq)
+        Ok(local_seq)
     }
 
-    /// The last sequence and hash appended (possibly not yet in the store).
-    pub fn head(&self) -> AuditHead {
+    /// The last local sequence given out, and how far the store holds this replica's records.
+    pub fn local_head(&self) -> (u64, u64) {
         let chain = self.lock();
-        AuditHead {
-            seq: chain.seq,
-            hash: chain.prev_hash.clone(),
+        (chain.local_seq, chain.stored_through)
+    }
+
+    /// Returns once the store holds this replica's records through `local_seq`, flushing now
+    /// if it does not yet.
+    pub async fn stored(&self, local_seq: u64) -> Result<(), AuditError> {
+        if self.lock().stored_through >= local_seq {
+            return Ok(());
+        }
+        self.flush().await?;
+        if self.lock().stored_through >= local_seq {
+            Ok(())
+        } else {
+            // Only a record journaled after this call began can be pending; ours was taken.
+            Err(AuditError::Journal(std::io::Error::other(
+                "the record was not chained by the flush",
+            )))
         }
     }
 }
@@ -325,7 +347,7 @@ impl Drop for AuditLog {
 impl AuditSink for AuditLog {
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
         let mut chain = self.lock();
-        let seq = self.chain_record(&mut chain, entry, now_ms(), None)?;
+        let seq = self.journal(&mut chain, entry, now_ms(), None)?;
         drop(chain);
         if seq.is_multiple_of(256) {
             self.wake.notify_one();
@@ -339,6 +361,16 @@ impl AuditSink for AuditLog {
             // nothing is lost.
             if let Err(error) = self.flush().await {
                 tracing::warn!(%error, "forwarded audit events could not be chained yet");
+            }
+        })
+    }
+
+    fn store_intent(&self, seq: u64) -> futures::future::BoxFuture<'_, Result<(), AuditError>> {
+        Box::pin(async move {
+            if self.options.store_intents {
+                self.stored(seq).await
+            } else {
+                Ok(())
             }
         })
     }

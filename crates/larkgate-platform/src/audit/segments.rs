@@ -20,7 +20,7 @@
 //!   store already has that predecessor.
 //! - **A crash at any step** leaves whole segments, the live one possibly ending in a line cut
 //!   short (never acknowledged). [`recover`] reads every segment, orders the records by
-//!   sequence, and the replay into the store is idempotent.
+//!   their local sequence, and the replay into the store is idempotent.
 //!
 //! Limits: without `fsync` a line survives the process being killed, not the machine losing
 //! power; a held line lives only in memory until the store takes it.
@@ -30,7 +30,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use larkgate_store::AuditRecord;
+use larkgate_store::{AuditRecord, JournaledAudit};
 use serde::Deserialize;
 
 /// Every journal file's name starts with this (older versions wrote `audit.journal` and
@@ -40,19 +40,23 @@ pub(super) const PREFIX: &str = "audit.journal";
 /// How many numbers [`Segments::open_next`] tries past one that is taken.
 const NAME_ATTEMPTS: u64 = 1_000;
 
-/// A journal line: a record, and the inbox entry it adopted, if it did.
+/// A journal line written before records were chained at flush: a chained record, and the
+/// inbox entry it adopted, if it did.
 #[derive(Deserialize)]
-struct JournalLine {
+struct ChainedLine {
     #[serde(flatten)]
     record: AuditRecord,
     #[serde(default)]
     adopted: Option<i64>,
 }
 
-/// What a crash left behind: the records of every segment, in sequence order, and the files.
+/// What a crash left behind: the records of every segment and the files. Lines written by this
+/// version are `journaled` (in local order); lines of a journal an earlier version left behind
+/// are already `chained` (in sequence order, with the inbox entries they adopted).
 #[derive(Debug, Default)]
 pub(super) struct Recovered {
-    pub(super) records: Vec<AuditRecord>,
+    pub(super) journaled: Vec<JournaledAudit>,
+    pub(super) chained: Vec<AuditRecord>,
     pub(super) adopted: Vec<i64>,
     pub(super) files: Vec<PathBuf>,
 }
@@ -72,15 +76,25 @@ pub(super) fn recover(dir: &Path) -> std::io::Result<Recovered> {
         }
     }
     files.sort();
-    let mut by_seq = BTreeMap::new();
+    let mut journaled = BTreeMap::new();
+    let mut chained = BTreeMap::new();
     let mut adopted = Vec::new();
     for path in &files {
         for line in BufReader::new(File::open(path)?).split(b'\n') {
             let line = line?;
-            match serde_json::from_slice::<JournalLine>(&line) {
+            match serde_json::from_slice::<JournaledAudit>(&line) {
+                Ok(entry) if entry.record.hash.is_empty() => {
+                    if let Some(local) = entry.record.local_seq {
+                        journaled.entry(local).or_insert(entry);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            match serde_json::from_slice::<ChainedLine>(&line) {
                 Ok(line) => {
                     adopted.extend(line.adopted);
-                    by_seq.entry(line.record.seq).or_insert(line.record);
+                    chained.entry(line.record.seq).or_insert(line.record);
                 }
                 Err(error) => {
                     tracing::warn!(%error, path = %path.display(), "skipping an unreadable audit journal line");
@@ -91,7 +105,8 @@ pub(super) fn recover(dir: &Path) -> std::io::Result<Recovered> {
     adopted.sort_unstable();
     adopted.dedup();
     Ok(Recovered {
-        records: by_seq.into_values().collect(),
+        journaled: journaled.into_values().collect(),
+        chained: chained.into_values().collect(),
         adopted,
         files,
     })

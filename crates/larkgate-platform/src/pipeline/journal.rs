@@ -120,6 +120,29 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         }
     };
     let started = Instant::now();
+    if let Err(error) = services.audit.store_intent(intent_seq).await {
+        // Configured to have every intent in the store before its call runs: the call does not
+        // run, and its outcome says so (the intent reaches the store with it later).
+        let refusal = Refusal::internal(
+            "the audit record could not be stored, so the call did not run",
+            format_args!("the intent of {} was not stored: {error}", request.tool),
+        );
+        let outcome = AuditEntry {
+            kind: Some(AuditKind::Outcome),
+            code: Some(AuditCode::Refusal(refusal.code)),
+            intent_seq: Some(intent_seq),
+            duration_us: Some(started.elapsed().as_micros() as u64),
+            detail: Some(refusal.message.clone()),
+            ..base
+        };
+        if let Err(error) = services.audit.append(outcome) {
+            tracing::error!(%error, intent_seq, "outcome not written");
+        }
+        return CallResponse {
+            result: Err(refusal),
+            admitted: false,
+        };
+    }
     let dispatch = tracing::info_span!(
         "pipeline.dispatch",
         otel.name = format!("dispatch {}", request.tool),

@@ -78,7 +78,19 @@ async fn records_are_chained_and_verify_intact() {
     assert!(report.intact(), "{report:?}");
     assert_eq!(report.records, 11);
     assert!(report.intents_without_outcome.is_empty());
-    assert_eq!(log.head(), store.audit_head().await.unwrap().unwrap());
+    assert_eq!(store.audit_head().await.unwrap().unwrap().seq, 11);
+    // Every record names this directory's replica and its own numbering; each outcome names
+    // its intent's place in the chain.
+    let replica = std::fs::read_to_string(dir.path().join("replica")).unwrap();
+    assert_eq!(log.replica(), replica.trim());
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record.replica.as_deref(), Some(log.replica()));
+        assert_eq!(record.local_seq, Some(i as u64 + 1));
+        if record.kind == AuditKind::Outcome {
+            assert_eq!(record.intent_seq, Some(record.seq - 1));
+        }
+    }
+    assert_eq!(log.local_head(), (11, 11));
 }
 
 #[tokio::test]
@@ -475,4 +487,150 @@ async fn a_log_closed_with_everything_stored_leaves_no_journal_behind() {
         log.flush().await.unwrap();
     }
     assert_eq!(journal_files(dir.path()), 0);
+}
+
+/// Two data directories (two replicas) on one store: one chain, each outcome after its own
+/// intent, each replica's numbering its own, and verify intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_store_append_to_one_chain() {
+    let data = tempfile::tempdir().unwrap();
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = Arc::new(SqliteStore::open(data.path()).unwrap());
+    let first = AuditLog::open(one.path(), store.clone(), AuditOptions::default())
+        .await
+        .unwrap();
+    let second = AuditLog::open(
+        two.path(),
+        Arc::new(SqliteStore::open(data.path()).unwrap()),
+        AuditOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_ne!(first.replica(), second.replica());
+    let (a, b) = (first.clone(), second.clone());
+    let writers = [
+        tokio::spawn(async move { fill(&a, 50).await }),
+        tokio::spawn(async move { fill(&b, 50).await }),
+    ];
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let records = store.audit_records(AuditQuery::default()).await.unwrap();
+    assert_eq!(records.len(), 2 * 101);
+    for log in [&first, &second] {
+        let mine: Vec<_> = records
+            .iter()
+            .filter(|r| r.replica.as_deref() == Some(log.replica()))
+            .collect();
+        assert_eq!(
+            mine.iter()
+                .map(|r| r.local_seq.unwrap())
+                .collect::<Vec<_>>(),
+            (1..=101).collect::<Vec<_>>()
+        );
+        for outcome in mine.iter().filter(|r| r.kind == AuditKind::Outcome) {
+            let intent = &records[outcome.intent_seq.unwrap() as usize - 1];
+            assert_eq!(intent.replica.as_deref(), Some(log.replica()));
+            assert_eq!(intent.local_seq, Some(outcome.local_seq.unwrap() - 1));
+        }
+    }
+    let report = verify(store.as_ref()).await.unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert!(report.intents_without_outcome.is_empty());
+}
+
+/// A journal an earlier larkgate left behind (records already sequenced and hashed) is
+/// replayed as it is, and this version's records follow it on the same chain.
+#[tokio::test]
+async fn a_journal_from_before_replicas_is_replayed_then_continued() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut record = larkgate_store::AuditRecord {
+        seq: 1,
+        at_ms: 5,
+        kind: AuditKind::Event,
+        principal: "old".into(),
+        run_id: None,
+        run_kind: None,
+        session: None,
+        tool: None,
+        args_hash: None,
+        args: None,
+        code: Some("principal_added".into()),
+        intent_seq: None,
+        duration_us: None,
+        detail: None,
+        replica: None,
+        local_seq: None,
+        prev_hash: larkgate_platform::audit::GENESIS_HASH.into(),
+        hash: String::new(),
+    };
+    record.hash = larkgate_platform::audit::record_hash(&record);
+    let line = serde_json::to_string(&record).unwrap();
+    assert!(!line.contains("replica"), "{line}");
+    std::fs::write(dir.path().join("audit.journal.7"), format!("{line}\n")).unwrap();
+    let (store, log) = open(dir.path()).await;
+    fill(&log, 1).await;
+    let records = store.audit_records(AuditQuery::default()).await.unwrap();
+    assert_eq!(records[0], record);
+    assert_eq!(records.len(), 4);
+    assert_eq!(records[1].local_seq, Some(1));
+    assert!(verify(store.as_ref()).await.unwrap().intact());
+    assert_eq!(journal_files(dir.path()), 1); // the live segment only
+}
+
+/// An outcome chained before its intent (a reordered chain, rehashed by whoever reordered it)
+/// is named by verify.
+#[tokio::test]
+async fn an_outcome_before_its_intent_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log) = open(dir.path()).await;
+    fill(&log, 2).await;
+    // Record 2 is the outcome of intent 1: point it at 3 and rehash the chain from there.
+    let connection = raw(dir.path());
+    connection
+        .execute("UPDATE audit SET intent_seq = 3 WHERE seq = 2", [])
+        .unwrap();
+    let mut records = store.audit_records(AuditQuery::default()).await.unwrap();
+    for i in 1..records.len() {
+        records[i].prev_hash = records[i - 1].hash.clone();
+        records[i].hash = larkgate_platform::audit::record_hash(&records[i]);
+        connection
+            .execute(
+                "UPDATE audit SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+                rusqlite::params![records[i].prev_hash, records[i].hash, records[i].seq as i64],
+            )
+            .unwrap();
+    }
+    let last = records.last().unwrap();
+    connection
+        .execute("UPDATE audit_head SET hash = ?1 WHERE id = 1", [&last.hash])
+        .unwrap();
+    let report = verify(store.as_ref()).await.unwrap();
+    let (seq, why) = report.first_broken.unwrap();
+    assert_eq!(seq, 2);
+    assert!(why.contains("outcome chained before its intent"), "{why}");
+}
+
+/// With `store_intents`, an intent is in the store when `store_intent` returns, without waiting
+/// for the flusher; without it, `store_intent` returns at once and the record waits.
+#[tokio::test]
+async fn store_intents_puts_the_intent_in_the_store_before_the_call_runs() {
+    for store_intents in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        let options = AuditOptions {
+            flush_interval: std::time::Duration::from_secs(3600),
+            store_intents,
+            ..Default::default()
+        };
+        let log = AuditLog::open(dir.path(), store.clone(), options)
+            .await
+            .unwrap();
+        let seq = log
+            .append(entry(AuditKind::Intent, "alice", "kv_set"))
+            .unwrap();
+        log.store_intent(seq).await.unwrap();
+        let stored = store.audit_records(AuditQuery::default()).await.unwrap();
+        assert_eq!(stored.len(), usize::from(store_intents), "{store_intents}");
+    }
 }

@@ -1,18 +1,21 @@
-//! The audit chain in PostgreSQL: batches appended in one statement with the head moved in the
-//! same transaction, a refusal of any record that would fork the chain, the inbox of entries
-//! forwarded by processes that do not own the chain, and the claim that makes one process its
-//! owner.
+//! The audit chain in PostgreSQL: replicas' batches linked after the head under the chain's
+//! advisory lock and appended in one statement with the head moved in the same transaction, a
+//! refusal of any chained record that would fork the chain, the inbox of entries forwarded by
+//! processes that do not own a data directory, and the claim on a replica's name.
+
+use std::collections::{HashMap, HashSet};
 
 use tokio_postgres::{NoTls, Row};
 
 use super::{PostgresStore, signed};
+use crate::chain::{self, JournaledAudit};
 use crate::{
     AuditChainClaim, AuditHead, AuditKind, AuditQuery, AuditRecord, ForwardedAudit, Result,
     StoreError,
 };
 
 const AUDIT_COLUMNS: &str = "seq, at_ms, kind, principal, run_id, run_kind, session, tool, \
-     args_hash, args, code, intent_seq, duration_us, detail, prev_hash, hash";
+     args_hash, args, code, intent_seq, duration_us, detail, prev_hash, hash, replica, local_seq";
 
 fn audit_from_row(row: &Row) -> Result<AuditRecord> {
     let kind: String = row.try_get(2)?;
@@ -34,6 +37,8 @@ fn audit_from_row(row: &Row) -> Result<AuditRecord> {
         detail: row.try_get(13)?,
         prev_hash: row.try_get(14)?,
         hash: row.try_get(15)?,
+        replica: row.try_get(16)?,
+        local_seq: row.try_get::<_, Option<i64>>(17)?.map(unsigned),
     })
 }
 
@@ -48,78 +53,89 @@ pub(super) async fn append_audit_adopting(
         tx.execute("DELETE FROM audit_inbox WHERE id = ANY($1)", &[&adopted])
             .await?;
     }
-    if !records.is_empty() {
-        // The batch goes in as one statement: a column of values per field.
-        let seqs: Vec<i64> = records.iter().map(|r| signed(r.seq)).collect();
-        let at: Vec<i64> = records.iter().map(|r| r.at_ms).collect();
-        let kinds: Vec<&str> = records.iter().map(|r| r.kind.as_str()).collect();
-        let principals: Vec<&str> = records.iter().map(|r| r.principal.as_str()).collect();
-        let text = |f: fn(&AuditRecord) -> &Option<String>| -> Vec<Option<&str>> {
-            records.iter().map(|r| f(r).as_deref()).collect()
-        };
-        let run_ids = text(|r| &r.run_id);
-        let run_kinds = text(|r| &r.run_kind);
-        let sessions = text(|r| &r.session);
-        let tools = text(|r| &r.tool);
-        let args_hashes = text(|r| &r.args_hash);
-        let args = text(|r| &r.args);
-        let codes = text(|r| &r.code);
-        let details = text(|r| &r.detail);
-        let intents: Vec<Option<i64>> = records.iter().map(|r| r.intent_seq.map(signed)).collect();
-        let durations: Vec<Option<i64>> =
-            records.iter().map(|r| r.duration_us.map(signed)).collect();
-        let prev_hashes: Vec<&str> = records.iter().map(|r| r.prev_hash.as_str()).collect();
-        let hashes: Vec<&str> = records.iter().map(|r| r.hash.as_str()).collect();
-        let statement = tx
-            .prepare_cached(&format!(
-                "INSERT INTO audit ({AUDIT_COLUMNS}) \
-                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], \
-                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
-                     $11::text[], $12::bigint[], $13::bigint[], $14::text[], $15::text[], \
-                     $16::text[]) \
-                 ON CONFLICT (seq) DO NOTHING RETURNING seq"
-            ))
-            .await?;
-        let inserted = tx
-            .query(
-                &statement,
-                &[
-                    &seqs,
-                    &at,
-                    &kinds,
-                    &principals,
-                    &run_ids,
-                    &run_kinds,
-                    &sessions,
-                    &tools,
-                    &args_hashes,
-                    &args,
-                    &codes,
-                    &intents,
-                    &durations,
-                    &details,
-                    &prev_hashes,
-                    &hashes,
-                ],
-            )
-            .await?;
-        if inserted.len() < records.len() {
-            refuse_a_fork(&tx, &records, &inserted).await?;
-        }
-        let last = records
-            .iter()
-            .max_by_key(|r| r.seq)
-            .expect("records is not empty");
-        // The head only moves forward: a replayed older batch leaves it alone.
-        tx.execute(
-            "INSERT INTO audit_head (id, seq, hash) VALUES (1, $1, $2) \
-             ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
-             WHERE excluded.seq > audit_head.seq",
-            &[&signed(last.seq), &last.hash],
+    insert(&tx, &records).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Inserts chained records in one statement (a record already stored under its sequence is a
+/// replay, unless it differs: see [`refuse_a_fork`]) and moves the head forward.
+async fn insert(tx: &deadpool_postgres::Transaction<'_>, records: &[AuditRecord]) -> Result<()> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    // The batch goes in as one statement: a column of values per field.
+    let seqs: Vec<i64> = records.iter().map(|r| signed(r.seq)).collect();
+    let at: Vec<i64> = records.iter().map(|r| r.at_ms).collect();
+    let kinds: Vec<&str> = records.iter().map(|r| r.kind.as_str()).collect();
+    let principals: Vec<&str> = records.iter().map(|r| r.principal.as_str()).collect();
+    let text = |f: fn(&AuditRecord) -> &Option<String>| -> Vec<Option<&str>> {
+        records.iter().map(|r| f(r).as_deref()).collect()
+    };
+    let run_ids = text(|r| &r.run_id);
+    let run_kinds = text(|r| &r.run_kind);
+    let sessions = text(|r| &r.session);
+    let tools = text(|r| &r.tool);
+    let args_hashes = text(|r| &r.args_hash);
+    let args = text(|r| &r.args);
+    let codes = text(|r| &r.code);
+    let details = text(|r| &r.detail);
+    let intents: Vec<Option<i64>> = records.iter().map(|r| r.intent_seq.map(signed)).collect();
+    let durations: Vec<Option<i64>> = records.iter().map(|r| r.duration_us.map(signed)).collect();
+    let prev_hashes: Vec<&str> = records.iter().map(|r| r.prev_hash.as_str()).collect();
+    let hashes: Vec<&str> = records.iter().map(|r| r.hash.as_str()).collect();
+    let replicas = text(|r| &r.replica);
+    let local_seqs: Vec<Option<i64>> = records.iter().map(|r| r.local_seq.map(signed)).collect();
+    let statement = tx
+        .prepare_cached(&format!(
+            "INSERT INTO audit ({AUDIT_COLUMNS}) \
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], \
+                 $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], \
+                 $11::text[], $12::bigint[], $13::bigint[], $14::text[], $15::text[], \
+                 $16::text[], $17::text[], $18::bigint[]) \
+             ON CONFLICT (seq) DO NOTHING RETURNING seq"
+        ))
+        .await?;
+    let inserted = tx
+        .query(
+            &statement,
+            &[
+                &seqs,
+                &at,
+                &kinds,
+                &principals,
+                &run_ids,
+                &run_kinds,
+                &sessions,
+                &tools,
+                &args_hashes,
+                &args,
+                &codes,
+                &intents,
+                &durations,
+                &details,
+                &prev_hashes,
+                &hashes,
+                &replicas,
+                &local_seqs,
+            ],
         )
         .await?;
+    if inserted.len() < records.len() {
+        refuse_a_fork(tx, records, &inserted).await?;
     }
-    tx.commit().await?;
+    let last = records
+        .iter()
+        .max_by_key(|r| r.seq)
+        .expect("records is not empty");
+    // The head only moves forward: a replayed older batch leaves it alone.
+    tx.execute(
+        "INSERT INTO audit_head (id, seq, hash) VALUES (1, $1, $2) \
+         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
+         WHERE excluded.seq > audit_head.seq",
+        &[&signed(last.seq), &last.hash],
+    )
+    .await?;
     Ok(())
 }
 
@@ -157,6 +173,79 @@ async fn refuse_a_fork(
         }
     }
     Ok(())
+}
+
+/// The advisory lock (with the schema's hash) under which a batch is linked to the chain.
+const CHAIN_LOCK: i32 = 1818325609;
+
+/// Links a replica's batch after the head (see [`crate::chain`]) in one transaction that holds
+/// the schema's chain lock until it commits.
+pub(super) async fn chain_audit(
+    store: &PostgresStore,
+    replica: &str,
+    entries: Vec<JournaledAudit>,
+) -> Result<()> {
+    let mut client = store.client().await?;
+    let tx = client.transaction().await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        &[&CHAIN_LOCK, &store.schema],
+    )
+    .await?;
+    let locals: Vec<i64> = chain::local_seqs(&entries)
+        .into_iter()
+        .map(signed)
+        .collect();
+    let rows = tx
+        .query(
+            "SELECT local_seq, seq FROM audit WHERE replica = $1 AND local_seq = ANY($2)",
+            &[&replica, &locals],
+        )
+        .await?;
+    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+    let chained: HashMap<u64, u64> = rows
+        .iter()
+        .map(|row| Ok((unsigned(row.try_get(0)?), unsigned(row.try_get(1)?))))
+        .collect::<Result<_>>()?;
+    let adopted = chain::adopted_ids(&entries, &chained);
+    let deleted: HashSet<i64> = if adopted.is_empty() {
+        HashSet::new()
+    } else {
+        tx.query(
+            "DELETE FROM audit_inbox WHERE id = ANY($1) RETURNING id",
+            &[&adopted],
+        )
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<std::result::Result<_, _>>()?
+    };
+    let head = tx
+        .query_opt("SELECT seq, hash FROM audit_head WHERE id = 1", &[])
+        .await?
+        .map(|row| -> Result<AuditHead> {
+            Ok(AuditHead {
+                seq: unsigned(row.try_get(0)?),
+                hash: row.try_get(1)?,
+            })
+        })
+        .transpose()?;
+    let records = chain::link(head, replica, entries, &chained, &deleted);
+    insert(&tx, &records).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn audit_local_head(store: &PostgresStore, replica: &str) -> Result<u64> {
+    let client = store.client().await?;
+    let last: Option<i64> = client
+        .query_one(
+            "SELECT MAX(local_seq) FROM audit WHERE replica = $1",
+            &[&replica],
+        )
+        .await?
+        .try_get(0)?;
+    Ok(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)))
 }
 
 /// Commits one entry to the inbox. The trait's callers are synchronous (an audit sink), so
@@ -284,10 +373,13 @@ impl Drop for Held {
     }
 }
 
-/// Claims the schema's audit chain with a session-level advisory lock on a connection of its
-/// own (not the pool's: the lock lives as long as that session). `None` if another process
-/// holds it.
-pub(super) async fn claim_chain(store: &PostgresStore) -> Result<Option<AuditChainClaim>> {
+/// Claims the name `replica` in this schema with a session-level advisory lock on a connection
+/// of its own (not the pool's: the lock lives as long as that session). `None` if another
+/// process holds it.
+pub(super) async fn claim_replica(
+    store: &PostgresStore,
+    replica: &str,
+) -> Result<Option<AuditChainClaim>> {
     let (client, connection) = store
         .config
         .connect(NoTls)
@@ -305,8 +397,8 @@ pub(super) async fn claim_chain(store: &PostgresStore) -> Result<Option<AuditCha
     let claimed: bool = held
         ._client
         .query_one(
-            "SELECT pg_try_advisory_lock(1818325608, hashtext($1))",
-            &[&store.schema],
+            "SELECT pg_try_advisory_lock(1818325608, hashtext($1 || '/' || $2))",
+            &[&store.schema, &replica],
         )
         .await?
         .try_get(0)?;

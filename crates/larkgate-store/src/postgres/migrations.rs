@@ -187,6 +187,11 @@ const MIGRATIONS: &[&str] = &[
         FOR EACH STATEMENT EXECUTE FUNCTION larkgate_notify_change();
     CREATE TRIGGER upstream_pins_notify AFTER INSERT OR UPDATE OR DELETE ON upstream_pins
         FOR EACH STATEMENT EXECUTE FUNCTION larkgate_notify_change();"#,
+    // 3: which replica recorded each audit record, and its sequence in that replica's journal
+    // (NULL for records chained before): a replayed journal is chained once.
+    r#"ALTER TABLE audit ADD COLUMN replica TEXT COLLATE "C";
+    ALTER TABLE audit ADD COLUMN local_seq BIGINT;
+    CREATE UNIQUE INDEX audit_by_replica ON audit (replica, local_seq) WHERE replica IS NOT NULL;"#,
 ];
 
 /// The newest schema version this larkgate knows.

@@ -3,11 +3,14 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
+use std::collections::{HashMap, HashSet};
+
 use super::signed;
+use crate::chain::{self, JournaledAudit};
 use crate::{AuditHead, AuditKind, AuditQuery, AuditRecord, ForwardedAudit, Result};
 
 pub(super) const AUDIT_COLUMNS: &str = "seq, at_ms, kind, principal, run_id, run_kind, session, tool, \
-     args_hash, args, code, intent_seq, duration_us, detail, prev_hash, hash";
+     args_hash, args, code, intent_seq, duration_us, detail, prev_hash, hash, replica, local_seq";
 
 pub(super) fn audit_from_row(row: &Row<'_>) -> rusqlite::Result<AuditRecord> {
     let kind: String = row.get(2)?;
@@ -28,6 +31,8 @@ pub(super) fn audit_from_row(row: &Row<'_>) -> rusqlite::Result<AuditRecord> {
         detail: row.get(13)?,
         prev_hash: row.get(14)?,
         hash: row.get(15)?,
+        replica: row.get(16)?,
+        local_seq: row.get::<_, Option<i64>>(17)?.map(|s| s as u64),
     })
 }
 
@@ -43,13 +48,20 @@ pub(super) fn append_audit_adopting(
             delete.execute([id])?;
         }
     }
+    insert(&tx, &records)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// Inserts chained records (skipping sequences already stored) and moves the head forward.
+fn insert(tx: &rusqlite::Transaction<'_>, records: &[AuditRecord]) -> Result<()> {
     {
         let mut insert = tx.prepare_cached(&format!(
             "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
                  ON CONFLICT (seq) DO NOTHING"
         ))?;
-        for r in &records {
+        for r in records {
             insert.execute(params![
                 signed(r.seq),
                 r.at_ms,
@@ -67,6 +79,8 @@ pub(super) fn append_audit_adopting(
                 r.detail,
                 r.prev_hash,
                 r.hash,
+                r.replica,
+                r.local_seq.map(signed),
             ])?;
         }
     }
@@ -79,8 +93,53 @@ pub(super) fn append_audit_adopting(
             params![signed(last.seq), last.hash],
         )?;
     }
+    Ok(())
+}
+
+/// Links a replica's batch after the head (see [`crate::chain`]); the immediate transaction is
+/// the chain's lock.
+pub(super) fn chain_audit(
+    c: &mut Connection,
+    replica: &str,
+    entries: Vec<JournaledAudit>,
+) -> Result<()> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut chained = HashMap::new();
+    {
+        let mut select =
+            tx.prepare_cached("SELECT seq FROM audit WHERE replica = ?1 AND local_seq = ?2")?;
+        for local in chain::local_seqs(&entries) {
+            let found: Option<i64> = select
+                .query_row(params![replica, signed(local)], |r| r.get(0))
+                .optional()?;
+            if let Some(seq) = found {
+                chained.insert(local, seq as u64);
+            }
+        }
+    }
+    let mut deleted = HashSet::new();
+    {
+        let mut delete = tx.prepare_cached("DELETE FROM audit_inbox WHERE id = ?1")?;
+        for id in chain::adopted_ids(&entries, &chained) {
+            if delete.execute([id])? > 0 {
+                deleted.insert(id);
+            }
+        }
+    }
+    let head = audit_head(&tx)?;
+    let records = chain::link(head, replica, entries, &chained, &deleted);
+    insert(&tx, &records)?;
     tx.commit()?;
     Ok(())
+}
+
+pub(super) fn audit_local_head(c: &mut Connection, replica: &str) -> Result<u64> {
+    let last: Option<i64> = c.query_row(
+        "SELECT MAX(local_seq) FROM audit WHERE replica = ?1",
+        [replica],
+        |r| r.get(0),
+    )?;
+    Ok(last.map_or(0, |l| l as u64))
 }
 
 pub(super) fn forwarded_audit(c: &mut Connection, limit: i64) -> Result<Vec<ForwardedAudit>> {
@@ -96,7 +155,7 @@ pub(super) fn forwarded_audit(c: &mut Connection, limit: i64) -> Result<Vec<Forw
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-pub(super) fn audit_head(c: &mut Connection) -> Result<Option<AuditHead>> {
+pub(super) fn audit_head(c: &Connection) -> Result<Option<AuditHead>> {
     Ok(
         c.query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
             Ok(AuditHead {

@@ -214,6 +214,11 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE runs ADD COLUMN review TEXT;
     ALTER TABLE script_versions ADD COLUMN pins TEXT;
     CREATE INDEX runs_reviews ON runs (script, hash, started_at_ms) WHERE kind = 'review';",
+    // 12: which replica recorded each audit record, and its sequence in that replica's journal
+    // (NULL for records chained before): a replayed journal is chained once.
+    "ALTER TABLE audit ADD COLUMN replica TEXT;
+    ALTER TABLE audit ADD COLUMN local_seq INTEGER;
+    CREATE UNIQUE INDEX audit_by_replica ON audit (replica, local_seq) WHERE replica IS NOT NULL;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

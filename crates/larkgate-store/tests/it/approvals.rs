@@ -99,6 +99,8 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          DROP INDEX runs_reviews; ALTER TABLE runs DROP COLUMN review;
          ALTER TABLE script_versions DROP COLUMN pins;
          DROP INDEX runs_by_start;
+         DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
+         ALTER TABLE audit DROP COLUMN local_seq;
          PRAGMA user_version = 6;",
     )
     .unwrap();
@@ -473,6 +475,8 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
          DROP INDEX runs_reviews; ALTER TABLE runs DROP COLUMN review;
          ALTER TABLE script_versions DROP COLUMN pins;
          DROP INDEX runs_by_start;
+         DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
+         ALTER TABLE audit DROP COLUMN local_seq;
          PRAGMA user_version = 9;",
     )
     .unwrap();

@@ -1,4 +1,8 @@
-use larkgate_store::{AuditHead, AuditKind, AuditQuery, AuditRecord};
+use std::collections::BTreeSet;
+
+use larkgate_store::{
+    AuditHead, AuditKind, AuditQuery, AuditRecord, GENESIS_HASH, JournaledAudit, record_hash,
+};
 
 use crate::{Place, on_both};
 
@@ -18,6 +22,8 @@ pub(crate) fn record(seq: u64, principal: &str, tool: &str) -> AuditRecord {
         intent_seq: None,
         duration_us: None,
         detail: None,
+        replica: None,
+        local_seq: None,
         prev_hash: format!("{:064x}", seq - 1),
         hash: format!("{seq:064x}"),
     }
@@ -148,7 +154,134 @@ async fn forwarded_entries_wait_in_order_until_a_batch_adopts_them(place: Place)
     );
 }
 
+/// A replica's journaled record, as the audit log writes it: numbered locally, not chained.
+fn journaled(local: u64, kind: AuditKind, intent: Option<u64>) -> JournaledAudit {
+    JournaledAudit {
+        record: AuditRecord {
+            seq: 0,
+            kind,
+            intent_seq: intent,
+            local_seq: Some(local),
+            prev_hash: String::new(),
+            hash: String::new(),
+            ..record(1, "ada", "kv_set")
+        },
+        adopted: None,
+    }
+}
+
+/// A replica's calls `from..=to` as intent/outcome pairs (locals 2n-1, 2n).
+fn calls(from: u64, to: u64) -> Vec<JournaledAudit> {
+    (from..=to)
+        .flat_map(|n| {
+            [
+                journaled(2 * n - 1, AuditKind::Intent, None),
+                journaled(2 * n, AuditKind::Outcome, Some(2 * n - 1)),
+            ]
+        })
+        .collect()
+}
+
+/// Checks the whole chain: sequences from 1, hashes, and that each outcome follows its own
+/// intent (same replica, the local sequence it named). Returns the (replica, local) pairs.
+async fn check_chain(store: &dyn larkgate_store::Store) -> Vec<(String, u64)> {
+    let records = store.audit_records(AuditQuery::default()).await.unwrap();
+    let mut prev = GENESIS_HASH.to_owned();
+    let mut seen = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.seq, i as u64 + 1);
+        assert_eq!(r.prev_hash, prev);
+        assert_eq!(r.hash, record_hash(r));
+        if r.kind == AuditKind::Outcome {
+            let intent = &records[r.intent_seq.unwrap() as usize - 1];
+            assert!(intent.seq < r.seq);
+            assert_eq!(intent.kind, AuditKind::Intent);
+            assert_eq!(intent.replica, r.replica);
+            assert_eq!(intent.local_seq, Some(r.local_seq.unwrap() - 1));
+        }
+        prev = r.hash.clone();
+        seen.push((r.replica.clone().unwrap(), r.local_seq.unwrap()));
+    }
+    let head = store.audit_head().await.unwrap();
+    assert_eq!(
+        head.map(|h| (h.seq, h.hash)),
+        records.last().map(|r| (r.seq, r.hash.clone()))
+    );
+    seen
+}
+
+async fn replicas_chain_batches_at_once_into_one_chain(place: Place) {
+    // Four handles (four processes), each chaining 20 batches of 5 calls as fast as it can.
+    let mut tasks = Vec::new();
+    for replica in ["r1", "r2", "r3", "r4"] {
+        let store = place.open().await;
+        tasks.push(tokio::spawn(async move {
+            for batch in 0..20 {
+                store
+                    .chain_audit(replica, calls(batch * 5 + 1, batch * 5 + 5))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let store = place.open().await;
+    let seen = check_chain(store.as_ref()).await;
+    assert_eq!(seen.len(), 4 * 200);
+    let unique: BTreeSet<_> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "a record was chained twice");
+    for replica in ["r1", "r2", "r3", "r4"] {
+        assert_eq!(store.audit_local_head(replica).await.unwrap(), 200);
+    }
+    assert_eq!(store.audit_local_head("r5").await.unwrap(), 0);
+}
+
+async fn a_replayed_journal_is_chained_once(place: Place) {
+    let store = place.open().await;
+    store.chain_audit("r1", calls(1, 3)).await.unwrap();
+    store.chain_audit("r2", calls(1, 1)).await.unwrap();
+    // r1 restarts and replays its whole journal, which had more in it: only what is new is
+    // chained, and its outcomes still find their intents (chained in the earlier batch).
+    let mut replay = calls(1, 5);
+    replay.remove(6); // intent 4 (local 7) was chained earlier...
+    store
+        .chain_audit("r1", calls(4, 4)[..1].to_vec())
+        .await
+        .unwrap();
+    store.chain_audit("r1", replay).await.unwrap(); // ...its outcome comes in the replay.
+    let seen = check_chain(store.as_ref()).await;
+    assert_eq!(seen.len(), 12);
+    assert_eq!(store.audit_local_head("r1").await.unwrap(), 10);
+    // Nothing new: nothing changes.
+    store.chain_audit("r1", calls(1, 5)).await.unwrap();
+    assert_eq!(check_chain(store.as_ref()).await, seen);
+}
+
+async fn a_forwarded_entry_taken_by_two_replicas_is_chained_once(place: Place) {
+    let store = place.open().await;
+    let id = store.forward_audit(100, r#"{"principal":"ada"}"#).unwrap();
+    let event = |local| JournaledAudit {
+        adopted: Some(id),
+        ..journaled(local, AuditKind::Event, None)
+    };
+    let other = place.open().await;
+    let (a, b) = tokio::join!(
+        store.chain_audit("r1", vec![event(1)]),
+        other.chain_audit("r2", vec![event(1)]),
+    );
+    a.unwrap();
+    b.unwrap();
+    let seen = check_chain(store.as_ref()).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(store.forwarded_audit(10).await.unwrap().is_empty());
+}
+
 on_both!(
+    replicas_chain_batches_at_once_into_one_chain,
+    a_replayed_journal_is_chained_once,
+    a_forwarded_entry_taken_by_two_replicas_is_chained_once,
     records_append_in_order_and_move_the_head,
     replaying_a_batch_changes_nothing,
     queries_filter_and_take_the_newest_in_order,

@@ -251,29 +251,30 @@ async fn a_row_lock_held_briefly_is_waited_out_and_one_held_past_the_busy_timeou
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_process_at_a_time_owns_the_audit_chain() {
+async fn one_process_at_a_time_journals_under_a_replica_name() {
     let schema = TestSchema::create().await;
     let first = PostgresStore::open(&schema.settings()).await.unwrap();
     let second = PostgresStore::open(&schema.settings()).await.unwrap();
-    let claim = first.claim_audit_chain().await.unwrap();
+    let claim = first.claim_audit_replica("r1").await.unwrap();
     assert!(claim.is_some());
-    assert!(second.claim_audit_chain().await.unwrap().is_none());
-    // Another schema's chain is another chain.
+    assert!(second.claim_audit_replica("r1").await.unwrap().is_none());
+    // Another name, or the same name in another schema, is free.
+    assert!(second.claim_audit_replica("r2").await.unwrap().is_some());
     let elsewhere = TestSchema::create().await;
     let third = PostgresStore::open(&elsewhere.settings()).await.unwrap();
-    assert!(third.claim_audit_chain().await.unwrap().is_some());
+    assert!(third.claim_audit_replica("r1").await.unwrap().is_some());
     // Given up, it can be claimed (the lock goes with the connection, closed in the
     // background).
     drop(claim);
     let mut claimed = None;
     for _ in 0..50 {
-        claimed = second.claim_audit_chain().await.unwrap();
+        claimed = second.claim_audit_replica("r1").await.unwrap();
         if claimed.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(claimed.is_some(), "the chain was not released");
+    assert!(claimed.is_some(), "the name was not released");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

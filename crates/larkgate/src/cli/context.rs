@@ -132,6 +132,7 @@ impl StoreContext {
         // Owning the log replays a journal a crashed process left behind.
         let audit_options = AuditOptions {
             fsync: config.audit.fsync,
+            store_intents: config.audit.store_intents,
             ..AuditOptions::default()
         };
         let (log, events): (_, Arc<dyn AuditSink>) =
@@ -189,12 +190,11 @@ impl Context {
         let Some(audit) = log else {
             anyhow::bail!(
                 "another larkgate process (a running `serve` or `stdio`) owns the audit log in {}, \
-                 or the audit chain of {}, and this command records calls on it: stop that \
-                 process first, or do this through it over MCP (`larkgate client call TOOL \
-                 ...`); the token, principal, approvals, audit, runs and upstream commands \
-                 work beside it",
-                data_dir.display(),
-                store.describe()
+                 and this command records calls on it: stop that process first, or do this \
+                 through it over MCP (`larkgate client call TOOL ...`), or give this command a \
+                 data directory of its own (--data-dir) when the store is shared; the token, \
+                 principal, approvals, audit, runs and upstream commands work beside it",
+                data_dir.display()
             );
         };
         let listen = options

@@ -314,16 +314,17 @@ fn the_database_going_away_under_load_loses_no_acknowledged_call_and_service_res
 }
 
 /// An operator's command on another machine (another data directory) pointed at the same
-/// database as a running gateway: it does not chain on its own (that would fork the chain); its
-/// events reach the gateway's chain through the database, and a command that records calls is
-/// refused with what to do instead.
+/// database as a running gateway is a replica of its own: its events and its calls join the
+/// gateway's chain, which verifies whole from either directory. A copy of the gateway's data
+/// directory (same replica name) is refused while the gateway runs, with what to do.
 #[test]
-fn a_command_elsewhere_on_the_same_database_hands_its_events_to_the_gateway() {
+fn a_command_elsewhere_on_the_same_database_joins_the_gateways_chain() {
     let runtime = runtime();
     let schema = runtime.block_on(TestSchema::create());
     let gateway = tempfile::tempdir().unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
-    for dir in [gateway.path(), elsewhere.path()] {
+    let copy = tempfile::tempdir().unwrap();
+    for dir in [gateway.path(), elsewhere.path(), copy.path()] {
         std::fs::write(config_path(dir), store_section(&url(), &schema)).unwrap();
     }
     let server = Server::start(gateway.path());
@@ -331,21 +332,31 @@ fn a_command_elsewhere_on_the_same_database_hands_its_events_to_the_gateway() {
         elsewhere.path(),
         &["principal", "add", "zed", "--roles", "writer"],
     );
-    let busy = fails(elsewhere.path(), &["call", "clock_now"]);
-    assert!(busy.contains("owns the audit log"), "{busy}");
-    assert!(busy.contains(schema.name()), "{busy}");
+    ok(elsewhere.path(), &["call", "clock_now"]);
+    let replica = |dir: &std::path::Path| config_path(dir).with_file_name("replica");
+    let name = std::fs::read_to_string(replica(gateway.path())).unwrap();
+    std::fs::write(replica(copy.path()), &name).unwrap();
+    let refused = fails(copy.path(), &["call", "clock_now"]);
+    assert!(
+        refused.contains(&format!("journaling as replica {}", name.trim())),
+        "{refused}"
+    );
+    assert!(refused.contains("its own name"), "{refused}");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let tail = ok(gateway.path(), &["audit", "tail", "-n", "50"]);
-        if tail.contains("added principal zed") {
+        if tail.contains("added principal zed") && tail.contains("clock_now") {
             break;
         }
         assert!(Instant::now() < deadline, "{tail}");
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(server.stop().success());
-    let verified = ok(elsewhere.path(), &["audit", "verify"]);
-    assert!(verified.contains("intact"), "{verified}");
+    for dir in [gateway.path(), elsewhere.path()] {
+        let verified = ok(dir, &["audit", "verify"]);
+        assert!(verified.contains("intact"), "{verified}");
+        assert!(!verified.contains("without an outcome"), "{verified}");
+    }
     let tail = ok(elsewhere.path(), &["audit", "tail", "-n", "50"]);
     assert_eq!(tail.matches("added principal zed").count(), 1, "{tail}");
 }
