@@ -11,7 +11,8 @@
 # (the shared chain costs at most 20% of one PostgreSQL replica's throughput with the chain as
 # it was: pg / baseline >= 0.8).
 #
-# Usage: [BASELINE_BIN=path/to/older/larkgate] scripts/bench-replicas.sh [SECONDS, default 10]
+# Usage: [BASELINE_BIN=path/to/older/larkgate] [LARKGATE_BIN=path/to/larkgate, default: a
+#        release build of this tree] scripts/bench-replicas.sh [SECONDS, default 10]
 # Needs: wrk, psql, PostgreSQL where LARKGATE_TEST_POSTGRES_URL points (default
 # postgres://postgres@127.0.0.1:5432/test) and Redis where LARKGATE_TEST_REDIS_URL points
 # (default redis://127.0.0.1:6379).
@@ -24,8 +25,10 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; e
 command -v psql >/dev/null || { echo "psql is missing: apt-get install postgresql-client" >&2; exit 1; }
 scripts/check-services
 
-cargo build --release --quiet -p larkgate
-bin="$PWD/target/release/larkgate"
+if [[ -z ${LARKGATE_BIN:-} ]]; then
+    cargo build --release --quiet -p larkgate
+fi
+bin="${LARKGATE_BIN:-$PWD/target/release/larkgate}"
 work=$(mktemp -d)
 stamp="$(date +%s)_$$"
 schemas=("bench_shared_$stamp" "bench_one_$stamp" "bench_base_$stamp")

@@ -145,6 +145,29 @@ pub struct PoolStatus {
     pub waiting: usize,
 }
 
+/// What changed, as [`Store::watch_changes`] tells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Published script versions.
+    Scripts,
+    /// Upstreams, or the pins (and quarantines) of their tools.
+    Upstreams,
+    /// Anything may have changed (changes could not be followed for a while): read again
+    /// whatever is followed.
+    Everything,
+}
+
+impl Change {
+    /// What a change to `table` is, for the tables whose changes are told.
+    pub fn of_table(table: &str) -> Option<Change> {
+        match table {
+            "script_versions" => Some(Change::Scripts),
+            "upstreams" | "upstream_pins" => Some(Change::Upstreams),
+            _ => None,
+        }
+    }
+}
+
 /// The right to append to a store's audit chain, held by one process at a time
 /// ([`Store::claim_audit_chain`]); dropping it gives the right up.
 pub struct AuditChainClaim {
@@ -225,6 +248,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn ping(&self) -> Result<()>;
     /// How full the connection pool is, for stores that keep one.
     fn pool_status(&self) -> Option<PoolStatus> {
+        None
+    }
+    /// Tells of changes committed through any process sharing the store, as they commit, so a
+    /// serving process can follow what another replica published: `None` for stores that do
+    /// not tell (SQLite, whose serving process is the only one that publishes; it follows
+    /// upstream changes made beside it by polling). Must be called within a tokio runtime.
+    fn watch_changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
         None
     }
     /// Claims the name `replica` for this process while it appends to the chain: `None` if

@@ -23,6 +23,9 @@
 //!   session-level advisory lock on a connection of its own). A record appended already
 //!   chained whose sequence is stored with another hash is refused (the chain forked), never
 //!   skipped.
+//! - **Changes reach every process** ([`Store::watch_changes`], `changes.rs`): a connection
+//!   of its own listens for the notifications the triggers of migration 2 send, so a script
+//!   published or an upstream changed through one replica is followed by the others at once.
 //! - **No TLS** to the database yet: the URL is refused if it asks for it (see
 //!   [`PostgresSettings::validate`]).
 //!
@@ -30,6 +33,7 @@
 
 mod approvals;
 mod audit;
+mod changes;
 mod kv;
 mod migrations;
 mod principals;
@@ -215,6 +219,10 @@ impl Store for PostgresStore {
             available: status.available,
             waiting: status.waiting,
         })
+    }
+
+    fn watch_changes(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Change>> {
+        Some(changes::listen(self))
     }
 
     async fn claim_audit_replica(&self, replica: &str) -> Result<Option<AuditChainClaim>> {

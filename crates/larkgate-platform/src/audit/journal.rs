@@ -22,6 +22,10 @@ use super::{AuditEntry, AuditError, AuditSink};
 /// Held (an exclusive file lock) by the one process that journals in a data directory.
 const LOCK: &str = "audit.lock";
 
+/// How many times (100 ms apart) a replica's name is claimed before another live process is
+/// taken to hold it.
+const CLAIM_ATTEMPTS: u32 = 30;
+
 /// How many forwarded entries one flush adopts.
 const ADOPT_BATCH: usize = 256;
 
@@ -122,7 +126,17 @@ impl AuditLog {
             return Err(AuditError::Busy(dir.display().to_string()));
         }
         let replica = replica::name(dir)?;
-        let Some(claim) = store.claim_audit_replica(&replica).await? else {
+        // A process of this directory that was just killed may hold the name for a moment
+        // more (until the database notices its connection is gone): wait that out, briefly.
+        let mut claimed = None;
+        for attempt in 0..CLAIM_ATTEMPTS {
+            claimed = store.claim_audit_replica(&replica).await?;
+            if claimed.is_some() || attempt + 1 == CLAIM_ATTEMPTS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let Some(claim) = claimed else {
             return Err(AuditError::ReplicaBusy {
                 replica,
                 store: store.describe(),

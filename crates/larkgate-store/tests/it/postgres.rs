@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use larkgate_store::postgres::testing::{Relay, TestSchema};
 use larkgate_store::postgres::{Migrated, SCHEMA_VERSION};
-use larkgate_store::{AuditQuery, PostgresSettings, PostgresStore, Store, StoreError};
+use larkgate_store::{AuditQuery, Change, PostgresSettings, PostgresStore, Store, StoreError};
 
 use crate::audit::record;
 
@@ -414,4 +414,48 @@ async fn a_role_with_rights_on_its_schema_only_can_run_larkgate() {
         ))
         .await;
     assert_eq!(result.unwrap().as_deref(), Some("v"));
+}
+
+/// The next change told within `seconds`, if any.
+async fn next_change(
+    changes: &mut tokio::sync::broadcast::Receiver<Change>,
+    seconds: u64,
+) -> Option<Change> {
+    tokio::time::timeout(Duration::from_secs(seconds), changes.recv())
+        .await
+        .ok()
+        .map(|change| change.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_made_anywhere_are_told_and_a_reconnection_says_everything() {
+    let schema = TestSchema::create().await;
+    let relay = Relay::start().await;
+    let settings = PostgresSettings {
+        url: relay.url(),
+        ..schema.settings()
+    };
+    let watching = PostgresStore::open(&settings).await.unwrap();
+    let mut changes = watching.watch_changes().unwrap();
+    // Listening starts by saying that anything may have changed.
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Everything));
+    // Another process's statements on the followed tables (even ones that change no row).
+    schema.execute("DELETE FROM script_versions").await;
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Scripts));
+    schema.execute("DELETE FROM upstream_pins").await;
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Upstreams));
+    // Other tables, and another schema's changes, are not told.
+    schema.execute("DELETE FROM kv").await;
+    let elsewhere = TestSchema::create().await;
+    PostgresStore::open(&elsewhere.settings()).await.unwrap();
+    elsewhere.execute("DELETE FROM script_versions").await;
+    assert_eq!(next_change(&mut changes, 1).await, None);
+    // The connection breaks and comes back: what was missed meanwhile is covered by
+    // "everything".
+    relay.cut();
+    schema.execute("DELETE FROM script_versions").await;
+    relay.restore();
+    assert_eq!(next_change(&mut changes, 20).await, Some(Change::Everything));
+    schema.execute("DELETE FROM upstreams").await;
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Upstreams));
 }

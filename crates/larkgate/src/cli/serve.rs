@@ -246,6 +246,7 @@ pub(crate) async fn run(
     let policy = Arc::new(server.address_policy(listen).map_err(anyhow::Error::msg)?);
     bootstrap(context, &public_url, out).await?;
     let maintenance = context.federation.maintain().await;
+    let following = follow_changes(context);
 
     let config = http::mcp_config(&server.allowed_origins);
     let cancel = config.cancellation_token.clone();
@@ -413,9 +414,45 @@ pub(crate) async fn run(
         ops_server.abort();
     }
     maintenance.abort();
+    if let Some(following) = following {
+        following.abort();
+    }
     // Runs still going are recorded as cancelled; their workers die with this process.
     context.scripts.cancel_active().await;
     Ok(())
+}
+
+/// Follows what other processes sharing the store commit (on PostgreSQL: other replicas, and
+/// operators' commands elsewhere): a script published or an upstream, pin or quarantine
+/// changed through any of them is served here as soon as the database tells of it, and this
+/// replica's clients are told (`notifications/tools/list_changed`). `None` for stores that do
+/// not tell of changes.
+fn follow_changes(context: &Context) -> Option<tokio::task::JoinHandle<()>> {
+    use larkgate_store::Change;
+    use tokio::sync::broadcast::error::RecvError;
+    let mut changes = context.store.watch_changes()?;
+    let scripts = Arc::clone(&context.scripts);
+    let federation = Arc::clone(&context.federation);
+    Some(tokio::spawn(async move {
+        loop {
+            let change = match changes.recv().await {
+                Ok(change) => change,
+                // Some were missed: read everything again.
+                Err(RecvError::Lagged(_)) => Change::Everything,
+                Err(RecvError::Closed) => return,
+            };
+            if matches!(change, Change::Scripts | Change::Everything)
+                && let Err(error) = scripts.refresh_tools().await
+            {
+                tracing::warn!(%error, "published scripts could not be read again");
+            }
+            if matches!(change, Change::Upstreams | Change::Everything)
+                && let Err(error) = federation.sync().await
+            {
+                tracing::warn!(%error, "upstream changes could not be followed");
+            }
+        }
+    }))
 }
 
 /// The protected resource metadata (RFC 9728) at each path a client looks for it, without a
