@@ -438,7 +438,10 @@ async fn changes_made_anywhere_are_told_and_a_reconnection_says_everything() {
     let watching = PostgresStore::open(&settings).await.unwrap();
     let mut changes = watching.watch_changes().unwrap();
     // Listening starts by saying that anything may have changed.
-    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Everything));
+    assert_eq!(
+        next_change(&mut changes, 10).await,
+        Some(Change::Everything)
+    );
     // Another process's statements on the followed tables (even ones that change no row).
     schema.execute("DELETE FROM script_versions").await;
     assert_eq!(next_change(&mut changes, 10).await, Some(Change::Scripts));
@@ -455,7 +458,10 @@ async fn changes_made_anywhere_are_told_and_a_reconnection_says_everything() {
     relay.cut();
     schema.execute("DELETE FROM script_versions").await;
     relay.restore();
-    assert_eq!(next_change(&mut changes, 20).await, Some(Change::Everything));
+    assert_eq!(
+        next_change(&mut changes, 20).await,
+        Some(Change::Everything)
+    );
     schema.execute("DELETE FROM upstreams").await;
     assert_eq!(next_change(&mut changes, 10).await, Some(Change::Upstreams));
 }
