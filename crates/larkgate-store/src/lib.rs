@@ -21,9 +21,9 @@ mod sqlite;
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord,
-    CallChain, Draft, ForwardedAudit, PinStatus, Principal, PrincipalKind, Run, RunQuery, RunStats,
-    RunStatus, ScriptPin, ScriptVersion, TokenRecord, ToolPin, UpstreamRecord,
-    UpstreamStatusRecord,
+    CallChain, Draft, ForwardedAudit, NewSession, PinStatus, Principal, PrincipalKind, Run,
+    RunQuery, RunStats, RunStatus, ScriptPin, ScriptVersion, SessionCapReached, SharedSession,
+    TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
@@ -250,6 +250,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn pool_status(&self) -> Option<PoolStatus> {
         None
     }
+    /// Whether several serving processes (replicas) may share this store, so that what they
+    /// must agree on and would otherwise keep in memory (2025-11-25 sessions) is kept in it.
+    fn shared_by_replicas(&self) -> bool {
+        false
+    }
     /// Tells of changes committed through any process sharing the store, as they commit, so a
     /// serving process can follow what another replica published: `None` for stores that do
     /// not tell (SQLite, whose serving process is the only one that publishes; it follows
@@ -433,6 +438,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Revokes a token at `now_ms`; `false` if there is no such token (revoking twice keeps
     /// the first time).
     async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool>;
+
+    // ---- sessions shared by replicas ----
+
+    /// Opens a 2025-11-25 session if fewer than its caps' sessions are open (unexpired at
+    /// `now_ms`): `Ok(None)` when opened, else the cap that refused it. Checked and entered
+    /// under one lock, so replicas opening sessions at once cannot overshoot a cap.
+    async fn open_session(&self, session: NewSession) -> Result<Option<SessionCapReached>>;
+    /// Keeps what a replica needs to continue session `id` (its `initialize` parameters, as
+    /// the MCP library serializes them).
+    async fn save_session_state(&self, id: &str, state: &str) -> Result<()>;
+    /// Session `id`, unless it is closed or expired at `now_ms`.
+    async fn session(&self, id: &str, now_ms: i64) -> Result<Option<SharedSession>>;
+    /// Moves the expiry of session `id` (it was used).
+    async fn touch_session(&self, id: &str, expires_at_ms: i64) -> Result<()>;
+    /// Closes session `id` (its client ended it).
+    async fn close_session(&self, id: &str) -> Result<()>;
 
     // ---- audit ----
 

@@ -536,3 +536,40 @@ pub struct TokenRecord {
     /// When it was revoked, if it was.
     pub revoked_at_ms: Option<i64>,
 }
+
+/// A 2025-11-25 session as every replica sees it ([`crate::Store::session`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedSession {
+    /// The principal that opened it: the only one that may use it, on any replica.
+    pub owner: String,
+    /// What a replica needs to continue it (its `initialize` parameters), once it has them.
+    pub state: Option<String>,
+    /// When it expires unless used (Unix ms).
+    pub expires_at_ms: i64,
+}
+
+/// A 2025-11-25 session to open, under its caps ([`crate::Store::open_session`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewSession {
+    /// Its id.
+    pub id: String,
+    /// The principal opening it.
+    pub owner: String,
+    /// Now (Unix ms): sessions that expired by then count no more.
+    pub now_ms: i64,
+    /// When it expires unless used (Unix ms).
+    pub expires_at_ms: i64,
+    /// How many sessions one principal may have open.
+    pub per_principal: usize,
+    /// How many sessions may be open in all.
+    pub total: usize,
+}
+
+/// Which cap refused a session ([`crate::Store::open_session`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionCapReached {
+    /// The owner's own.
+    PerPrincipal,
+    /// All principals' together.
+    Total,
+}

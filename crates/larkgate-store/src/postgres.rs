@@ -38,6 +38,7 @@ mod kv;
 mod migrations;
 mod principals;
 mod scripts;
+mod sessions;
 pub mod settings;
 #[doc(hidden)]
 pub mod testing;
@@ -219,6 +220,10 @@ impl Store for PostgresStore {
             available: status.available,
             waiting: status.waiting,
         })
+    }
+
+    fn shared_by_replicas(&self) -> bool {
+        true
     }
 
     fn watch_changes(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Change>> {
@@ -446,6 +451,29 @@ impl Store for PostgresStore {
 
     async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool> {
         principals::revoke_token(self, id, now_ms).await
+    }
+
+    async fn open_session(
+        &self,
+        session: crate::NewSession,
+    ) -> Result<Option<crate::SessionCapReached>> {
+        sessions::open_session(self, &session).await
+    }
+
+    async fn save_session_state(&self, id: &str, state: &str) -> Result<()> {
+        sessions::save_session_state(self, id, state).await
+    }
+
+    async fn session(&self, id: &str, now_ms: i64) -> Result<Option<crate::SharedSession>> {
+        sessions::session(self, id, now_ms).await
+    }
+
+    async fn touch_session(&self, id: &str, expires_at_ms: i64) -> Result<()> {
+        sessions::touch_session(self, id, expires_at_ms).await
+    }
+
+    async fn close_session(&self, id: &str) -> Result<()> {
+        sessions::close_session(self, id).await
     }
 
     async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()> {

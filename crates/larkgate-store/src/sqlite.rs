@@ -18,6 +18,7 @@ mod kv;
 mod migrations;
 mod principals;
 mod scripts;
+mod sessions;
 mod upstreams;
 
 use std::path::{Path, PathBuf};
@@ -27,9 +28,9 @@ use rusqlite::{Connection, params};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
-    Draft, ForwardedAudit, JournaledAudit, Principal, Result, Run, RunQuery, ScriptPin,
-    ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
-    chain_column, join_roles, signed, split_roles,
+    Draft, ForwardedAudit, JournaledAudit, NewSession, Principal, Result, Run, RunQuery, ScriptPin,
+    ScriptVersion, SessionCapReached, SharedSession, Store, StoreError, TokenRecord, ToolPin,
+    UpstreamRecord, UpstreamStatusRecord, chain_column, join_roles, signed, split_roles,
 };
 
 /// How hard SQLite works to keep a commit across a power loss.
@@ -436,6 +437,33 @@ impl Store for SqliteStore {
         }
         self.with(move |c| audit::append_audit_adopting(c, records, adopted))
             .await
+    }
+
+    async fn open_session(&self, session: NewSession) -> Result<Option<SessionCapReached>> {
+        self.with(move |c| sessions::open_session(c, &session))
+            .await
+    }
+
+    async fn save_session_state(&self, id: &str, state: &str) -> Result<()> {
+        let (id, state) = (id.to_owned(), state.to_owned());
+        self.with(move |c| sessions::save_session_state(c, &id, &state))
+            .await
+    }
+
+    async fn session(&self, id: &str, now_ms: i64) -> Result<Option<SharedSession>> {
+        let id = id.to_owned();
+        self.with(move |c| sessions::session(c, &id, now_ms)).await
+    }
+
+    async fn touch_session(&self, id: &str, expires_at_ms: i64) -> Result<()> {
+        let id = id.to_owned();
+        self.with(move |c| sessions::touch_session(c, &id, expires_at_ms))
+            .await
+    }
+
+    async fn close_session(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.with(move |c| sessions::close_session(c, &id)).await
     }
 
     async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()> {

@@ -192,6 +192,16 @@ const MIGRATIONS: &[&str] = &[
     r#"ALTER TABLE audit ADD COLUMN replica TEXT COLLATE "C";
     ALTER TABLE audit ADD COLUMN local_seq BIGINT;
     CREATE UNIQUE INDEX audit_by_replica ON audit (replica, local_seq) WHERE replica IS NOT NULL;"#,
+    // 4: 2025-11-25 sessions as every replica sees them: who opened each (the only principal
+    // that may use it), what a replica needs to continue it, and when it expires unless used.
+    r#"CREATE TABLE sessions (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        owner TEXT COLLATE "C" NOT NULL,
+        state TEXT,
+        expires_at_ms BIGINT NOT NULL
+    );
+    CREATE INDEX sessions_by_owner ON sessions (owner, expires_at_ms);
+    CREATE INDEX sessions_by_expiry ON sessions (expires_at_ms);"#,
 ];
 
 /// The newest schema version this larkgate knows.

@@ -219,6 +219,16 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE audit ADD COLUMN replica TEXT;
     ALTER TABLE audit ADD COLUMN local_seq INTEGER;
     CREATE UNIQUE INDEX audit_by_replica ON audit (replica, local_seq) WHERE replica IS NOT NULL;",
+    // 13: 2025-11-25 sessions as every replica sees them: who opened each (the only principal
+    // that may use it), what a replica needs to continue it, and when it expires unless used.
+    "CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        state TEXT,
+        expires_at_ms INTEGER NOT NULL
+    ) STRICT;
+    CREATE INDEX sessions_by_owner ON sessions (owner, expires_at_ms);
+    CREATE INDEX sessions_by_expiry ON sessions (expires_at_ms);",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

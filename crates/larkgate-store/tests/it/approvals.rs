@@ -100,7 +100,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          ALTER TABLE script_versions DROP COLUMN pins;
          DROP INDEX runs_by_start;
          DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
-         ALTER TABLE audit DROP COLUMN local_seq;
+         ALTER TABLE audit DROP COLUMN local_seq; DROP TABLE sessions;
          PRAGMA user_version = 6;",
     )
     .unwrap();
@@ -476,7 +476,7 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
          ALTER TABLE script_versions DROP COLUMN pins;
          DROP INDEX runs_by_start;
          DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
-         ALTER TABLE audit DROP COLUMN local_seq;
+         ALTER TABLE audit DROP COLUMN local_seq; DROP TABLE sessions;
          PRAGMA user_version = 9;",
     )
     .unwrap();

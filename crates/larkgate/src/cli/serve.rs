@@ -248,10 +248,20 @@ pub(crate) async fn run(
     let maintenance = context.federation.maintain().await;
     let following = follow_changes(context);
 
-    let config = http::mcp_config(&server.allowed_origins);
+    let mut config = http::mcp_config(&server.allowed_origins);
     let cancel = config.cancellation_token.clone();
     let platform = context.platform.clone();
-    let registry = http::sessions::Registry::new(server.sessions());
+    // Replicas sharing a store share their sessions through it too.
+    let shared = context
+        .store
+        .shared_by_replicas()
+        .then(|| Arc::clone(&context.store));
+    if let Some(store) = &shared {
+        config.session_store = Some(Arc::new(http::sessions::SharedSessions::new(Arc::clone(
+            store,
+        ))));
+    }
+    let registry = http::sessions::Registry::new(server.sessions(), shared);
     let service = StreamableHttpService::new(
         move || Ok(PlatformServer::per_request(platform.clone())),
         Arc::new(http::sessions::RegisteredSessions::new(Arc::clone(

@@ -212,7 +212,8 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
     if let Some(session) = &session
         && auth
             .sessions
-            .owner(session)
+            .owner_anywhere(session)
+            .await
             .is_some_and(|o| o != principal.id)
     {
         tracing::warn!(session, principal = %principal.id, "a session was presented with another principal's token");

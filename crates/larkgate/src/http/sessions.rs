@@ -8,6 +8,20 @@
 //! a failed handshake or shutdown all end in `close_session`. So the registry, the
 //! `larkgate_active_sessions` metric and rmcp's map hold the same sessions.
 //!
+//! ## Across replicas
+//!
+//! When the store is shared by replicas (PostgreSQL), each session is also entered in it
+//! ([`larkgate_store::Store::open_session`]) with its owner, and the caps count there, across
+//! replicas. rmcp keeps the session's `initialize` parameters through [`SharedSessions`] (its
+//! session store), and a request for a session this replica does not hold is *restored*: rmcp
+//! loads the parameters, [`RegisteredSessions::restore_session`] makes a local worker for it,
+//! and the handshake is replayed. The owner is checked first, by the edge and again here: a
+//! session whose shared entry is missing or expired is not restored (rmcp answers 404), and one
+//! owned by another principal is refused. The entry expires after the idle timeout, moved
+//! forward as the session is used (at most every quarter of it, per replica). A replica that
+//! idles a session out locally leaves the shared entry alone: the client may be using the
+//! session through another replica; only the client's `DELETE` closes it everywhere.
+//!
 //! ## Threat model
 //!
 //! Any token holder, even one with no roles, can send `initialize`; each session costs memory
@@ -16,19 +30,23 @@
 //! error that says which cap and what to do ([`super::EdgeError::TooManySessions`]), and no
 //! session is created. The cap is checked and the session entered under one lock, so
 //! concurrent `initialize`s cannot overshoot it. A session is bound to the principal that
-//! opened it: [`Registry::owner`] is what the edge compares each request's principal with.
+//! opened it: [`Registry::owner_anywhere`] is what the edge compares each request's principal
+//! with, on every replica.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
+use larkgate_store::{NewSession, SessionCapReached, Store, now_ms};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
-use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
+use rmcp::transport::streamable_http_server::session::{
+    RestoreOutcome, ServerSseMessage, SessionId, SessionState, SessionStore, SessionStoreError,
+};
 
 /// How many sessions may be open, and for how long one may idle.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +83,8 @@ pub enum SessionCap {
 #[derive(Clone, Debug)]
 struct Entry {
     owner: String,
+    /// When its shared entry's expiry was last moved by this replica.
+    touched: Instant,
 }
 
 /// The open sessions, each with the principal that opened it.
@@ -72,15 +92,66 @@ struct Entry {
 pub struct Registry {
     limits: SessionLimits,
     sessions: Mutex<HashMap<SessionId, Entry>>,
+    /// The store replicas share, when they do: sessions and their caps are kept there too.
+    shared: Option<Arc<dyn Store>>,
 }
 
 impl Registry {
-    /// An empty registry under `limits`.
-    pub fn new(limits: SessionLimits) -> Arc<Self> {
+    /// An empty registry under `limits`, each session kept in `shared` too when replicas
+    /// share a store.
+    pub fn new(limits: SessionLimits, shared: Option<Arc<dyn Store>>) -> Arc<Self> {
         Arc::new(Registry {
             limits,
             sessions: Mutex::new(HashMap::new()),
+            shared,
         })
+    }
+
+    /// The store sessions are shared through, if they are.
+    pub fn shared(&self) -> Option<&Arc<dyn Store>> {
+        self.shared.as_ref()
+    }
+
+    /// The principal that opened `session`, whichever replica it was opened on; `None` for a
+    /// session that is not open (or whose shared entry cannot be read: then it is not
+    /// restored either). Moves the shared entry's expiry when this replica last did so a
+    /// quarter of the idle timeout ago or more.
+    pub async fn owner_anywhere(&self, session: &str) -> Option<String> {
+        let Some(shared) = &self.shared else {
+            return self.owner(session);
+        };
+        let due = {
+            let mut sessions = self.lock();
+            match sessions.get_mut(session) {
+                Some(entry) if entry.touched.elapsed() < self.limits.idle_timeout / 4 => {
+                    return Some(entry.owner.clone());
+                }
+                Some(entry) => {
+                    entry.touched = Instant::now();
+                    Some(entry.owner.clone())
+                }
+                None => None,
+            }
+        };
+        if let Some(owner) = due {
+            if let Err(error) = shared.touch_session(session, self.expiry()).await {
+                tracing::warn!(%error, "a session's expiry could not be moved in the store");
+            }
+            return Some(owner);
+        }
+        match shared.session(session, now_ms()).await {
+            Ok(found) => found.map(|s| s.owner),
+            Err(error) => {
+                tracing::warn!(%error, "a session could not be looked up in the store");
+                None
+            }
+        }
+    }
+
+    /// When a session used now expires.
+    fn expiry(&self) -> i64 {
+        let idle = i64::try_from(self.limits.idle_timeout.as_millis()).unwrap_or(i64::MAX / 2);
+        now_ms().saturating_add(idle)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Entry>> {
@@ -112,13 +183,48 @@ impl Registry {
         if own >= self.limits.per_principal {
             return Err(SessionCap::PerPrincipal(self.limits.per_principal));
         }
+        Self::enter(&mut sessions, id, owner);
+        Ok(())
+    }
+
+    fn enter(sessions: &mut HashMap<SessionId, Entry>, id: &SessionId, owner: &str) {
         sessions.insert(
             id.clone(),
             Entry {
                 owner: owner.to_owned(),
+                touched: Instant::now(),
             },
         );
-        Ok(())
+    }
+
+    /// Enters `id` for `owner` in the shared store (where the caps count across replicas) and
+    /// here.
+    async fn admit_shared(
+        &self,
+        shared: &dyn Store,
+        id: &SessionId,
+        owner: &str,
+    ) -> Result<Result<(), SessionCap>, larkgate_store::StoreError> {
+        let refused = shared
+            .open_session(NewSession {
+                id: id.to_string(),
+                owner: owner.to_owned(),
+                now_ms: now_ms(),
+                expires_at_ms: self.expiry(),
+                per_principal: self.limits.per_principal,
+                total: self.limits.total,
+            })
+            .await?;
+        Ok(match refused {
+            Some(SessionCapReached::PerPrincipal) => {
+                Err(SessionCap::PerPrincipal(self.limits.per_principal))
+            }
+            Some(SessionCapReached::Total) => Err(SessionCap::Total(self.limits.total)),
+            None => {
+                Self::enter(&mut self.lock(), id, owner);
+                Ok(())
+            }
+        })
     }
 
     fn remove(&self, id: &str) {
@@ -169,6 +275,9 @@ pub enum SessionError {
     /// A session was to be created outside an authenticated request (fails closed).
     #[error("a session can only be opened by an authenticated request")]
     NoPrincipal,
+    /// The shared store could not be reached.
+    #[error("the sessions store failed: {0}")]
+    Store(#[from] larkgate_store::StoreError),
 }
 
 /// rmcp's local session manager, with every session entered in a [`Registry`].
@@ -196,8 +305,24 @@ impl SessionManager for RegisteredSessions {
             .try_with(|o| o.principal.clone())
             .map_err(|_| SessionError::NoPrincipal)?;
         let (id, transport) = self.local.create_session().await?;
-        // Checked and entered under one lock: concurrent `initialize`s cannot overshoot a cap.
-        if let Err(cap) = self.registry.admit(&id, &principal) {
+        // Checked and entered under one lock (the store's, across replicas, when sessions are
+        // shared): concurrent `initialize`s cannot overshoot a cap.
+        let admitted = match self.registry.shared() {
+            Some(shared) => match self
+                .registry
+                .admit_shared(shared.as_ref(), &id, &principal)
+                .await
+            {
+                Ok(admitted) => admitted,
+                Err(error) => {
+                    drop(transport);
+                    let _ = self.local.close_session(&id).await;
+                    return Err(error.into());
+                }
+            },
+            None => self.registry.admit(&id, &principal),
+        };
+        if let Err(cap) = admitted {
             let _ = OPENER.try_with(|o| {
                 *o.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(cap);
             });
@@ -255,6 +380,69 @@ impl SessionManager for RegisteredSessions {
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         Ok(self.local.resume(id, last_event_id).await?)
     }
+
+    /// A session opened on another replica, continued here: only for its owner (the edge has
+    /// checked already; checked again here, so that a restore without an authenticated owner
+    /// fails closed), and only while its shared entry exists.
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        let Some(shared) = self.registry.shared() else {
+            return Ok(RestoreOutcome::NotSupported);
+        };
+        let principal = OPENER
+            .try_with(|o| o.principal.clone())
+            .map_err(|_| SessionError::NoPrincipal)?;
+        let owner = shared.session(&id, now_ms()).await?.map(|s| s.owner);
+        if owner.as_deref() != Some(principal.as_str()) {
+            return Ok(RestoreOutcome::NotSupported);
+        }
+        let outcome = self.local.restore_session(id.clone()).await?;
+        if matches!(outcome, RestoreOutcome::Restored(_)) {
+            Registry::enter(&mut self.registry.lock(), &id, &principal);
+        }
+        Ok(outcome)
+    }
+}
+
+/// rmcp's session store on larkgate's store: the `initialize` parameters of each session, kept
+/// with its shared entry (which [`RegisteredSessions::create_session`] made, with its owner).
+/// A session without an unexpired entry loads as absent, so it is not restored.
+#[derive(Debug)]
+pub struct SharedSessions {
+    store: Arc<dyn Store>,
+}
+
+impl SharedSessions {
+    /// Sessions' parameters in `store`.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        SharedSessions { store }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for SharedSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some(session) = self.store.session(session_id, now_ms()).await? else {
+            return Ok(None);
+        };
+        let Some(state) = session.state else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_str(&state)?))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let state = serde_json::to_string(state)?;
+        self.store.save_session_state(session_id, &state).await?;
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        self.store.close_session(session_id).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -263,11 +451,14 @@ mod tests {
 
     #[test]
     fn concurrent_sessions_never_pass_a_cap() {
-        let registry = Registry::new(SessionLimits {
-            total: 15,
-            per_principal: 10,
-            idle_timeout: Duration::from_secs(60),
-        });
+        let registry = Registry::new(
+            SessionLimits {
+                total: 15,
+                per_principal: 10,
+                idle_timeout: Duration::from_secs(60),
+            },
+            None,
+        );
         let admitted: usize = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..64)
                 .map(|i| {

@@ -22,14 +22,18 @@ fn redis_url() -> String {
 }
 
 /// The configuration every replica shares: the schema, Redis under a prefix of the schema's
-/// name (so tests do not share budgets), a budget large enough never to refuse, and intents
-/// that carry their arguments (so the test can find each call in the chain).
+/// name (so tests do not share budgets), `kv_delete` under approval, 100 `clock_now` calls an
+/// hour per principal, a budget on everything large enough never to refuse, and intents that
+/// carry their arguments (so the test can find each call in the chain).
 fn config(schema: &TestSchema) -> String {
     format!(
         "[store]\nurl = {:?}\nschema = {:?}\n\
          [ratelimit]\nredis = {:?}\nprefix = \"{}:\"\n\
          [audit]\nrecord_arguments = true\n\
          [policy.roles.admin]\ncall = [\"*\"]\n\
+         [policy.approvals]\nrequire = [\"kv_delete\"]\n\
+         [[policy.rate_limits]]\nper = \"principal_tool\"\ntools = [\"clock_now\"]\n\
+         calls = 100\nperiod_seconds = 3600\nburst = 100\n\
          [[policy.rate_limits]]\nper = \"principal\"\ncalls = 1000000\nperiod_seconds = 3600\n\
          burst = 1000000\n",
         url(),
@@ -489,4 +493,256 @@ fn a_script_published_through_one_replica_is_served_by_another_within_a_second()
         let content = result.structured_content.unwrap();
         assert_eq!(content["result"]["word"], "hi", "{content}");
     });
+}
+
+/// One JSON-RPC message to `url` as `token`, in `session` when given, over the 2025-11-25
+/// revision: the status, the session header answered, and the body.
+fn post(
+    url: &str,
+    token: &str,
+    session: Option<&str>,
+    body: serde_json::Value,
+) -> (u16, Option<String>, String) {
+    let mut request = reqwest::blocking::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2025-11-25");
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session);
+    }
+    let response = request.body(body.to_string()).send().unwrap();
+    let status = response.status().as_u16();
+    let header = response
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, header, response.text().unwrap())
+}
+
+/// Opens a 2025-11-25 session on `url`: `Ok(id)`, or the refusal's status and body.
+fn open_session(url: &str, token: &str) -> Result<String, (u16, String)> {
+    let (status, session, body) = post(
+        url,
+        token,
+        None,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "replicas-test", "version": "1"}}}),
+    );
+    if status != 200 {
+        return Err((status, body));
+    }
+    let session = session.expect("a session id");
+    let (status, _, body) = post(
+        url,
+        token,
+        Some(&session),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert!(status == 202 || status == 200, "{status} {body}");
+    Ok(session)
+}
+
+/// `clock_now` in `session` through `url`: the status and body.
+fn clock_now(url: &str, token: &str, session: &str, id: u32) -> (u16, String) {
+    let (status, _, body) = post(
+        url,
+        token,
+        Some(session),
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "clock_now", "arguments": {}}}),
+    );
+    (status, body)
+}
+
+/// A 2025-11-25 session opened on replica 1 continues on replicas 2 and 3 (restored from the
+/// database, its owner checked), another principal's token on it is refused on every replica,
+/// and the cap per principal counts the sessions on all replicas together.
+#[test]
+fn a_session_opened_on_one_replica_continues_on_another_and_only_for_its_owner() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let (dirs, ada) = replicas(&schema);
+    for dir in &dirs {
+        let config = std::fs::read_to_string(config_path(dir.path())).unwrap();
+        std::fs::write(
+            config_path(dir.path()),
+            format!("[server]\nmax_sessions_per_principal = 2\n{config}"),
+        )
+        .unwrap();
+    }
+    ok(
+        dirs[0].path(),
+        &["principal", "add", "bob", "--roles", "admin"],
+    );
+    let bob = ok(dirs[0].path(), &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    let urls: Vec<&str> = servers.iter().map(|s| s.url.as_str()).collect();
+
+    let session = open_session(urls[0], &ada).unwrap();
+    // Another principal's token on ada's session is refused by a replica that has never held
+    // it (the owner is read from the database), before ada continues there.
+    let (status, body) = clock_now(urls[2], &bob, &session, 20);
+    assert_eq!(status, 403, "{body}");
+    for (i, url) in urls.iter().enumerate() {
+        let (status, body) = clock_now(url, &ada, &session, 10 + i as u32);
+        assert_eq!(status, 200, "replica {}: {body}", i + 1);
+        assert!(
+            body.contains("\"isError\":false"),
+            "replica {}: {body}",
+            i + 1
+        );
+    }
+    // ...and by every replica once they hold it.
+    for (i, url) in urls.iter().enumerate() {
+        let (status, body) = clock_now(url, &bob, &session, 21 + i as u32);
+        assert_eq!(status, 403, "replica {}: {body}", i + 1);
+    }
+    // A session id nobody opened is not restored.
+    let (status, body) = clock_now(urls[2], &ada, "0123456789abcdef", 30);
+    assert_eq!(status, 404, "{body}");
+    // The cap of 2 per principal holds across replicas: one more on replica 2, then none on
+    // replica 3.
+    open_session(urls[1], &ada).unwrap();
+    let (status, body) = open_session(urls[2], &ada).unwrap_err();
+    assert_eq!(status, 429, "{body}");
+    // Ending it through replica 2 removes it from the database, so no replica restores it again
+    // (one that holds it in memory keeps it until it idles out: see the README).
+    let response = reqwest::blocking::Client::new()
+        .delete(urls[1])
+        .bearer_auth(&ada)
+        .header("Mcp-Session-Id", &session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .send()
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let stored: i64 = runtime.block_on(async {
+        schema
+            .client()
+            .await
+            .query_one("SELECT count(*) FROM sessions WHERE id = $1", &[&session])
+            .await
+            .unwrap()
+            .get(0)
+    });
+    assert_eq!(stored, 0);
+    drop(servers);
+}
+
+/// The envelope of a refused call.
+fn envelope(result: &rmcp::model::CallToolResult) -> serde_json::Value {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    result.meta.as_ref().expect("an envelope").0["larkgate/envelope"].clone()
+}
+
+/// Calls through the three replicas in turn: `calls = 100` (burst 100) admits exactly 100 of
+/// 150 in all; an approval granted through replica 1 is used through replica 2, then refused
+/// through replica 3; a token revoked beside replica 1 is refused by replicas 2 and 3 at their
+/// next request.
+#[test]
+fn three_replicas_share_limits_approvals_and_revocations() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let (dirs, ada) = replicas(&schema);
+    ok(
+        dirs[0].path(),
+        &["principal", "add", "bob", "--roles", "admin"],
+    );
+    let bob = ok(dirs[0].path(), &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    runtime.block_on(async {
+        let mut sessions = Vec::new();
+        for server in &servers {
+            sessions.push(client(&server.url, &ada, Revisions::Latest).await.unwrap());
+        }
+        let mut admitted = 0;
+        for i in 0..150 {
+            let result = sessions[i % 3]
+                .call_tool("clock_now", serde_json::Map::new())
+                .await
+                .unwrap();
+            if result.is_error != Some(true) {
+                admitted += 1;
+            } else {
+                assert_eq!(envelope(&result)["code"], "rate_limited", "{result:?}");
+            }
+        }
+        assert_eq!(admitted, 100);
+
+        let delete = || {
+            serde_json::json!({"key": "doomed"})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let gated = sessions[0].call_tool("kv_delete", delete()).await.unwrap();
+        let gated = envelope(&gated);
+        assert_eq!(gated["code"], "approval_required", "{gated}");
+        let approver = client(&servers[0].url, &bob, Revisions::Latest)
+            .await
+            .unwrap();
+        answered(
+            &approver,
+            "approvals_approve",
+            serde_json::json!({"id": gated["approval_id"]}),
+        )
+        .await;
+        let used = sessions[1].call_tool("kv_delete", delete()).await.unwrap();
+        assert_ne!(used.is_error, Some(true), "{used:?}");
+        let again = sessions[2].call_tool("kv_delete", delete()).await.unwrap();
+        assert_eq!(envelope(&again)["code"], "approval_required");
+    });
+    // Revoked beside replica 1 (the operator's command, on its data directory).
+    assert!(ok(dirs[0].path(), &["token", "revoke", &bob]).contains("revoked"));
+    runtime.block_on(async {
+        for server in &servers[1..] {
+            let refused = client(&server.url, &bob, Revisions::Latest)
+                .await
+                .unwrap_err();
+            assert!(refused.contains("401 Unauthorized"), "{refused}");
+        }
+    });
+}
+
+/// The shared entry of a session expires after the idle timeout unless the session is used,
+/// and use through any replica moves it: a session kept busy through replica 2 past several
+/// idle timeouts is continued by replica 3 (which never held it); left idle, it is continued
+/// by none.
+#[test]
+fn a_session_in_use_stays_open_everywhere_and_an_idle_one_expires_everywhere() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let (dirs, ada) = replicas(&schema);
+    for dir in &dirs {
+        let config = std::fs::read_to_string(config_path(dir.path())).unwrap();
+        std::fs::write(
+            config_path(dir.path()),
+            format!("[server]\nsession_idle_timeout_ms = 1500\n{config}"),
+        )
+        .unwrap();
+    }
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    let urls: Vec<&str> = servers.iter().map(|s| s.url.as_str()).collect();
+    let session = open_session(urls[0], &ada).unwrap();
+    let busy_until = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    let mut id = 100;
+    while std::time::Instant::now() < busy_until {
+        id += 1;
+        let (status, body) = clock_now(urls[1], &ada, &session, id);
+        assert_eq!(status, 200, "{body}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let (status, body) = clock_now(urls[2], &ada, &session, 1);
+    assert_eq!(status, 200, "{body}");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    for url in &urls {
+        let (status, body) = clock_now(url, &ada, &session, 2);
+        assert_eq!(status, 404, "{body}");
+    }
 }
