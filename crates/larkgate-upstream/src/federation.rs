@@ -335,6 +335,14 @@ impl Federation {
             tracing::info!(%alias, "an upstream was added; connecting");
             started.push(upstream);
         }
+        // Listed at once from the definitions pinned when it was added (calls answer
+        // `upstream_unavailable` until it is connected), however long its server takes to
+        // start: every replica lists an added upstream as soon as it hears of it.
+        for upstream in &started {
+            if let Err(Fatal(e)) = self.publish_pinned(upstream).await {
+                tracing::error!(%e, "an added upstream's pinned tools were not published");
+            }
+        }
         let attempts = started.iter().map(|upstream| self.connect(upstream));
         for result in futures::future::join_all(attempts).await {
             if let Err(Fatal(e)) = result {

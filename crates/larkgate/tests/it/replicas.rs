@@ -746,3 +746,95 @@ fn a_session_in_use_stays_open_everywhere_and_an_idle_one_expires_everywhere() {
         assert_eq!(status, 404, "{body}");
     }
 }
+
+/// An upstream added beside replica 1 (the operator's command on its directory) is listed by
+/// replica 2 within a second, from the definitions pinned when it was added, and replica 2's
+/// client is told; replica 3 starts the server itself and calls its tool. Removed beside
+/// replica 1, it leaves replica 2's listing within a second too.
+#[test]
+fn an_upstream_added_beside_one_replica_is_served_by_the_others() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let (dirs, ada) = replicas(&schema);
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    let workdir = tempfile::tempdir().unwrap();
+    let marker = workdir.path().display().to_string();
+    let python = crate::python().display().to_string();
+    let script = crate::root()
+        .join("crates/larkgate/tests/peers/stdio_server.py")
+        .display()
+        .to_string();
+    runtime.block_on(async {
+        let watcher = client(&servers[1].url, &ada, Revisions::Legacy)
+            .await
+            .unwrap();
+        let has_echo =
+            |tools: Vec<rmcp::model::Tool>| tools.iter().any(|t| t.name == "local__echo");
+        assert!(!has_echo(watcher.list_tools().await.unwrap()));
+        let add = [
+            "upstream",
+            "add",
+            "local",
+            "--approval",
+            "never",
+            "--cwd",
+            &marker,
+            "--command",
+            &python,
+            &script,
+            "serve",
+            &marker,
+        ];
+        let dir = dirs[0].path().to_owned();
+        let args: Vec<String> = add.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            ok(&dir, &args)
+        })
+        .await
+        .unwrap();
+        let added = std::time::Instant::now();
+        while !(watcher.tools_changed() && has_echo(watcher.list_tools().await.unwrap())) {
+            assert!(
+                added.elapsed() < std::time::Duration::from_secs(1),
+                "replica 2 did not list the upstream within a second"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // Replicas 3 and 2 each start their own copy of the server; its tool answers through
+        // each once that copy is up.
+        let caller = client(&servers[2].url, &ada, Revisions::Latest)
+            .await
+            .unwrap();
+        for through in [&caller, &watcher] {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let arguments = serde_json::json!({"text": "hi"});
+                let result = through
+                    .call_tool("local__echo", arguments.as_object().unwrap().clone())
+                    .await
+                    .unwrap();
+                if result.is_error != Some(true) {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{result:?}");
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+        let dir = dirs[0].path().to_owned();
+        tokio::task::spawn_blocking(move || ok(&dir, &["upstream", "remove", "local"]))
+            .await
+            .unwrap();
+        let removed = std::time::Instant::now();
+        loop {
+            if watcher.tools_changed() && !has_echo(watcher.list_tools().await.unwrap()) {
+                break;
+            }
+            assert!(
+                removed.elapsed() < std::time::Duration::from_secs(1),
+                "replica 2 still lists the upstream a second after it was removed"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
+}
