@@ -6,7 +6,8 @@ use larkgate_upstream::client::Revisions;
 
 use crate::serve::{admin_gateway, client};
 
-fn redis_url() -> String {
+/// Where the tests' Redis is (`LARKGATE_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`).
+pub(crate) fn redis_url() -> String {
     std::env::var("LARKGATE_TEST_REDIS_URL")
         .ok()
         .filter(|v| !v.is_empty())

@@ -11,15 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use larkgate_store::postgres::testing::{TestSchema, url};
 use larkgate_upstream::client::Revisions;
 
+use crate::rate_limits::redis_url;
 use crate::serve::{Server, client};
 use crate::{config_path, ok};
-
-fn redis_url() -> String {
-    std::env::var("LARKGATE_TEST_REDIS_URL")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned())
-}
 
 /// The configuration every replica shares: the schema, Redis under a prefix of the schema's
 /// name (so tests do not share budgets), `kv_delete` under approval, 100 `clock_now` calls an
@@ -41,6 +35,18 @@ fn config(schema: &TestSchema) -> String {
         redis_url(),
         schema.name(),
     )
+}
+
+/// Puts `[server]` settings in front of every replica's configuration.
+fn server_settings(dirs: &[tempfile::TempDir], settings: &str) {
+    for dir in dirs {
+        let config = std::fs::read_to_string(config_path(dir.path())).unwrap();
+        std::fs::write(
+            config_path(dir.path()),
+            format!("[server]\n{settings}\n{config}"),
+        )
+        .unwrap();
+    }
 }
 
 /// Three data directories on `schema`, the principal `ada` (admin) and a token for it.
@@ -565,14 +571,7 @@ fn a_session_opened_on_one_replica_continues_on_another_and_only_for_its_owner()
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let schema = runtime.block_on(TestSchema::create());
     let (dirs, ada) = replicas(&schema);
-    for dir in &dirs {
-        let config = std::fs::read_to_string(config_path(dir.path())).unwrap();
-        std::fs::write(
-            config_path(dir.path()),
-            format!("[server]\nmax_sessions_per_principal = 2\n{config}"),
-        )
-        .unwrap();
-    }
+    server_settings(&dirs, "max_sessions_per_principal = 2");
     ok(
         dirs[0].path(),
         &["principal", "add", "bob", "--roles", "admin"],
@@ -719,14 +718,7 @@ fn a_session_in_use_stays_open_everywhere_and_an_idle_one_expires_everywhere() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let schema = runtime.block_on(TestSchema::create());
     let (dirs, ada) = replicas(&schema);
-    for dir in &dirs {
-        let config = std::fs::read_to_string(config_path(dir.path())).unwrap();
-        std::fs::write(
-            config_path(dir.path()),
-            format!("[server]\nsession_idle_timeout_ms = 1500\n{config}"),
-        )
-        .unwrap();
-    }
+    server_settings(&dirs, "session_idle_timeout_ms = 1500");
     let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
     let urls: Vec<&str> = servers.iter().map(|s| s.url.as_str()).collect();
     let session = open_session(urls[0], &ada).unwrap();
