@@ -9,8 +9,15 @@
 # CPU per call is read from /proc (user + system time of each process over a run, divided by
 # the calls wrk made).
 #
-# Usage: scripts/bench-federation.sh [SECONDS per run, default 10]
-# Needs: wrk, curl, and the Python SDK that scripts/test installs into .cache/py.
+# Two more rows put the figures in proportion, when their tools are there:
+# - the same calls relayed by socat (a TCP relay that does nothing else): what any process in
+#   the path costs on this machine, as the floor of what a gateway can add;
+# - with BASELINE_BIN=path/to/an/older/larkgate, the same calls through that build too, in the
+#   same run (the figures move a lot between runs on a shared machine).
+#
+# Usage: [BASELINE_BIN=...] scripts/bench-federation.sh [SECONDS per run, default 10]
+# Needs: wrk, curl, and the Python SDK that scripts/test installs into .cache/py; socat for the
+# relay row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
@@ -21,6 +28,8 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; e
 
 cargo build --release --quiet -p larkgate
 larkgate=$PWD/target/release/larkgate
+baseline=${BASELINE_BIN:-}
+[[ -z $baseline || -x $baseline ]] || { echo "BASELINE_BIN=$baseline is not a program" >&2; exit 1; }
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -41,7 +50,8 @@ cpu_ms() {
 python_pid=$!
 pids+=("$python_pid")
 for _ in $(seq 100); do [[ -s $work/python.out ]] && break; sleep 0.1; done
-python_url="http://127.0.0.1:$(head -1 "$work/python.out")/mcp"
+python_port=$(head -1 "$work/python.out")
+python_url="http://127.0.0.1:$python_port/mcp"
 for _ in $(seq 50); do curl -s -o /dev/null "$python_url" && break; sleep 0.1; done
 
 # larkgate federating it (as `py`), and the same server started as a command (as `cmd`).
@@ -58,15 +68,37 @@ alias = "cmd"
 command = ["$python", "$peer", "stdio"]
 approval = "never"
 TOML
-(cd "$work" && exec "$larkgate" --data-dir "$work/data" serve --listen 127.0.0.1:0 \
-    > "$work/serve.out" 2> "$work/serve.err") &
-larkgate_pid=$!
-pids+=("$larkgate_pid")
-for _ in $(seq 300); do grep -q "serving MCP at" "$work/serve.err" 2>/dev/null && break; sleep 0.1; done
-larkgate_url=$(sed -n 's/^larkgate: serving MCP at //p' "$work/serve.err")
-token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$work/serve.out" | head -1)
-[[ -n $larkgate_url && -n $token ]] || { cat "$work/serve.err" >&2; exit 1; }
+# start NAME BINARY: runs `BINARY serve` on its own copy of the configuration; sets NAME_pid,
+# NAME_url and NAME_token.
+start() {
+    local name=$1 binary=$2 dir=$work/$1
+    mkdir -p "$dir"
+    cp "$work/data/larkgate.toml" "$dir/"
+    (cd "$work" && exec "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
+        > "$dir/serve.out" 2> "$dir/serve.err") &
+    pids+=("$!")
+    printf -v "${name}_pid" %s "$!"
+    for _ in $(seq 300); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
+    printf -v "${name}_url" %s "$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")"
+    printf -v "${name}_token" %s "$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)"
+    local url=${name}_url token=${name}_token
+    [[ -n ${!url} && -n ${!token} ]] || { cat "$dir/serve.err" >&2; exit 1; }
+}
+start lg "$larkgate"
+larkgate_pid=$lg_pid larkgate_url=$lg_url token=$lg_token
 cmd_pid=$(pgrep -f "$peer stdio" | tail -1)
+if [[ -n $baseline ]]; then
+    start base "$baseline"
+fi
+relay_url=
+if command -v socat >/dev/null; then
+    relay_port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    socat "TCP-LISTEN:$relay_port,bind=127.0.0.1,reuseaddr,fork,nodelay" \
+        "TCP:127.0.0.1:$python_port,nodelay" 2> "$work/socat.err" &
+    pids+=("$!")
+    relay_url="http://127.0.0.1:$relay_port/mcp"
+    for _ in $(seq 50); do curl -s -o /dev/null "$relay_url" && break; sleep 0.1; done
+fi
 
 # "calls/s p50_us calls" of one wrk run's output.
 figures() {
@@ -105,6 +137,15 @@ run "through larkgate (py__clock_now)" "$larkgate_url" LARKGATE_TOKEN="$token" W
 run "python-sdk over HTTP, direct (again)" "$python_url" WRK_NO_TOKEN=1
 run "through larkgate, by command (cmd__clock_now)" "$larkgate_url" LARKGATE_TOKEN="$token" WRK_TOOL=cmd__clock_now
 run "larkgate's own clock_now (no upstream)" "$larkgate_url" LARKGATE_TOKEN="$token"
+if [[ -n $relay_url ]]; then
+    run "relayed by socat (nothing else)" "$relay_url" WRK_NO_TOKEN=1
+fi
+if [[ -n $baseline ]]; then
+    larkgate_pid=$base_pid
+    run "through BASELINE_BIN (py__clock_now)" "$base_url" LARKGATE_TOKEN="$base_token" WRK_TOOL=py__clock_now
+    run "BASELINE_BIN's own clock_now" "$base_url" LARKGATE_TOKEN="$base_token"
+    larkgate_pid=$lg_pid
+fi
 
 read -r d1 _ _ _ <<< "${result["python-sdk over HTTP, direct"]}"
 read -r d2 _ _ _ <<< "${result["python-sdk over HTTP, direct (again)"]}"
@@ -115,3 +156,11 @@ echo "== targets"
 awk -v d="$direct" -v v="$via" 'BEGIN { printf "p50 added by larkgate: %.0f us on %.0f us direct = %.1f%% (target <= 5%%)\n", v - d, d, (v - d) * 100 / d }'
 awk -v l="$lg" -v p="$py" 'BEGIN { printf "larkgate CPU per call: %.3f ms = %.1f%% of the Python server'"'"'s %.3f ms (target <= 10%%)\n", l, l * 100 / p, p }'
 echo "command-launched server through larkgate: p50 $cmdp50 us"
+if [[ -n $relay_url ]]; then
+    read -r relayed _ _ _ <<< "${result["relayed by socat (nothing else)"]}"
+    awk -v d="$direct" -v v="$relayed" 'BEGIN { printf "p50 added by a bare TCP relay: %.0f us = %.1f%%\n", v - d, (v - d) * 100 / d }'
+fi
+if [[ -n $baseline ]]; then
+    read -r bvia blg bpy _ <<< "${result["through BASELINE_BIN (py__clock_now)"]}"
+    awk -v d="$direct" -v v="$bvia" -v l="$blg" -v p="$bpy" 'BEGIN { printf "BASELINE_BIN: p50 added %.0f us = %.1f%%; CPU per call %.3f ms = %.1f%% of the server'"'"'s\n", v - d, (v - d) * 100 / d, l, l * 100 / p }'
+fi

@@ -5,7 +5,9 @@
 //! not survive the machine losing power before the next checkpoint; set
 //! `synchronous = FULL` through [`SqliteStore::open_with`] for that).
 //!
-//! All access goes through one connection behind a mutex, on tokio's blocking pool.
+//! Every write, and every read but two, goes through one connection behind a mutex, on tokio's
+//! blocking pool. The two reads every request makes (its token, its principal) go through a
+//! second, read-only connection on the caller's own thread: see [`SqliteStore::read`].
 //!
 //! The [`Store`] implementation below only moves each operation onto that pool; the SQL lives
 //! in one file per section of the trait: `principals.rs` (principals and tokens), `kv.rs`,
@@ -24,7 +26,7 @@ mod upstreams;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OpenFlags, params};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditQuery, AuditRecord, CallChain,
@@ -47,6 +49,8 @@ pub enum Synchronous {
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     connection: Arc<Mutex<Connection>>,
+    /// Read-only, for the point reads of [`SqliteStore::read`].
+    reader: Arc<Mutex<Connection>>,
     path: PathBuf,
 }
 
@@ -80,8 +84,17 @@ impl SqliteStore {
         connection.pragma_update(None, "foreign_keys", "ON")?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
         migrations::run(&mut connection)?;
+        // Opened after the migrations, so it sees the schema they made. It never waits for a
+        // lock: `read` falls back to the blocking pool instead.
+        let reader = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| open_error(e.to_string()))?;
+        reader.busy_timeout(std::time::Duration::ZERO)?;
         Ok(SqliteStore {
             connection: Arc::new(Mutex::new(connection)),
+            reader: Arc::new(Mutex::new(reader)),
             path,
         })
     }
@@ -118,6 +131,47 @@ impl SqliteStore {
         .await
         .map_err(|e| StoreError::Task(e.to_string()))?
     }
+
+    /// Runs the point read `f` (one row by its key) on the read-only connection, on the
+    /// calling thread, when it can do so without waiting; else as [`SqliteStore::with`] does.
+    ///
+    /// Every request reads its token and its principal, and a trip to the blocking pool and
+    /// back costs more than such a read (two thread wake-ups; on two cores, a good part of a
+    /// call). Why running it here cannot stall the runtime:
+    /// - the reader never waits for a lock: its busy timeout is zero, and in WAL mode a
+    ///   reader does not wait for writers anyway; a read that finds the database busy is
+    ///   retried on the blocking pool, where waiting is allowed;
+    /// - it never waits for another thread: the reader is taken only when free (`try_lock`);
+    ///   when another request is reading, this one goes to the blocking pool;
+    /// - `f` is a lookup by primary key, so its work is bounded by the depth of one index.
+    ///
+    /// Each read is its own transaction, started after the last commit of any connection, so
+    /// it sees a revocation committed before it began: nothing is cached.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        if let Some(done) = self.read_here(&f) {
+            return done;
+        }
+        self.with(f).await
+    }
+
+    /// [`SqliteStore::read`] on this thread: `None` when the reader is taken or the database
+    /// was busy.
+    fn read_here<T>(&self, f: &impl Fn(&mut Connection) -> Result<T>) -> Option<Result<T>> {
+        let mut reader = match self.reader.try_lock() {
+            Ok(guard) => guard,
+            // A panic during a read leaves nothing half-applied.
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        match f(&mut reader) {
+            Err(error) if error.is_busy() => None,
+            done => Some(done),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -138,7 +192,7 @@ impl Store for SqliteStore {
 
     async fn principal(&self, id: &str) -> Result<Option<Principal>> {
         let id = id.to_owned();
-        self.with(move |c| principals::principal(c, &id)).await
+        self.read(move |c| principals::principal(c, &id)).await
     }
 
     async fn principals(&self) -> Result<Vec<Principal>> {
@@ -412,7 +466,7 @@ impl Store for SqliteStore {
 
     async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
         let id = id.to_owned();
-        self.with(move |c| principals::token(c, &id)).await
+        self.read(move |c| principals::token(c, &id)).await
     }
 
     async fn tokens(&self, principal: Option<&str>) -> Result<Vec<TokenRecord>> {
@@ -505,5 +559,100 @@ impl Store for SqliteStore {
 
     async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>> {
         self.with(move |c| audit::audit_records(c, query)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, SqliteStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    fn one(c: &mut Connection) -> Result<i64> {
+        Ok(c.query_row("SELECT 1", [], |row| row.get(0))?)
+    }
+
+    // A point read finding the database busy is not failed: it is made again on the blocking
+    // pool, where it may wait within the busy timeout.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_read_that_finds_the_database_busy_is_made_again_where_it_may_wait() {
+        let (_dir, store) = store();
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&attempts);
+        let read = store
+            .read(move |c| {
+                if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                        None,
+                    )
+                    .into());
+                }
+                one(c)
+            })
+            .await;
+        assert_eq!(read.unwrap(), 1);
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+
+        // Another failure is the answer: it is not made again.
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&attempts);
+        let read = store
+            .read(move |c| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(c.query_row("SELECT nothing FROM nowhere", [], |row| {
+                    row.get::<_, i64>(0)
+                })?)
+            })
+            .await;
+        assert!(read.is_err());
+        assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    }
+
+    // While another request holds the reader, a read does not wait for it: it is made on the
+    // blocking pool.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_read_while_the_reader_is_taken_goes_to_the_blocking_pool() {
+        let (_dir, store) = store();
+        // Another request reads: it holds the reader until told to let go.
+        let (held, taken) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let reader = Arc::clone(&store.reader);
+        let other = std::thread::spawn(move || {
+            let _guard = reader.lock().unwrap();
+            held.send(()).unwrap();
+            released.recv().unwrap();
+        });
+        taken.recv().unwrap();
+        let here = std::thread::current().id();
+        let read = store
+            .read(move |c| Ok((std::thread::current().id() != here, one(c)?)))
+            .await
+            .unwrap();
+        release.send(()).unwrap();
+        other.join().unwrap();
+        assert_eq!(read, (true, 1), "made on another thread");
+        let read = store
+            .read(move |c| Ok((std::thread::current().id() == here, one(c)?)))
+            .await
+            .unwrap();
+        assert_eq!(read, (true, 1), "made on the caller's thread");
+    }
+
+    // The reader cannot write, whatever a read is given.
+    #[test]
+    fn the_reader_cannot_write() {
+        let (_dir, store) = store();
+        let reader = store.reader.lock().unwrap();
+        let refused = reader
+            .execute("INSERT INTO kv (key, value) VALUES ('k', 'v')", [])
+            .unwrap_err();
+        assert!(refused.to_string().contains("readonly"), "{refused}");
     }
 }

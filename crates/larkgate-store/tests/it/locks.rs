@@ -78,3 +78,79 @@ async fn a_lock_held_past_the_busy_timeout_is_reported_busy() {
         .unwrap_err();
     assert!(!missing.is_busy(), "{missing}");
 }
+
+/// A principal and a token of theirs, as every request reads them.
+async fn with_token(store: &larkgate_store::SqliteStore) {
+    use larkgate_store::{Principal, PrincipalKind, TokenRecord};
+    store
+        .add_principal(Principal {
+            id: "ada".into(),
+            kind: PrincipalKind::User,
+            roles: vec!["author".into()],
+        })
+        .await
+        .unwrap();
+    store
+        .add_token(TokenRecord {
+            id: "tok123456789".into(),
+            principal: "ada".into(),
+            secret_hash: "0".repeat(64),
+            created_by: "admin".into(),
+            created_at_ms: 1,
+            expires_at_ms: None,
+            revoked_at_ms: None,
+        })
+        .await
+        .unwrap();
+}
+
+// A request's token and principal are read on the request's own thread, from a read-only
+// connection that never waits for a lock: another writer's open transaction neither delays
+// them nor shows them its uncommitted changes, and its commit is seen by the next read.
+#[tokio::test(flavor = "multi_thread")]
+async fn token_and_principal_reads_see_commits_and_never_wait_for_a_writer() {
+    let (dir, store) = fresh();
+    with_token(&store).await;
+
+    // Another process revokes the token and changes the principal's roles, and keeps its
+    // transaction open until the reads below are done (or 30 s, were they to wait for it).
+    let path = dir.path().join(DATABASE_FILE);
+    let (locked, taken) = std::sync::mpsc::channel();
+    let (read, done) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let connection = rusqlite::Connection::open(path).unwrap();
+        connection
+            .execute_batch(
+                "BEGIN IMMEDIATE;
+                 UPDATE tokens SET revoked_at_ms = 5 WHERE id = 'tok123456789';
+                 UPDATE principals SET roles = 'admin' WHERE id = 'ada';",
+            )
+            .unwrap();
+        locked.send(()).unwrap();
+        let reads_returned_first = done.recv_timeout(Duration::from_secs(30)).is_ok();
+        connection.execute_batch("COMMIT").unwrap();
+        reads_returned_first
+    });
+    taken.recv().unwrap();
+
+    let token = store.token("tok123456789").await.unwrap().unwrap();
+    let principal = store.principal("ada").await.unwrap().unwrap();
+    read.send(()).unwrap();
+    assert!(
+        holder.join().unwrap(),
+        "the reads waited for the writer's transaction to end"
+    );
+    assert_eq!(
+        token.revoked_at_ms, None,
+        "an uncommitted revocation was seen"
+    );
+    assert_eq!(principal.roles, ["author"], "uncommitted roles were seen");
+
+    // Committed: the very next reads see it (nothing is cached).
+    let token = store.token("tok123456789").await.unwrap().unwrap();
+    assert_eq!(token.revoked_at_ms, Some(5));
+    let principal = store.principal("ada").await.unwrap().unwrap();
+    assert_eq!(principal.roles, ["admin"]);
+    assert_eq!(store.token("nobody000000").await.unwrap(), None);
+    assert_eq!(store.principal("nobody").await.unwrap(), None);
+}
