@@ -68,13 +68,14 @@ alias = "cmd"
 command = ["$python", "$peer", "stdio"]
 approval = "never"
 TOML
-# start NAME BINARY: runs `BINARY serve` on its own copy of the configuration; sets NAME_pid,
-# NAME_url and NAME_token.
+# start NAME BINARY [VAR=value...]: runs `BINARY serve` (with those variables) on its own copy
+# of the configuration; sets NAME_pid, NAME_url and NAME_token.
 start() {
     local name=$1 binary=$2 dir=$work/$1
+    shift 2
     mkdir -p "$dir"
     cp "$work/data/larkgate.toml" "$dir/"
-    (cd "$work" && exec "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
+    (cd "$work" && exec env "$@" "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
         > "$dir/serve.out" 2> "$dir/serve.err") &
     pids+=("$!")
     printf -v "${name}_pid" %s "$!"
@@ -87,6 +88,7 @@ start() {
 start lg "$larkgate"
 larkgate_pid=$lg_pid larkgate_url=$lg_url token=$lg_token
 cmd_pid=$(pgrep -f "$peer stdio" | tail -1)
+start one "$larkgate" TOKIO_WORKER_THREADS=1
 if [[ -n $baseline ]]; then
     start base "$baseline"
 fi
@@ -137,6 +139,9 @@ run "through larkgate (py__clock_now)" "$larkgate_url" LARKGATE_TOKEN="$token" W
 run "python-sdk over HTTP, direct (again)" "$python_url" WRK_NO_TOKEN=1
 run "through larkgate, by command (cmd__clock_now)" "$larkgate_url" LARKGATE_TOKEN="$token" WRK_TOOL=cmd__clock_now
 run "larkgate's own clock_now (no upstream)" "$larkgate_url" LARKGATE_TOKEN="$token"
+larkgate_pid=$one_pid
+run "through larkgate, 1 worker thread" "$one_url" LARKGATE_TOKEN="$one_token" WRK_TOOL=py__clock_now
+larkgate_pid=$lg_pid
 if [[ -n $relay_url ]]; then
     run "relayed by socat (nothing else)" "$relay_url" WRK_NO_TOKEN=1
 fi
@@ -156,6 +161,8 @@ echo "== targets"
 awk -v d="$direct" -v v="$via" 'BEGIN { printf "p50 added by larkgate: %.0f us on %.0f us direct = %.1f%% (target <= 5%%)\n", v - d, d, (v - d) * 100 / d }'
 awk -v l="$lg" -v p="$py" 'BEGIN { printf "larkgate CPU per call: %.3f ms = %.1f%% of the Python server'"'"'s %.3f ms (target <= 10%%)\n", l, l * 100 / p, p }'
 echo "command-launched server through larkgate: p50 $cmdp50 us"
+read -r onep50 onelg onepy _ <<< "${result["through larkgate, 1 worker thread"]}"
+awk -v d="$direct" -v v="$onep50" -v l="$onelg" -v p="$onepy" 'BEGIN { printf "with 1 worker thread: p50 added %.0f us = %.1f%%; CPU per call %.3f ms = %.1f%% of the server'"'"'s\n", v - d, (v - d) * 100 / d, l, l * 100 / p }'
 if [[ -n $relay_url ]]; then
     read -r relayed _ _ _ <<< "${result["relayed by socat (nothing else)"]}"
     awk -v d="$direct" -v v="$relayed" 'BEGIN { printf "p50 added by a bare TCP relay: %.0f us = %.1f%%\n", v - d, (v - d) * 100 / d }'

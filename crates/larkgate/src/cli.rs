@@ -195,8 +195,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         },
         pool: matches!(cli.command, Command::Serve(_) | Command::Stdio(_)),
     };
+    // One worker thread per core, or as many as `TOKIO_WORKER_THREADS` says.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()?;
     runtime.block_on(async move {

@@ -353,6 +353,9 @@ pub(crate) async fn run(
     let connections = register_connection_metrics(context, "");
     crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
     crate::logging::say(&context.scripts.memory_budget());
+    crate::logging::say(&worker_threads(
+        tokio::runtime::Handle::current().metrics().num_workers(),
+    ));
     if listen.ip().is_unspecified() && server.public_url.is_none() {
         crate::logging::say(&format!(
             "listening on every interface; clients are told {public_url}: set \
@@ -542,4 +545,13 @@ fn register_connection_metrics(context: &Context, prefix: &str) -> http::accept:
         connections.timed_out.clone(),
     );
     connections
+}
+
+/// The line telling how many threads serve requests.
+fn worker_threads(count: usize) -> String {
+    let threads = if count == 1 { "thread" } else { "threads" };
+    format!(
+        "{count} worker {threads} serve requests (one per core unless TOKIO_WORKER_THREADS says \
+         otherwise)"
+    )
 }

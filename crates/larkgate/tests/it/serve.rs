@@ -526,3 +526,38 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
     });
     assert!(server.stop().success());
 }
+
+// How many threads serve requests: one per core, or as many as `TOKIO_WORKER_THREADS` says (a
+// single thread answers a lone client sooner on a small machine; README "Performance").
+#[test]
+fn serve_says_how_many_worker_threads_serve_and_takes_tokio_worker_threads() {
+    let said = |server: &Server| loop {
+        let line = server.next_stderr_line();
+        if line.contains("serve requests") {
+            return line;
+        }
+    };
+    for (count, expected) in [
+        ("1", "1 worker thread serve"),
+        ("3", "3 worker threads serve"),
+    ] {
+        let (_dir, server, token) = admin_gateway_with_env("", &[("TOKIO_WORKER_THREADS", count)]);
+        let line = said(&server);
+        assert!(line.contains(expected), "{line}");
+        let answer = crate::traces::call(
+            &server.url,
+            &token,
+            None,
+            None,
+            "clock_now",
+            serde_json::json!({}),
+        );
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+    let (_dir, server, _token) = admin_gateway("");
+    let line = said(&server);
+    assert!(
+        line.contains("one per core unless TOKIO_WORKER_THREADS says otherwise"),
+        "{line}"
+    );
+}
