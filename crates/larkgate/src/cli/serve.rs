@@ -549,9 +549,13 @@ fn register_connection_metrics(context: &Context, prefix: &str) -> http::accept:
 
 /// The line telling how many threads serve requests.
 fn worker_threads(count: usize) -> String {
-    let threads = if count == 1 { "thread" } else { "threads" };
+    let threads = if count == 1 {
+        "thread serves"
+    } else {
+        "threads serve"
+    };
     format!(
-        "{count} worker {threads} serve requests (one per core unless TOKIO_WORKER_THREADS says \
+        "{count} worker {threads} requests (one per core unless TOKIO_WORKER_THREADS says \
          otherwise)"
     )
 }

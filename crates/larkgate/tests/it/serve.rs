@@ -533,7 +533,7 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
 fn serve_says_how_many_worker_threads_serve_and_takes_tokio_worker_threads() {
     let said = |server: &Server| loop {
         let line = server.next_stderr_line();
-        if line.contains("serve requests") {
+        if line.contains("requests (one per core") {
             return line;
         }
     };
