@@ -55,14 +55,16 @@ fn replicas(schema: &TestSchema) -> (Vec<tempfile::TempDir>, String) {
     for dir in &dirs {
         std::fs::write(config_path(dir.path()), config(schema)).unwrap();
     }
-    ok(
-        dirs[0].path(),
-        &["principal", "add", "ada", "--roles", "admin"],
-    );
-    let token = ok(dirs[0].path(), &["token", "create", "--principal", "ada"])
-        .trim()
-        .to_owned();
+    let token = admin(dirs[0].path(), "ada");
     (dirs, token)
+}
+
+/// Registers `name` as an admin in the store beside `dir` and makes a token for them.
+fn admin(dir: &std::path::Path, name: &str) -> String {
+    ok(dir, &["principal", "add", name, "--roles", "admin"]);
+    ok(dir, &["token", "create", "--principal", name])
+        .trim()
+        .to_owned()
 }
 
 /// One `kv_set`; whether the client saw it answered `ok`.
@@ -453,13 +455,7 @@ fn a_script_published_through_one_replica_is_served_by_another_within_a_second()
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let schema = runtime.block_on(TestSchema::create());
     let (dirs, ada) = replicas(&schema);
-    ok(
-        dirs[0].path(),
-        &["principal", "add", "pat", "--roles", "admin"],
-    );
-    let pat = ok(dirs[0].path(), &["token", "create", "--principal", "pat"])
-        .trim()
-        .to_owned();
+    let pat = admin(dirs[0].path(), "pat");
     let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
     runtime.block_on(async {
         let watcher = client(&servers[2].url, &ada, Revisions::Legacy)
@@ -572,13 +568,7 @@ fn a_session_opened_on_one_replica_continues_on_another_and_only_for_its_owner()
     let schema = runtime.block_on(TestSchema::create());
     let (dirs, ada) = replicas(&schema);
     server_settings(&dirs, "max_sessions_per_principal = 2");
-    ok(
-        dirs[0].path(),
-        &["principal", "add", "bob", "--roles", "admin"],
-    );
-    let bob = ok(dirs[0].path(), &["token", "create", "--principal", "bob"])
-        .trim()
-        .to_owned();
+    let bob = admin(dirs[0].path(), "bob");
     let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
     let urls: Vec<&str> = servers.iter().map(|s| s.url.as_str()).collect();
 
@@ -647,13 +637,7 @@ fn three_replicas_share_limits_approvals_and_revocations() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let schema = runtime.block_on(TestSchema::create());
     let (dirs, ada) = replicas(&schema);
-    ok(
-        dirs[0].path(),
-        &["principal", "add", "bob", "--roles", "admin"],
-    );
-    let bob = ok(dirs[0].path(), &["token", "create", "--principal", "bob"])
-        .trim()
-        .to_owned();
+    let bob = admin(dirs[0].path(), "bob");
     let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
     runtime.block_on(async {
         let mut sessions = Vec::new();
