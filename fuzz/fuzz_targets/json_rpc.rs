@@ -7,8 +7,8 @@
 
 #![no_main]
 
-use larkgate::http::error::EdgeError;
-use larkgate::http::json_rpc::check_message;
+use larkgate_edge::error::EdgeError;
+use larkgate_edge::json_rpc::check_message;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

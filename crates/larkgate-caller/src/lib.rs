@@ -12,12 +12,14 @@
 //! code, [`Code::RateLimited`], and passes every other refusal through unchanged.
 //!
 //! The wire types every crate shares live here too ([`wire`]): the refusal [`Code`], the
-//! [`Envelope`] and the [`RunKind`]. [`Origin`], [`Source`] and [`Annotations`] are also the
+//! [`Envelope`] and the [`RunKind`]; and the one table from a [`Code`] to the JSON-RPC error
+//! code and HTTP status every edge answers with ([`answer`]). [`Origin`], [`Source`] and [`Annotations`] are also the
 //! platform's own types for what it writes into a listing's `_meta`: one definition for the
 //! writer and the reader.
 
 #![forbid(unsafe_code)]
 
+pub mod answer;
 pub mod wire;
 
 use std::fmt;

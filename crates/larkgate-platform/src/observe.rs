@@ -241,16 +241,9 @@ impl Exchange {
     }
 }
 
-/// The name a line gives a JSON-RPC error.
+/// The name a line gives a JSON-RPC error (`larkgate_caller::answer::name`).
 pub fn rpc_error_name(code: i32) -> Cow<'static, str> {
-    match code {
-        -32700 => "parse_error".into(),
-        -32600 => "invalid_request".into(),
-        -32601 => "method_not_found".into(),
-        -32602 => "invalid_params".into(),
-        -32603 => "internal_error".into(),
-        other => format!("rpc_error_{other}").into(),
-    }
+    larkgate_caller::answer::name(i64::from(code))
 }
 
 /// Writes the access-log line of `exchange`, as served on `edge` (`http`, `stdio`), with the

@@ -28,8 +28,9 @@
 //! `prompts/get` cross the pipeline as calls do ([`Platform::read_resource`]). A refusal is a
 //! JSON-RPC error (these methods have no error result): `-32002` for a resource not found
 //! (2025-11-25; rmcp answers 2026-07-28 clients `-32602`, as that revision asks), `-32602` for a
-//! prompt not found or bad arguments, `-32603` for larkgate's own failure and
-//! `-32000` for every other refusal; its `data` carries the envelope under
+//! prompt not found or bad arguments, and for every other refusal the code of the one table in
+//! `larkgate_caller::answer` (`-32001` unauthenticated, `-32003` forbidden, `-32005` a limit,
+//! `-32603` larkgate's own failure, `-32000` the rest); its `data` carries the envelope under
 //! `larkgate/envelope`, as a refused tool call's `_meta` does. Their lists changing is told
 //! like the tool list's (`notifications/resources/list_changed`,
 //! `notifications/prompts/list_changed`; in 2026-07-28 on `subscriptions/listen` streams that
@@ -261,11 +262,10 @@ fn answer_as<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result
 /// A refused read or get as a JSON-RPC error; see the module documentation.
 pub fn refusal_error(kind: TargetKind, refusal: &Refusal) -> ErrorData {
     let envelope = refusal.envelope();
+    // The one table (`larkgate_caller::answer`); a resource not found has the spec's own code.
     let code = match (refusal.code, kind) {
         (Code::NotFound, TargetKind::Resource) => ErrorCode::RESOURCE_NOT_FOUND,
-        (Code::NotFound | Code::InvalidArguments, _) => ErrorCode::INVALID_PARAMS,
-        (Code::Internal, _) => ErrorCode::INTERNAL_ERROR,
-        _ => ErrorCode(-32000),
+        (code, _) => ErrorCode(code.json_rpc_code() as i32),
     };
     let data = serde_json::to_value(&envelope)
         .ok()

@@ -3,7 +3,7 @@
 //! - [`guard`]: the URL guard every request and every redirect hop passes.
 //! - [`client`]: one connection to an MCP server over Streamable HTTP, or over the standard
 //!   input and output of a program it starts ([`command`], through the [`launcher`]).
-//! - [`config`]: one upstream's configuration.
+//! - [`config`]: one upstream's configuration; [`connect`]: connecting as it says.
 //! - [`tools`]: an upstream's tools as platform tools.
 //! - [`federation`]: keeping every upstream connected, checked against its pins, and published.
 //! - [`pinning`]: tool definitions pinned at adoption, changes quarantined until reviewed.
@@ -21,6 +21,7 @@ pub mod catalog;
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod connect;
 pub mod credentials;
 pub mod federation;
 pub mod guard;

@@ -40,7 +40,7 @@ pub(crate) struct Cli {
     as_principal: Option<String>,
     /// How stderr is written: `text` (colours only on a terminal) or `json`, one object per
     /// line (default: LARKGATE_LOG_FORMAT, else [server] log_format, else text).
-    #[arg(long, global = true, value_name = "FORMAT")]
+    #[arg(long, global = true, value_name = "FORMAT", value_parser = crate::logging::format_flag())]
     log_format: Option<crate::logging::LogFormat>,
     #[command(subcommand)]
     command: Command,

@@ -53,7 +53,7 @@
 //! otlp_endpoint = "http://127.0.0.1:4318"
 //! sample_ratio = 1.0
 //!
-//! [[sign_in.issuers]]        # an identity provider's access tokens (see http::sign_in::config)
+//! [[sign_in.issuers]]        # an identity provider's access tokens (see larkgate_edge::sign_in::config)
 //! issuer = "https://login.example.com/realms/acme"
 //!
 //! [[upstreams]]              # third-party MCP servers (see larkgate_upstream::config)
@@ -67,7 +67,6 @@
 //! `LARKGATE_UPSTREAM_<ALIAS>_<HEADER>` replaces a header whole (see
 //! `larkgate_upstream::config::header_override`).
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -77,7 +76,6 @@ use larkgate_script::ScriptLimits;
 use larkgate_scripts::RunBounds;
 use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
-use serde::Deserializer;
 
 mod ratelimit;
 mod store;
@@ -109,9 +107,6 @@ pub(crate) struct AuditConfig {
     #[serde(default)]
     pub(crate) store_intents: bool,
 }
-
-/// The default listen address of `serve`.
-pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:8940";
 
 /// Script runs: limits (each absent one takes its default) and workers.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -261,277 +256,6 @@ impl ScriptsConfig {
     }
 }
 
-/// What is wrong with `text` as the URL of an HTTP service larkgate names in its
-/// configuration (its own public URL, a collector's): `None` for an `http://` or `https://`
-/// URL with a host and without credentials, a query or a fragment.
-pub(crate) fn http_url_problem(text: &str) -> Option<&'static str> {
-    match url::Url::parse(text) {
-        Err(_) => Some("it is not a URL"),
-        Ok(url) if !matches!(url.scheme(), "http" | "https") => {
-            Some("it must start with https:// or http://")
-        }
-        Ok(url) if url.host_str().is_none() => Some("it names no host"),
-        Ok(url) if !url.username().is_empty() || url.password().is_some() => {
-            Some("it must not carry credentials")
-        }
-        Ok(url) if url.query().is_some() || url.fragment().is_some() => {
-            Some("it must not have a query or a fragment")
-        }
-        Ok(_) => None,
-    }
-}
-
-/// Reads a socket address, or says which forms are accepted.
-fn socket_address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_socket_address(&text).map_err(serde::de::Error::custom)
-}
-
-fn optional_socket_address<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<SocketAddr>, D::Error> {
-    socket_address(deserializer).map(Some)
-}
-
-/// `text` as a socket address, or an error naming the accepted forms.
-pub(crate) fn parse_socket_address(text: &str) -> Result<SocketAddr, String> {
-    text.parse().map_err(|_| {
-        format!(
-            "{text:?} is not an address to listen on: write IP:PORT, for example \
-             \"127.0.0.1:8940\" (this machine only), \"0.0.0.0:8940\" (every IPv4 interface), \
-             \"[::]:8940\" or \"[::1]:8940\"; a host name is not accepted"
-        )
-    })
-}
-
-/// `larkgate serve`'s edge: where it listens and how every connection and session is bounded.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub(crate) struct ServerConfig {
-    /// Where `/mcp` is served.
-    #[serde(deserialize_with = "socket_address")]
-    pub(crate) listen: SocketAddr,
-    /// Where `/healthz`, `/readyz` and `/metrics` are served instead of on `listen`, with a
-    /// connection cap of their own, so that a full cap on `listen` does not hide them.
-    #[serde(deserialize_with = "optional_socket_address")]
-    pub(crate) ops_listen: Option<SocketAddr>,
-    /// The URL clients reach `/mcp` at (for example `https://mcp.example.com/mcp` behind a
-    /// reverse proxy): printed in the client configuration, and its host is answered to.
-    pub(crate) public_url: Option<String>,
-    /// More host names (`name` or `name:port`) `/mcp` answers to, besides `localhost`, IP
-    /// literals and `public_url`'s host.
-    pub(crate) allowed_hosts: Vec<String>,
-    /// Browser origins (`https://console.example.com`) whose pages may call `/mcp`; none by
-    /// default.
-    pub(crate) allowed_origins: Vec<String>,
-    /// Reverse proxies (addresses or CIDR ranges) whose `X-Forwarded-For` and
-    /// `X-Forwarded-Host` headers are believed; nobody's by default.
-    pub(crate) trusted_proxies: Vec<String>,
-    /// Connections open at once on `listen`.
-    pub(crate) max_connections: usize,
-    /// How long a request head may take to arrive, from its first byte (ms).
-    pub(crate) header_read_timeout_ms: u64,
-    /// How long a connection may stay open without a request (ms); also how long a request's
-    /// body may take to arrive.
-    pub(crate) idle_timeout_ms: u64,
-    /// The largest request head, in bytes.
-    pub(crate) max_header_bytes: usize,
-    /// The largest request body, in bytes.
-    pub(crate) max_body_bytes: usize,
-    /// 2025-11-25 sessions open at once, all principals together.
-    pub(crate) max_sessions: usize,
-    /// 2025-11-25 sessions one principal may have open at once.
-    pub(crate) max_sessions_per_principal: usize,
-    /// A 2025-11-25 session without a request for this long is closed (ms).
-    pub(crate) session_idle_timeout_ms: u64,
-    /// After a shutdown signal, how long in-flight calls may finish (ms).
-    pub(crate) shutdown_grace_ms: u64,
-    /// Failed authentications one address may make in a minute before its requests are
-    /// refused (429) until the minute is over.
-    pub(crate) max_failed_authentications_per_minute: u32,
-    /// How stderr is written (`--log-format` and `LARKGATE_LOG_FORMAT` override).
-    pub(crate) log_format: crate::logging::LogFormat,
-    /// One access-log line per MCP request (`serve` and `stdio`).
-    pub(crate) access_log: bool,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        let sockets = crate::http::accept::SocketLimits::default();
-        let sessions = crate::http::sessions::SessionLimits::default();
-        ServerConfig {
-            listen: default_listen(),
-            ops_listen: None,
-            public_url: None,
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
-            trusted_proxies: Vec::new(),
-            max_connections: sockets.max_connections,
-            header_read_timeout_ms: millis(sockets.header_read_timeout),
-            idle_timeout_ms: millis(sockets.idle_timeout),
-            max_header_bytes: sockets.max_header_bytes,
-            max_body_bytes: crate::http::json_rpc::MAX_BODY,
-            max_sessions: sessions.total,
-            max_sessions_per_principal: sessions.per_principal,
-            session_idle_timeout_ms: millis(sessions.idle_timeout),
-            shutdown_grace_ms: default_grace_ms(),
-            max_failed_authentications_per_minute: 30,
-            log_format: crate::logging::LogFormat::Text,
-            access_log: true,
-        }
-    }
-}
-
-/// This machine's host name, as the kernel knows it.
-fn machine_host_name() -> Option<String> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
-    let name = name.trim();
-    (!name.is_empty()).then(|| name.to_ascii_lowercase())
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-impl ServerConfig {
-    /// The bounds of connections on `listen`.
-    pub(crate) fn sockets(&self) -> crate::http::accept::SocketLimits {
-        crate::http::accept::SocketLimits {
-            max_connections: self.max_connections,
-            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
-            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
-            max_header_bytes: self.max_header_bytes,
-        }
-    }
-
-    /// The bounds of request bodies on `/mcp`.
-    pub(crate) fn bodies(&self) -> crate::http::json_rpc::BodyLimits {
-        crate::http::json_rpc::BodyLimits {
-            max_bytes: self.max_body_bytes,
-            timeout: Duration::from_millis(self.idle_timeout_ms),
-        }
-    }
-
-    /// The caps on 2025-11-25 sessions.
-    pub(crate) fn sessions(&self) -> crate::http::sessions::SessionLimits {
-        crate::http::sessions::SessionLimits {
-            total: self.max_sessions,
-            per_principal: self.max_sessions_per_principal,
-            idle_timeout: Duration::from_millis(self.session_idle_timeout_ms),
-        }
-    }
-
-    /// The URL clients reach `/mcp` at when `serve` listens on `listen`: `public_url`, else
-    /// the listen address, else (bound to every interface) this machine's host name.
-    pub(crate) fn public_mcp_url(&self, listen: SocketAddr) -> String {
-        if let Some(url) = self.public_url() {
-            return url.to_string();
-        }
-        if !listen.ip().is_unspecified() {
-            return format!("http://{listen}/mcp");
-        }
-        let host = machine_host_name().unwrap_or_else(|| "THIS-MACHINE".to_owned());
-        format!("http://{host}:{}/mcp", listen.port())
-    }
-
-    /// `public_url`, read (validated when the configuration was loaded).
-    fn public_url(&self) -> Option<url::Url> {
-        let text = self.public_url.as_deref()?;
-        let mut url = url::Url::parse(text).ok()?;
-        if url.path() == "/" {
-            url.set_path("/mcp");
-        }
-        Some(url)
-    }
-
-    /// What `/mcp` answers to when `serve` listens on `listen`, and whom it believes.
-    pub(crate) fn address_policy(
-        &self,
-        listen: SocketAddr,
-    ) -> Result<crate::http::address::AddressPolicy, String> {
-        let mut hosts = self.allowed_hosts.clone();
-        if let Some(host) = self
-            .public_url()
-            .and_then(|u| u.host_str().map(str::to_owned))
-        {
-            hosts.push(host);
-        }
-        if listen.ip().is_unspecified()
-            && let Some(name) = machine_host_name()
-        {
-            hosts.push(name);
-        }
-        let proxies = self
-            .trusted_proxies
-            .iter()
-            .map(|entry| {
-                entry
-                    .parse::<ipnet::IpNet>()
-                    .or_else(|_| entry.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| {
-                        format!(
-                            "server.trusted_proxies: {entry:?} is not an address or a CIDR range \
-                             (for example \"10.0.0.5\" or \"10.0.0.0/8\")"
-                        )
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        crate::http::address::AddressPolicy::new(&hosts, &self.allowed_origins, &proxies)
-            .map_err(|e| format!("server: {e}"))
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        if let Some(problem) = self.public_url.as_deref().and_then(http_url_problem) {
-            return Err(format!(
-                "server.public_url: {problem}; write the URL clients use for /mcp, for \
-                 example \"https://mcp.example.com/mcp\""
-            ));
-        }
-        self.address_policy(self.listen)?;
-        let positive = [
-            ("max_connections", self.max_connections as u128),
-            (
-                "header_read_timeout_ms",
-                u128::from(self.header_read_timeout_ms),
-            ),
-            ("idle_timeout_ms", u128::from(self.idle_timeout_ms)),
-            ("max_body_bytes", self.max_body_bytes as u128),
-            ("max_sessions", self.max_sessions as u128),
-            (
-                "max_sessions_per_principal",
-                self.max_sessions_per_principal as u128,
-            ),
-            (
-                "session_idle_timeout_ms",
-                u128::from(self.session_idle_timeout_ms),
-            ),
-            (
-                "max_failed_authentications_per_minute",
-                u128::from(self.max_failed_authentications_per_minute),
-            ),
-        ];
-        for (key, value) in positive {
-            if value == 0 {
-                return Err(format!("server.{key} must be at least 1"));
-            }
-        }
-        if self.max_header_bytes < 8192 {
-            return Err("server.max_header_bytes must be at least 8192".to_owned());
-        }
-        if self
-            .ops_listen
-            .is_some_and(|ops| ops == self.listen && ops.port() != 0)
-        {
-            return Err(
-                "server.ops_listen must differ from server.listen (it is there so that the \
-                 operational endpoints stay reachable when listen is full)"
-                    .to_owned(),
-            );
-        }
-        Ok(())
-    }
-}
-
 /// Where a command's data directory and configuration are, and what the configuration says.
 #[derive(Clone, Debug)]
 pub(crate) struct Located {
@@ -593,7 +317,7 @@ impl Located {
 pub(crate) struct Config {
     /// `serve`'s edge.
     #[serde(default)]
-    pub(crate) server: ServerConfig,
+    pub(crate) server: larkgate_edge::server::ServerConfig,
     /// Script limits and workers.
     #[serde(default)]
     pub(crate) scripts: ScriptsConfig,
@@ -617,17 +341,7 @@ pub(crate) struct Config {
     pub(crate) telemetry: crate::telemetry::TelemetryConfig,
     /// Identity providers whose access tokens `/mcp` accepts (none unless configured).
     #[serde(default)]
-    pub(crate) sign_in: crate::http::sign_in::SignInConfig,
-}
-
-fn default_grace_ms() -> u64 {
-    10_000
-}
-
-fn default_listen() -> SocketAddr {
-    DEFAULT_LISTEN
-        .parse()
-        .expect("the default listen address parses")
+    pub(crate) sign_in: larkgate_edge::sign_in::SignInConfig,
 }
 
 /// Parses and validates configuration text, as `serve` and `check` do; the error is the one
@@ -700,7 +414,10 @@ mod tests {
         let config = Config::parse("").unwrap();
         assert!(config.policy.roles.contains_key("admin"));
         assert!(!config.audit.record_arguments);
-        assert_eq!(config.server.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(
+            config.server.listen.to_string(),
+            larkgate_edge::server::DEFAULT_LISTEN
+        );
         assert_eq!(config.scripts.limits(), ScriptLimits::default());
     }
 

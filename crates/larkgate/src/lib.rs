@@ -1,13 +1,13 @@
-//! larkgate, the command and its edges, as a library: the command line ([`cli`]), the
-//! configuration ([`config`]), the HTTP edge ([`http`]) and the stdio edge (`larkgate stdio`,
-//! in [`cli`]). The `larkgate` binary is [`main`]; tests and fuzz targets reach the edges here.
+//! larkgate, the command, as a library: the command line ([`cli`]), the configuration file
+//! ([`config`], which aggregates each section's own type and locates the file), the stdio edge
+//! (`larkgate stdio`, in [`cli`]) and the composition root where every tool source registers
+//! (`cli::context`). The HTTP edge and the console are `larkgate_edge`. The `larkgate` binary
+//! is [`main`]; fuzz targets reach the configuration here.
 
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod config;
-pub mod console;
-pub mod http;
 pub mod logging;
 mod telemetry;
 

@@ -14,16 +14,7 @@
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 
-/// How lines on stderr are written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines; colours only on a terminal.
-    #[default]
-    Text,
-    /// One JSON object per line: `timestamp`, `level`, `message` and the event's fields.
-    Json,
-}
+pub use larkgate_edge::server::LogFormat;
 
 /// The environment variable naming the format.
 pub const LOG_FORMAT_ENV: &str = "LARKGATE_LOG_FORMAT";
@@ -32,6 +23,18 @@ pub const LOG_FORMAT_ENV: &str = "LARKGATE_LOG_FORMAT";
 pub const SAY: &str = "larkgate_cli";
 
 static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// The format named by `--log-format`: clap lists the possible values when it is another.
+pub(crate) fn format_flag() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["text", "json"]).map(|name: String| {
+        if name == "json" {
+            LogFormat::Json
+        } else {
+            LogFormat::Text
+        }
+    })
+}
 
 /// The format from the environment variable's value, or what is wrong with it.
 pub fn parse_format(value: &str) -> Result<LogFormat, String> {

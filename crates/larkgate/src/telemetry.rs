@@ -117,7 +117,7 @@ impl TelemetryConfig {
 
 /// Where traces are sent for `endpoint`, or what is wrong with it.
 fn traces_url(endpoint: &str) -> Result<String, String> {
-    let problem = crate::config::http_url_problem(endpoint);
+    let problem = larkgate_edge::service_url::problem(endpoint);
     if let Some(problem) = problem {
         return Err(format!(
             "telemetry.otlp_endpoint: {problem}; write the collector's OTLP/HTTP URL, for \

@@ -53,9 +53,9 @@ pub(crate) struct Context {
     /// may never target.
     pub(crate) listen: Option<std::net::SocketAddr>,
     /// For `serve`: the edge's configuration (`[server]`).
-    pub(crate) server: crate::config::ServerConfig,
+    pub(crate) server: larkgate_edge::server::ServerConfig,
     /// For `serve`: the identity providers whose access tokens `/mcp` accepts.
-    pub(crate) sign_in: crate::http::sign_in::SignInConfig,
+    pub(crate) sign_in: larkgate_edge::sign_in::SignInConfig,
     /// The script lifecycle: drafts, publishing, runs, script tools.
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.

@@ -1,5 +1,5 @@
 //! `larkgate serve [--listen ADDR]`: the MCP endpoint over Streamable HTTP at `/mcp` (the edge
-//! itself — tokens, sessions, Host and Origin, JSON-RPC errors — is [`crate::http`]), with
+//! itself — tokens, sessions, Host and Origin, JSON-RPC errors — is [`larkgate_edge`]), with
 //! `/healthz`, `/readyz` and `/metrics`, a graceful shutdown, and the first start on a data
 //! directory without tokens, which creates an `admin` principal and prints its token once,
 //! with a client configuration to paste.
@@ -18,13 +18,13 @@ use larkgate_store::{AuditKind, Principal, PrincipalKind, now_ms};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 
 use super::context::Context;
-use crate::http;
+use larkgate_edge as http;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Where to listen, as IP:PORT (default: the configuration's `[server] listen`, else
     /// 127.0.0.1:8940).
-    #[arg(long, value_parser = crate::config::parse_socket_address)]
+    #[arg(long, value_parser = larkgate_edge::server::parse_socket_address)]
     pub(crate) listen: Option<SocketAddr>,
 }
 
@@ -326,8 +326,8 @@ pub(crate) async fn run(
         Some(sign_in) => app.merge(metadata_routes(sign_in, &public_url)),
         None => app,
     };
-    // The admin console, for browsers (its own Origin rules: see `crate::console`).
-    let console = crate::console::Console::new(
+    // The admin console, for browsers (its own Origin rules: see `larkgate_edge::console`).
+    let console = larkgate_edge::console::Console::new(
         context.platform.clone(),
         Arc::clone(&context.scripts),
         Arc::clone(&context.federation),
@@ -337,7 +337,7 @@ pub(crate) async fn run(
     );
     let app = app
         .merge(
-            crate::console::router(console).layer(axum::middleware::from_fn_with_state(
+            larkgate_edge::console::router(console).layer(axum::middleware::from_fn_with_state(
                 http::access::AccessLog {
                     lines: server.access_log,
                 },

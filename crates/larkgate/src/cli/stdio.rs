@@ -41,9 +41,9 @@ pub(crate) struct Args {
 
 /// The token's principal, by the same check as every HTTP request's.
 async fn principal(store: &dyn Store, token: &str) -> anyhow::Result<Principal> {
-    match crate::http::verify_token(store, token).await {
+    match larkgate_edge::verify_token(store, token).await {
         Ok(principal) => Ok(principal),
-        Err(crate::http::EdgeError::Unauthenticated) => bail!("the token is not valid"),
+        Err(larkgate_edge::EdgeError::Unauthenticated) => bail!("the token is not valid"),
         Err(other) => Err(other.into()),
     }
 }

@@ -481,7 +481,7 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
     let (code, envelope) = refused(&limited);
     assert_eq!(
         (code, envelope["code"].as_str()),
-        (-32000, Some("rate_limited")),
+        (-32005, Some("rate_limited")),
         "{limited}"
     );
     assert!(

@@ -35,24 +35,9 @@ fn sign_in_message(rejection: &super::sign_in::Rejection) -> String {
     }
 }
 
-/// The JSON-RPC error codes the edge answers with. The spec's own codes, and ours outside
-/// -32020..-32099 (reserved by the 2026-07-28 revision).
-pub mod codes {
-    /// The body is not JSON.
-    pub const PARSE_ERROR: i64 = -32700;
-    /// The params do not fit the method.
-    pub const INVALID_PARAMS: i64 = -32602;
-    /// The body is JSON but not a JSON-RPC request larkgate serves.
-    pub const INVALID_REQUEST: i64 = -32600;
-    /// larkgate itself failed.
-    pub const INTERNAL_ERROR: i64 = -32603;
-    /// larkgate's own: no valid credential, or a session of another principal.
-    pub const UNAUTHENTICATED: i64 = -32001;
-    /// larkgate's own: the request is not for this server, or from a browser page not allowed.
-    pub const FORBIDDEN: i64 = -32003;
-    /// larkgate's own: a cap of the edge is reached (open sessions).
-    pub const LIMIT_EXCEEDED: i64 = -32005;
-}
+/// The JSON-RPC error codes the edge answers with: the one table's (see
+/// `larkgate_caller::answer`).
+pub use larkgate_caller::answer as codes;
 
 /// Why the edge refused a request before the MCP service saw it.
 #[derive(Debug, thiserror::Error)]
@@ -148,70 +133,64 @@ impl EdgeError {
         .with_hint("an admin creates one with `larkgate token create --principal NAME`")
     }
 
+    /// The refusal code this answer carries: the envelope's where there is one. The HTTP
+    /// status and the JSON-RPC code follow from it through the one table, except for the
+    /// transport's own errors below.
+    fn refusal_code(&self) -> Option<Code> {
+        match self {
+            EdgeError::Unauthenticated => Some(Code::Unauthenticated),
+            EdgeError::SignIn(rejection) => Some(rejection_code(rejection)),
+            EdgeError::TooManyFailures { .. } => Some(Code::RateLimited),
+            EdgeError::Unavailable(refusal) => Some(refusal.code),
+            EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
+                Some(Code::Forbidden)
+            }
+            EdgeError::BodyTooLarge { .. } | EdgeError::TooManySessions { .. } => {
+                Some(Code::LimitExceeded)
+            }
+            EdgeError::BodyTimeout { .. } => Some(Code::Timeout),
+            EdgeError::InvalidParams { .. }
+            | EdgeError::NotJson(_)
+            | EdgeError::InvalidRequest { .. } => None,
+        }
+    }
+
     fn status(&self) -> StatusCode {
         match self {
-            EdgeError::Unauthenticated => StatusCode::UNAUTHORIZED,
-            EdgeError::SignIn(rejection) => match rejection {
-                Rejection::Invalid(_) => StatusCode::UNAUTHORIZED,
-                Rejection::InsufficientScope(_) | Rejection::NotAPrincipal(_) => {
-                    StatusCode::FORBIDDEN
-                }
-                Rejection::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            },
-            EdgeError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
-                StatusCode::FORBIDDEN
-            }
+            // HTTP's own answers for a body too large or too slow.
             EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             EdgeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            EdgeError::TooManySessions { .. } | EdgeError::TooManyFailures { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
-            EdgeError::NotJson(_)
-            | EdgeError::InvalidRequest { .. }
-            | EdgeError::InvalidParams { .. } => StatusCode::BAD_REQUEST,
+            _ => match self.refusal_code() {
+                Some(code) => StatusCode::from_u16(code.http_status())
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                None => StatusCode::BAD_REQUEST,
+            },
         }
     }
 
     fn code(&self) -> i64 {
         match self {
-            EdgeError::Unauthenticated | EdgeError::ForeignSession => codes::UNAUTHENTICATED,
-            EdgeError::SignIn(rejection) => match rejection {
-                Rejection::Invalid(_) => codes::UNAUTHENTICATED,
-                Rejection::InsufficientScope(_) | Rejection::NotAPrincipal(_) => codes::FORBIDDEN,
-                Rejection::Unavailable(_) => codes::INTERNAL_ERROR,
-            },
-            EdgeError::Unavailable(_) => codes::INTERNAL_ERROR,
-            EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => codes::FORBIDDEN,
+            // JSON-RPC's own errors: the message never reached a method.
             EdgeError::NotJson(_) => codes::PARSE_ERROR,
             EdgeError::BodyTooLarge { .. }
             | EdgeError::BodyTimeout { .. }
             | EdgeError::InvalidRequest { .. } => codes::INVALID_REQUEST,
             EdgeError::InvalidParams { .. } => codes::INVALID_PARAMS,
-            EdgeError::TooManySessions { .. } | EdgeError::TooManyFailures { .. } => {
-                codes::LIMIT_EXCEEDED
-            }
+            _ => self
+                .refusal_code()
+                .map_or(codes::INTERNAL_ERROR, Code::json_rpc_code),
         }
     }
 
     /// The code the access log names this refusal by: the envelope's code where the refusal
     /// has one, else the JSON-RPC error's name.
     pub fn outcome(&self) -> &'static str {
-        match self {
-            EdgeError::Unauthenticated => Code::Unauthenticated.as_str(),
-            EdgeError::SignIn(rejection) => rejection_code(rejection).as_str(),
-            EdgeError::TooManyFailures { .. } => Code::RateLimited.as_str(),
-            EdgeError::Unavailable(refusal) => refusal.code.as_str(),
-            EdgeError::ForeignSession | EdgeError::UnknownHost(_) | EdgeError::BrowserOrigin(_) => {
-                Code::Forbidden.as_str()
-            }
-            EdgeError::BodyTooLarge { .. } | EdgeError::TooManySessions { .. } => {
-                Code::LimitExceeded.as_str()
-            }
-            EdgeError::BodyTimeout { .. } => Code::Timeout.as_str(),
-            EdgeError::InvalidParams { .. } => "invalid_params",
-            EdgeError::NotJson(_) => "parse_error",
-            EdgeError::InvalidRequest { .. } => "invalid_request",
+        match self.refusal_code() {
+            Some(code) => code.as_str(),
+            None => match codes::name(self.code()) {
+                std::borrow::Cow::Borrowed(name) => name,
+                std::borrow::Cow::Owned(_) => "rpc_error",
+            },
         }
     }
 
@@ -316,7 +295,7 @@ mod tests {
     async fn each_refusal_is_one_json_rpc_answer_with_its_status_and_code() {
         let cases = [
             (EdgeError::Unauthenticated, 401, codes::UNAUTHENTICATED),
-            (EdgeError::ForeignSession, 403, codes::UNAUTHENTICATED),
+            (EdgeError::ForeignSession, 403, codes::FORBIDDEN),
             (
                 EdgeError::BodyTooLarge { limit: 4 },
                 413,
@@ -379,7 +358,7 @@ mod tests {
             "database error: disk I/O error at /var/lib/larkgate/larkgate.db",
         );
         let (status, _, body) = answer(EdgeError::Unavailable(refusal)).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         let text = body.to_string();
         for leak in ["disk I/O", "/var/lib", "database error"] {
             assert!(!text.contains(leak), "{leak:?} reached the caller: {text}");
@@ -390,5 +369,42 @@ mod tests {
             body["error"]["data"]["correlation_id"].is_string(),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_refusal_with_a_code_is_answered_as_the_one_table_says() {
+        for code in Code::ALL {
+            let error = EdgeError::Unavailable(Refusal::new(code, "refused"));
+            assert_eq!(error.outcome(), code.as_str());
+            let (status, _, body) = answer(error).await;
+            assert_eq!(status.as_u16(), code.http_status(), "{code}");
+            assert_eq!(body["error"]["code"], code.json_rpc_code(), "{code}");
+            assert_eq!(body["error"]["data"]["code"], code.as_str());
+        }
+    }
+
+    #[test]
+    fn the_access_log_names_protocol_errors_by_their_json_rpc_name() {
+        let id = serde_json::Value::Null;
+        let named = [
+            (EdgeError::NotJson("eof".into()), "parse_error"),
+            (
+                EdgeError::InvalidRequest {
+                    problem: "x",
+                    id: id.clone(),
+                },
+                "invalid_request",
+            ),
+            (
+                EdgeError::InvalidParams { problem: "x", id },
+                "invalid_params",
+            ),
+            (EdgeError::BodyTooLarge { limit: 1 }, "limit_exceeded"),
+            (EdgeError::BodyTimeout { seconds: 1 }, "timeout"),
+            (EdgeError::ForeignSession, "forbidden"),
+        ];
+        for (error, outcome) in named {
+            assert_eq!(error.outcome(), outcome, "{error}");
+        }
     }
 }

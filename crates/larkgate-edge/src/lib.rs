@@ -1,5 +1,7 @@
-//! The HTTP edge: the MCP endpoint at `/mcp` over Streamable HTTP, as `larkgate serve` serves
-//! it. Every connection is accepted by [`accept`] (a cap on connections, header-read and idle
+//! larkgate's HTTP edge: the MCP endpoint at `/mcp` over Streamable HTTP, as `larkgate serve`
+//! serves it, and the admin console at `/admin` ([`console`]). Its bounds are the `[server]`
+//! section of the configuration ([`server::ServerConfig`]); the identity providers it accepts,
+//! `[sign_in]` ([`sign_in::SignInConfig`]). Every connection is accepted by [`accept`] (a cap on connections, header-read and idle
 //! timeouts, a cap on header size, `TCP_NODELAY`), and every request to `/mcp` crosses, in
 //! order:
 //!
@@ -37,12 +39,17 @@
 //! - No answer carries a secret or an internal detail: a failure of larkgate itself is told as
 //!   "larkgate failed" with a correlation id, and the detail is logged under that id.
 
+#![forbid(unsafe_code)]
+
 pub mod accept;
 pub mod access;
 pub mod address;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod json_rpc;
+pub mod server;
+pub mod service_url;
 pub mod sessions;
 pub mod sign_in;
 pub mod throttle;

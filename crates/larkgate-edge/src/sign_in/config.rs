@@ -113,7 +113,7 @@ fn default_refresh() -> u64 {
 /// `https://` URL, or an `http://` one on a loopback address (a key fetched over plain HTTP
 /// from elsewhere could be replaced on the way, and with it every sign-in).
 pub(crate) fn provider_url_problem(text: &str) -> Option<&'static str> {
-    if let Some(problem) = crate::config::http_url_problem(text) {
+    if let Some(problem) = crate::service_url::problem(text) {
         return Some(problem);
     }
     let url = url::Url::parse(text).ok()?;

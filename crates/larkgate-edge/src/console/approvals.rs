@@ -1,0 +1,127 @@
+//! The approvals page: requests with their arguments, approved or denied with a reason.
+
+use std::sync::Arc;
+
+use axum::extract::{Form, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use larkgate_platform::approvals::{self, Decision, tools::ApprovalView};
+use minijinja::context;
+use minijinja::value::Serde;
+use serde::Deserialize;
+
+use super::guard::{signed_form, signed_in};
+use super::session::Flash;
+use super::{Console, frame, refused, said};
+
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ApprovalsQuery {
+    status: Option<String>,
+}
+
+/// An approval as the page shows it.
+#[derive(Debug, serde::Serialize)]
+struct ApprovalRow {
+    #[serde(flatten)]
+    view: ApprovalView,
+    /// The arguments as indented JSON.
+    arguments_text: Option<String>,
+}
+
+pub(super) async fn approvals_page(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<ApprovalsQuery>,
+) -> Response {
+    let signed = match signed_in(&console, &headers).await {
+        Ok(signed) => signed,
+        Err(not) => return not.into_response(),
+    };
+    let services = console.platform.services();
+    let status = query.status.as_deref().unwrap_or("pending");
+    let listed = approvals::list(
+        services.store.as_ref(),
+        services.policy.approvals.pending_ttl_seconds,
+        status,
+    )
+    .await;
+    let approvals = match listed {
+        Ok(list) => list,
+        Err(refusal) => {
+            return refused(&console, &signed, StatusCode::BAD_REQUEST, &said(&refusal));
+        }
+    };
+    let rows: Vec<ApprovalRow> = approvals
+        .into_iter()
+        .map(ApprovalView::from)
+        .map(|view| ApprovalRow {
+            arguments_text: view
+                .arguments
+                .as_ref()
+                .and_then(|a| serde_json::to_string_pretty(a).ok()),
+            view,
+        })
+        .collect();
+    console.render(
+        StatusCode::OK,
+        "approvals.html",
+        context! {
+            approvals => minijinja::Value::from(Serde(&rows)),
+            status,
+            statuses => ["pending", "approved", "denied", "used", "expired", "all"],
+            ..frame(&signed, "approvals")
+        },
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct DecisionForm {
+    csrf: Option<String>,
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    reason: String,
+}
+
+pub(super) async fn resolve(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<DecisionForm>,
+) -> Response {
+    let signed = match signed_form(&console, &headers, form.csrf.as_deref()).await {
+        Ok(signed) => signed,
+        Err(response) => return *response,
+    };
+    let approve = match form.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        _ => {
+            console
+                .sessions
+                .flash(&signed.id, Flash::error("Choose approve or deny."));
+            return Redirect::to("/admin/approvals").into_response();
+        }
+    };
+    let reason = Some(form.reason.as_str()).filter(|r| !r.trim().is_empty());
+    let decision = Decision { approve, reason };
+    let flash = match approvals::resolve_in(
+        console.platform.services(),
+        &signed.principal,
+        &id,
+        decision,
+    )
+    .await
+    {
+        Ok(approval) => Flash::ok(format!(
+            "{} {} for {}: {}",
+            if approve { "Approved" } else { "Denied" },
+            approval.id,
+            approval.principal,
+            approval.tool
+        )),
+        Err(refusal) => Flash::error(said(&refusal)),
+    };
+    console.sessions.flash(&signed.id, flash);
+    Redirect::to("/admin/approvals").into_response()
+}
