@@ -19,7 +19,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::envelope::Refusal;
-use larkgate_platform::{RunContext, RunKind, SessionIdentity, tokens};
+use larkgate_platform::{RunContext, SessionIdentity, tokens};
 use larkgate_store::{AuditKind, Principal, Store, now_ms};
 
 use super::address::ClientAddress;
@@ -226,14 +226,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         exchange.principal(&principal.id);
     }
     request.extensions_mut().insert(Arc::new(SessionIdentity {
-        run: RunContext {
-            principal,
-            run_id: None,
-            kind: RunKind::Direct,
-            depth: 0,
-            chain: Default::default(),
-            upstream_tools: None,
-        },
+        run: RunContext::direct(principal),
         label: "http".into(),
     }));
     let deleting = request.method() == axum::http::Method::DELETE;

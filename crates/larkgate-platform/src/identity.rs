@@ -52,6 +52,21 @@ pub struct RunContext {
     pub upstream_tools: Option<Arc<BTreeSet<String>>>,
 }
 
+impl RunContext {
+    /// A direct session's context: `principal`'s own calls, outside any script run (an agent
+    /// over HTTP, a desktop client over stdio, the operator's command line).
+    pub fn direct(principal: Principal) -> Self {
+        RunContext {
+            principal,
+            run_id: None,
+            kind: RunKind::Direct,
+            depth: 0,
+            chain: CallChain::default(),
+            upstream_tools: None,
+        }
+    }
+}
+
 /// A session's bound identity: its run context and the label that tells run kinds apart in
 /// logs and audit.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,13 +12,16 @@
 //! | [`typed`] | typed tools: declared Rust input and output types bound through a plan |
 //! | [`capabilities`] | the built-in capabilities (key-value store, clock) |
 //! | [`registry`] | tool names, origins, classification, MCP listings |
+//! | [`catalog`] | upstreams' resources and prompts under larkgate's names; their dispatch |
 //! | [`policy`] | roles, approval requirements, rate limits, as the operator writes them |
-//! | [`ratelimit`] | GCRA with a bounded key table |
+//! | [`ratelimit`] | GCRA with a bounded key table, in the process or shared in Redis |
 //! | [`review`] | review runs: the intended writes they record instead of making them |
 //! | [`audit`] | the journaled hash chain and its verification |
 //! | [`envelope`] | refusal codes and the one mapping to MCP results |
 //! | [`tokens`] | bearer tokens: issue, hash, verify |
 //! | [`metrics`] | Prometheus metrics |
+//! | [`bounded`] | size bounds on what a refusal records or echoes |
+//! | [`failing`] | a background task's lasting failure, logged once and then sparingly |
 //! | [`observe`] | each MCP request's access-log line and span |
 //! | [`trace_context`] | W3C trace context from clients and to upstreams |
 //! | [`platform`] | the assembled platform |

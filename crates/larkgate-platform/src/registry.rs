@@ -88,6 +88,31 @@ pub struct ToolSpec {
     pub people_only: bool,
 }
 
+impl ToolSpec {
+    /// A tool named `name` from `origin`, with nothing else said of it: no title, description
+    /// or schemas, no shape or signature, and the fail-closed defaults: not known to be
+    /// read-only (a draft may not call it), no roles of its own (the policy decides), not gated
+    /// of itself, reachable from script runs. Say the rest with struct update syntax:
+    /// `ToolSpec { read_only: true, ..ToolSpec::new(name, origin) }`.
+    pub fn new(name: impl Into<String>, origin: Origin) -> Self {
+        ToolSpec {
+            name: name.into(),
+            title: None,
+            description: String::new(),
+            input_schema: serde_json::Map::new(),
+            output_schema: None,
+            annotations: ToolAnnotations::default(),
+            origin,
+            read_only: false,
+            input_shape: None,
+            signature: None,
+            roles: None,
+            requires_approval: false,
+            people_only: false,
+        }
+    }
+}
+
 /// How a tool runs: arguments in (already bound to its shape, when it has one), a structured
 /// result or a refusal out.
 #[async_trait::async_trait]

@@ -50,7 +50,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::envelope::{Code, Refusal};
-use crate::identity::{RunContext, RunKind, SessionIdentity};
+use crate::identity::{RunContext, SessionIdentity};
 use crate::observe::Exchange;
 use crate::platform::Platform;
 use crate::policy::TargetKind;
@@ -158,14 +158,7 @@ impl PlatformServer {
                 let store = self.platform.services().store.as_ref();
                 match tokens::verify(store, &token.0, larkgate_store::now_ms()).await {
                     Ok(principal) => Ok(Some(Arc::new(SessionIdentity {
-                        run: RunContext {
-                            principal,
-                            run_id: None,
-                            kind: RunKind::Direct,
-                            depth: 0,
-                            chain: Default::default(),
-                            upstream_tools: None,
-                        },
+                        run: RunContext::direct(principal),
                         label: label.clone(),
                     }))),
                     Err(tokens::TokenError::Invalid) => Ok(None),

@@ -176,7 +176,6 @@ where
             _ => serde_json::Map::new(),
         };
         let spec = ToolSpec {
-            name: info.name.to_owned(),
             title: Some(info.title.to_owned()),
             description: info.description.to_owned(),
             input_schema: as_object(listing.input_schema),
@@ -187,21 +186,23 @@ where
                 idempotent: Some(info.annotations.idempotent),
                 open_world: Some(info.annotations.open_world),
             },
-            origin: Origin {
-                source: if self.platform_roles.is_some() {
-                    Source::Platform
-                } else {
-                    Source::Capability
-                },
-                alias: None,
-                original_name: info.name.to_owned(),
-            },
             read_only: info.annotations.read_only,
             input_shape: Some(listing.input_shape),
             signature: Some(listing.signature),
             roles: self.platform_roles,
-            requires_approval: false,
             people_only: self.people_only,
+            ..ToolSpec::new(
+                info.name.to_owned(),
+                Origin {
+                    source: if self.platform_roles.is_some() {
+                        Source::Platform
+                    } else {
+                        Source::Capability
+                    },
+                    alias: None,
+                    original_name: info.name.to_owned(),
+                },
+            )
         };
         (spec, Arc::new(self))
     }

@@ -19,11 +19,11 @@ pub mod lint;
 #[allow(unsafe_code)]
 pub mod memory;
 pub mod parent;
-mod pipe;
+pub mod pipe;
 pub mod run;
 pub mod worker;
 
 pub use bindings::{Blocking, Host, ToolRefused};
 pub use entry::{EntryPoint, ScriptError, dialect, entry_point, parse};
-pub use parent::{WorkerCommand, WorkerPool, kill_all, run_in_worker};
+pub use parent::{WorkerCommand, WorkerPool, Workers, kill_all, run_in_worker};
 pub use run::{RunError, RunOutput, RunReport, RunUsage, ScriptLimits, Tools, run_in_process};

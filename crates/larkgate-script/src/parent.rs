@@ -2,18 +2,17 @@
 //! [`Caller`], and turn every way a worker can end into a result. See [`crate::worker`] for
 //! the threat model.
 
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use larkgate_binding::{InputShape, Map, from_json, map_to_json};
 use larkgate_caller::{CallError, Caller, Code, Target, ToolInfo};
-use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 use tracing::Instrument;
 
-use crate::pipe::DeadlinePipe;
+use crate::pipe::{DeadlinePipe, write_frame};
+pub use crate::pipe::{FrameError, read_frame};
 use crate::run::{RunError, RunReport, RunUsage, ScriptLimits};
 use crate::worker::{
     ADDRESS_SPACE_ENV, CallAnswer, DEFAULT_ADDRESS_SPACE, FromWorker, MAX_FRAME, Start, WORKER_ARG,
@@ -101,53 +100,6 @@ pub fn kill_all() -> usize {
         .filter_map(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
         .filter(|&pid| kill_process(pid, Signal::KILL).is_ok())
         .count()
-}
-
-fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> Result<(), FrameError> {
-    // The length and the body in one write: one system call per frame.
-    let mut frame = vec![0u8; 4];
-    serde_json::to_writer(&mut frame, message).map_err(|e| FrameError::Garbled(e.to_string()))?;
-    let length = (frame.len() - 4) as u32;
-    frame[..4].copy_from_slice(&length.to_be_bytes());
-    out.write_all(&frame).map_err(FrameError::from_io)
-}
-
-/// Why a frame could not be read or written.
-#[derive(Debug)]
-pub enum FrameError {
-    /// The worker's end is closed (it exited or died).
-    Closed,
-    /// The run's deadline passed while waiting on the worker.
-    Elapsed,
-    /// A frame over the limit.
-    TooLarge(usize),
-    /// Not a frame of the protocol.
-    Garbled(String),
-}
-
-impl FrameError {
-    fn from_io(error: std::io::Error) -> Self {
-        if error.kind() == std::io::ErrorKind::TimedOut {
-            FrameError::Elapsed
-        } else {
-            FrameError::Closed
-        }
-    }
-}
-
-/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body. The worker runs
-/// the author's code, so its bytes are untrusted: whatever they are, this returns a frame or a
-/// [`FrameError`] (fuzzed by `fuzz/fuzz_targets/worker_frames.rs`).
-pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> Result<T, FrameError> {
-    let mut length = [0u8; 4];
-    input.read_exact(&mut length).map_err(FrameError::from_io)?;
-    let length = u32::from_be_bytes(length) as usize;
-    if length > MAX_FRAME {
-        return Err(FrameError::TooLarge(length));
-    }
-    let mut body = vec![0; length];
-    input.read_exact(&mut body).map_err(FrameError::from_io)?;
-    serde_json::from_slice(&body).map_err(|e| FrameError::Garbled(e.to_string()))
 }
 
 fn limit(limit: &'static str, message: impl Into<String>) -> RunError {
@@ -238,16 +190,49 @@ impl WorkerPool {
         limits: &ScriptLimits,
         draft: bool,
     ) -> RunReport {
-        let child = match self.take() {
-            Ok(child) => child,
+        Workers::Pool(std::sync::Arc::clone(self))
+            .run(caller, filename, source, arguments, limits, draft)
+            .await
+    }
+}
+
+/// Where runs get their worker processes.
+#[derive(Debug)]
+pub enum Workers {
+    /// Pre-started workers (`serve`, `stdio`): a run does not wait for a process to start.
+    Pool(std::sync::Arc<WorkerPool>),
+    /// A fresh worker per run (one-shot commands, which would waste a pool).
+    Fresh(WorkerCommand),
+}
+
+impl Workers {
+    /// Runs a script in a worker from here, its host calls going through `caller`; `draft`
+    /// says the run is a draft's (see [`run_in_worker`]).
+    pub async fn run<C: Caller>(
+        &self,
+        caller: &C,
+        filename: &str,
+        source: &str,
+        arguments: &Map,
+        limits: &ScriptLimits,
+        draft: bool,
+    ) -> RunReport {
+        let worker = match self {
+            Workers::Pool(pool) => pool.take(),
+            Workers::Fresh(command) => command.spawn(),
+        };
+        let worker = match worker {
+            Ok(worker) => worker,
             Err(e) => return cannot_start(&e),
         };
-        let result = drive(child, caller, filename, source, arguments, limits, draft).await;
-        // Replace the worker once the run is answered: starting a process while the run is
-        // still going would compete with it for the CPU.
-        let pool = std::sync::Arc::clone(self);
-        tokio::task::spawn_blocking(move || pool.refill());
-        result
+        let report = drive(worker, caller, filename, source, arguments, limits, draft).await;
+        if let Workers::Pool(pool) = self {
+            // Replace the worker once the run is answered: starting a process while the run
+            // is still going would compete with it for the CPU.
+            let pool = std::sync::Arc::clone(pool);
+            tokio::task::spawn_blocking(move || pool.refill());
+        }
+        report
     }
 }
 
@@ -261,11 +246,9 @@ pub async fn run_in_worker<C: Caller>(
     limits: &ScriptLimits,
     draft: bool,
 ) -> RunReport {
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) => return cannot_start(&e),
-    };
-    drive(child, caller, filename, source, arguments, limits, draft).await
+    Workers::Fresh(command.clone())
+        .run(caller, filename, source, arguments, limits, draft)
+        .await
 }
 
 fn cannot_start(error: &std::io::Error) -> RunReport {
@@ -366,7 +349,21 @@ async fn drive<C: Caller>(
                             })
                             .ok_or(FrameError::Elapsed)?
                     };
-                    write_frame(&mut stdin, &answer)?;
+                    match write_frame(&mut stdin, &answer) {
+                        // An answer the worker could not read is refused instead.
+                        Err(FrameError::TooLarge(length)) => write_frame(
+                            &mut stdin,
+                            &CallAnswer::Refused {
+                                code: Code::LimitExceeded,
+                                text: format!(
+                                    "the tool's answer is {length} bytes as a pipe frame, over \
+                                     the {MAX_FRAME}-byte limit"
+                                ),
+                                retry_after_ms: None,
+                            },
+                        )?,
+                        other => other?,
+                    }
                 }
             }
         }

@@ -1,5 +1,7 @@
-//! The parent's ends of a worker's pipes as blocking files, every read and write bounded by
-//! the run's deadline.
+//! The pipes between a worker and its parent: the one frame codec both sides speak
+//! ([`write_frame`], [`read_frame`]: a 4-byte big-endian length, then JSON, at most
+//! [`MAX_FRAME`] bytes), and the parent's ends of the pipes as blocking files, every read and
+//! write bounded by the run's deadline.
 //!
 //! Why blocking I/O: a tool call from a worker is a frame up the pipe and a frame back. Read
 //! through the async runtime, each frame also pays an event-loop wake-up, which made the worker
@@ -19,6 +21,79 @@ use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use serde::{Deserialize, Serialize};
+
+/// The largest frame either side writes or accepts.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+
+/// Why a frame could not be read or written.
+#[derive(Debug)]
+pub enum FrameError {
+    /// The other end is closed (it exited or died).
+    Closed,
+    /// The run's deadline passed while waiting on the other end.
+    Elapsed,
+    /// A frame over [`MAX_FRAME`], of this many bytes.
+    TooLarge(usize),
+    /// Not a frame of the protocol.
+    Garbled(String),
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FrameError::Closed => f.write_str("the other end of the pipe is closed"),
+            FrameError::Elapsed => f.write_str("the run's deadline passed"),
+            FrameError::TooLarge(length) => write!(
+                f,
+                "a frame of {length} bytes exceeds the {MAX_FRAME}-byte pipe frame limit"
+            ),
+            FrameError::Garbled(why) => write!(f, "not a frame of the protocol: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+impl FrameError {
+    fn from_io(error: io::Error) -> Self {
+        if error.kind() == io::ErrorKind::TimedOut {
+            FrameError::Elapsed
+        } else {
+            FrameError::Closed
+        }
+    }
+}
+
+/// Writes one frame, in one write (one system call, and the reader never wakes for half a
+/// frame). A message over [`MAX_FRAME`] is refused before anything is written, since the
+/// other side would refuse it.
+pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> Result<(), FrameError> {
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, message).map_err(|e| FrameError::Garbled(e.to_string()))?;
+    let length = frame.len() - 4;
+    if length > MAX_FRAME {
+        return Err(FrameError::TooLarge(length));
+    }
+    frame[..4].copy_from_slice(&(length as u32).to_be_bytes());
+    out.write_all(&frame).map_err(FrameError::from_io)?;
+    out.flush().map_err(FrameError::from_io)
+}
+
+/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body. The worker runs
+/// the author's code, so its bytes are untrusted: whatever they are, this returns a frame or a
+/// [`FrameError`] (fuzzed by `fuzz/fuzz_targets/worker_frames.rs`).
+pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> Result<T, FrameError> {
+    let mut length = [0u8; 4];
+    input.read_exact(&mut length).map_err(FrameError::from_io)?;
+    let length = u32::from_be_bytes(length) as usize;
+    if length > MAX_FRAME {
+        return Err(FrameError::TooLarge(length));
+    }
+    let mut body = vec![0; length];
+    input.read_exact(&mut body).map_err(FrameError::from_io)?;
+    serde_json::from_slice(&body).map_err(|e| FrameError::Garbled(e.to_string()))
+}
 
 /// How long the parent keeps trying for a worker's next frame before it sleeps in `poll`. A
 /// script's next call usually follows its last answer within microseconds; a reader that went
@@ -217,6 +292,46 @@ impl Write for DeadlinePipe {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_frame_reads_back_as_written_and_nothing_over_the_limit_is_written() {
+        let mut out = Vec::new();
+        write_frame(&mut out, &serde_json::json!({"call": "kv_get", "n": 1})).unwrap();
+        assert_eq!(&out[..4], &((out.len() - 4) as u32).to_be_bytes());
+        let back: serde_json::Value = read_frame(&mut out.as_slice()).unwrap();
+        assert_eq!(back, serde_json::json!({"call": "kv_get", "n": 1}));
+
+        let mut out = Vec::new();
+        let huge = "x".repeat(MAX_FRAME);
+        match write_frame(&mut out, &huge) {
+            Err(FrameError::TooLarge(length)) => assert_eq!(length, MAX_FRAME + 2),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            out.is_empty(),
+            "a frame the reader would refuse was written"
+        );
+    }
+
+    #[test]
+    fn hostile_frames_are_refused_before_their_body_is_read() {
+        let cases: [(&[u8], &str); 4] = [
+            // A declared length over the limit, and no body: refused without waiting for one.
+            (&((MAX_FRAME + 1) as u32).to_be_bytes(), "TooLarge"),
+            (&[0, 0, 0, 5, b'{', b'"'], "Closed"),
+            (&[0, 0, 0, 3, b'n', b'o', b'!'], "Garbled"),
+            (&[0, 0], "Closed"),
+        ];
+        for (bytes, expected) in cases {
+            let error = read_frame::<serde_json::Value>(&mut &bytes[..]).unwrap_err();
+            assert!(
+                format!("{error:?}").starts_with(expected),
+                "{bytes:?}: {error:?}"
+            );
+        }
+        let message = FrameError::TooLarge(MAX_FRAME + 1).to_string();
+        assert!(message.contains("pipe frame limit"), "{message}");
+    }
 
     fn pipe(deadline: Instant) -> (DeadlinePipe, DeadlinePipe) {
         let (reader, writer) = rustix::pipe::pipe().unwrap();

@@ -21,7 +21,6 @@
 //! ([`crate::parent`]): `limit_exceeded` names the limit that was hit, and a death nobody
 //! explained is reported as exactly that, by its signal.
 
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,8 +37,8 @@ pub const WORKER_ARG: &str = "__larkgate-worker";
 pub const ADDRESS_SPACE_ENV: &str = "LARKGATE_WORKER_ADDRESS_SPACE";
 /// The default worker address space.
 pub const DEFAULT_ADDRESS_SPACE: u64 = 1024 * 1024 * 1024;
-/// The largest frame either side accepts.
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+use crate::pipe::read_frame;
+pub use crate::pipe::{MAX_FRAME, write_frame};
 
 /// Parent → worker: what to run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -186,38 +185,6 @@ impl From<WireError> for RunError {
             WireError::Failed(m) => RunError::Failed(m),
         }
     }
-}
-
-/// Writes one frame: a 4-byte big-endian length, then JSON.
-pub fn write_frame<T: Serialize>(out: &mut impl Write, message: &T) -> std::io::Result<()> {
-    let body = serde_json::to_vec(message).map_err(std::io::Error::other)?;
-    if body.len() > MAX_FRAME {
-        return Err(std::io::Error::other(format!(
-            "a frame of {} bytes exceeds the {MAX_FRAME}-byte pipe frame limit",
-            body.len()
-        )));
-    }
-    // One write per frame: one system call, and the reader never wakes for half a frame.
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
-    out.write_all(&frame)?;
-    out.flush()
-}
-
-/// Reads one frame, refusing one over [`MAX_FRAME`] before reading its body.
-pub fn read_frame<T: for<'de> Deserialize<'de>>(input: &mut impl Read) -> std::io::Result<T> {
-    let mut length = [0u8; 4];
-    input.read_exact(&mut length)?;
-    let length = u32::from_be_bytes(length) as usize;
-    if length > MAX_FRAME {
-        return Err(std::io::Error::other(format!(
-            "a frame of {length} bytes exceeds the {MAX_FRAME}-byte pipe frame limit"
-        )));
-    }
-    let mut body = vec![0; length];
-    input.read_exact(&mut body)?;
-    serde_json::from_slice(&body).map_err(std::io::Error::other)
 }
 
 /// The worker's ends of the pipes to its parent, as plain files: frames are written with one

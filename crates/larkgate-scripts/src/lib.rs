@@ -45,7 +45,8 @@ use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::envelope::Refusal;
 use larkgate_platform::registry::{RegistryError, script_tool_name};
-use larkgate_script::{ScriptLimits, WorkerCommand, WorkerPool};
+pub use larkgate_script::Workers;
+use larkgate_script::{ScriptLimits, WorkerPool};
 use larkgate_store::{AuditKind, Principal, Store, StoreError};
 
 /// How deep published scripts may call each other by default: a direct caller is depth 0, the
@@ -89,15 +90,6 @@ pub enum ScriptsError {
     /// A tool could not be registered.
     #[error(transparent)]
     Registry(#[from] RegistryError),
-}
-
-/// Where runs get their worker processes.
-#[derive(Debug)]
-pub enum Workers {
-    /// Pre-started workers (`serve`, `stdio`): a run does not wait for a process to start.
-    Pool(Arc<WorkerPool>),
-    /// A fresh worker per run (one-shot commands, which would waste a pool).
-    Fresh(WorkerCommand),
 }
 
 /// The names of the script lifecycle's platform tools (`script_save_draft`, ...), for checks

@@ -13,7 +13,7 @@ use larkgate_script::RunError;
 use larkgate_store::{Run, RunStats, RunStatus, now_ms};
 use tracing::Instrument;
 
-use crate::{RunRequest, Scripts, Workers, check, source_hash, store_failed, turns};
+use crate::{RunRequest, Scripts, check, source_hash, store_failed, turns};
 
 /// A finished run: its record, what it printed, and its outcome.
 #[derive(Clone, Debug)]
@@ -168,31 +168,17 @@ impl Scripts {
             };
         let filename = format!("{}.star", request.name);
         let draft = request.kind == RunKind::Draft;
-        let report = match &self.workers {
-            Workers::Pool(pool) => {
-                pool.run(
-                    &caller,
-                    &filename,
-                    &request.source,
-                    &request.arguments,
-                    &self.limits,
-                    draft,
-                )
-                .await
-            }
-            Workers::Fresh(command) => {
-                larkgate_script::run_in_worker(
-                    command,
-                    &caller,
-                    &filename,
-                    &request.source,
-                    &request.arguments,
-                    &self.limits,
-                    draft,
-                )
-                .await
-            }
-        };
+        let report = self
+            .workers
+            .run(
+                &caller,
+                &filename,
+                &request.source,
+                &request.arguments,
+                &self.limits,
+                draft,
+            )
+            .await;
         teardown.close().await;
         report
     }

@@ -559,7 +559,6 @@ fn run_output_schema() -> serde_json::Map<String, serde_json::Value> {
 
 fn run_draft_spec() -> ToolSpec {
     ToolSpec {
-        name: "script_run_draft".to_owned(),
         title: Some("Run a draft".to_owned()),
         description: "Runs a draft as you, with read-only tools only (a call to any other tool \
                       is refused with write_barrier): your saved draft `name`, or `source` \
@@ -590,13 +589,6 @@ fn run_draft_spec() -> ToolSpec {
             idempotent: Some(false),
             open_world: Some(false),
         },
-        origin: Origin {
-            source: Source::Platform,
-            alias: None,
-            original_name: "script_run_draft".to_owned(),
-        },
-        read_only: false,
-        input_shape: None,
         signature: Some(
             "script_run_draft(*, name: str | None = None, source: str | None = None, \
              args: dict[str, any] | None = None, review: bool = False) -> struct(result: any, \
@@ -604,8 +596,14 @@ fn run_draft_spec() -> ToolSpec {
                 .to_owned(),
         ),
         roles: Some(AUTHORS),
-        requires_approval: false,
-        people_only: false,
+        ..ToolSpec::new(
+            "script_run_draft".to_owned(),
+            Origin {
+                source: Source::Platform,
+                alias: None,
+                original_name: "script_run_draft".to_owned(),
+            },
+        )
     }
 }
 
@@ -755,7 +753,6 @@ pub(crate) fn script_tool(
         )
     });
     let spec = ToolSpec {
-        name: script_tool_name(name),
         title: Some(name.clone()),
         description,
         input_schema: object(entry.input.json_schema()),
@@ -766,20 +763,19 @@ pub(crate) fn script_tool(
             idempotent: Some(false),
             open_world: None,
         },
-        origin: Origin {
-            source: Source::Script,
-            alias: Some(SCRIPT_NAMESPACE.to_owned()),
-            original_name: name.clone(),
-        },
-        read_only: false,
         input_shape: Some(entry.input.to_fields()),
         signature: Some(entry.input.signature(
             &format!("{SCRIPT_NAMESPACE}.{name}"),
             "struct(result: any, printed: str, run_id: str)",
         )),
-        roles: None,
-        requires_approval: false,
-        people_only: false,
+        ..ToolSpec::new(
+            script_tool_name(name),
+            Origin {
+                source: Source::Script,
+                alias: Some(SCRIPT_NAMESPACE.to_owned()),
+                original_name: name.clone(),
+            },
+        )
     };
     let handler = ScriptTool {
         scripts,

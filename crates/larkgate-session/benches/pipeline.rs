@@ -14,9 +14,7 @@ use larkgate_binding::{Limits, Map};
 use larkgate_caller::Caller;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::registry::RegisteredTool;
-use larkgate_platform::{
-    CallContext, Platform, PlatformServer, RunContext, RunKind, SessionIdentity,
-};
+use larkgate_platform::{CallContext, Platform, PlatformServer, RunContext, SessionIdentity};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ServerCapabilities, ServerConfig,
@@ -97,14 +95,7 @@ async fn setup() -> Setup {
 
 fn identity() -> Arc<SessionIdentity> {
     Arc::new(SessionIdentity {
-        run: RunContext {
-            principal: admin(),
-            run_id: None,
-            kind: RunKind::Direct,
-            depth: 0,
-            chain: Default::default(),
-            upstream_tools: None,
-        },
+        run: RunContext::direct(admin()),
         label: "bench".into(),
     })
 }

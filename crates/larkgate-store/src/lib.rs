@@ -8,8 +8,10 @@
 //! every write in a transaction), and [`PostgresStore`] keeps the same data in a PostgreSQL
 //! schema, for deployments with a database server. One test suite runs on both.
 //!
-//! The trait is async so that a networked database fits it; the SQLite implementation runs
-//! each operation on tokio's blocking pool.
+//! The trait is async so that a networked database fits it. The SQLite implementation runs its
+//! operations on tokio's blocking pool, except the reads of a request's token and principal,
+//! which run on the request's own thread from a read-only connection that never waits (see
+//! `SqliteStore::read`).
 
 #![forbid(unsafe_code)]
 

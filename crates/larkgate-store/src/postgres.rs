@@ -40,7 +40,9 @@ mod principals;
 mod scripts;
 mod sessions;
 pub mod settings;
-#[doc(hidden)]
+/// Test schemas on a test server, for this crate's tests and the crates above (the `testing`
+/// feature, which only their dev-dependencies turn on: never in a build of larkgate itself).
+#[cfg(feature = "testing")]
 pub mod testing;
 mod upstreams;
 

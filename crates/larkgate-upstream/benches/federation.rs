@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use larkgate_binding::{Limits, Map};
 use larkgate_caller::Caller;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
-use larkgate_platform::{Platform, RunContext, RunKind};
+use larkgate_platform::{Platform, RunContext};
 use larkgate_store::{Principal, PrincipalKind, SqliteStore};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::config::UpstreamConfig;
@@ -133,17 +133,12 @@ async fn async_main() {
     let _federation = Federation::start(&platform, vec![config], Arc::new(SystemResolver), None)
         .await
         .unwrap();
-    let run = || RunContext {
-        principal: Principal {
+    let run = || {
+        RunContext::direct(Principal {
             id: "bench".into(),
             kind: PrincipalKind::Service,
             roles: vec!["admin".into()],
-        },
-        run_id: None,
-        kind: RunKind::Direct,
-        depth: 0,
-        chain: Default::default(),
-        upstream_tools: None,
+        })
     };
     let (through, _teardown) =
         larkgate_session::connect(&platform, run(), "bench", Limits::default())

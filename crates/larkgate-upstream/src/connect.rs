@@ -62,19 +62,20 @@ impl UpstreamConfig {
             let manager = self
                 .authorize(Arc::clone(&guard), Arc::clone(&resolver), store, key)
                 .await?;
-            return UpstreamClient::connect_authorized(
-                &endpoint, guard, resolver, manager,
-            )
-            .await
-            .map_err(|error| match down_cause(error) {
-                cause if cause.starts_with("the server answered 401") => format!(
-                    "the server answered 401 Unauthorized to larkgate's OAuth token, which could \
-                     not be refreshed: an operator signs in again with `larkgate upstream login \
-                     {}`",
-                    self.alias
-                ),
-                cause => cause,
-            });
+            return UpstreamClient::connect_authorized(&endpoint, guard, resolver, manager)
+                .await
+                .map_err(|error| {
+                    if error.is_unauthorized() {
+                        format!(
+                            "the server answered 401 Unauthorized to larkgate's OAuth token, which \
+                         could not be refreshed: an operator signs in again with `larkgate \
+                         upstream login {}`",
+                            self.alias
+                        )
+                    } else {
+                        down_cause(error)
+                    }
+                });
         }
         UpstreamClient::connect(&endpoint, guard, resolver)
             .await

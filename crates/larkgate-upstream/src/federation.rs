@@ -137,9 +137,5 @@ impl Federation {
     }
 }
 
-/// How the problems of resource and prompt listings begin among an upstream's `invalid`, so
-/// that a new listing replaces them and leaves the tools' alone.
-const CATALOG_MARK: &str = "resources and prompts: ";
-
 /// An error that must stop larkgate (configuration, not connectivity).
 struct Fatal(String);

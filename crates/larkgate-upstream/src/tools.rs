@@ -131,8 +131,12 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
             idempotent: declared.and_then(|a| a.idempotent_hint),
             open_world: declared.and_then(|a| a.open_world_hint),
         };
+        let origin = Origin {
+            source: Source::Upstream,
+            alias: Some(alias.to_owned()),
+            original_name: original,
+        };
         adoption.specs.push(ToolSpec {
-            name,
             title: tool
                 .title
                 .clone()
@@ -142,16 +146,8 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
             output_schema: tool.output_schema.as_ref().map(|s| (**s).clone()),
             read_only: annotations.read_only == Some(true),
             annotations,
-            origin: Origin {
-                source: Source::Upstream,
-                alias: Some(alias.to_owned()),
-                original_name: original,
-            },
-            input_shape: None,
-            signature: None,
-            roles: None,
             requires_approval: approval == Approval::Always,
-            people_only: false,
+            ..ToolSpec::new(name, origin)
         });
     }
     adoption

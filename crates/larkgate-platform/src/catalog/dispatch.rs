@@ -20,23 +20,15 @@ impl Resolved {
     pub fn dispatch(self, kind: TargetKind) -> RegisteredTool {
         RegisteredTool {
             spec: ToolSpec {
-                name: self.entry.clone(),
-                title: None,
-                description: String::new(),
-                input_schema: serde_json::Map::new(),
-                output_schema: None,
-                annotations: Default::default(),
-                origin: Origin {
-                    source: Source::Upstream,
-                    alias: Some(self.alias.clone()),
-                    original_name: self.original.clone(),
-                },
                 read_only: true,
-                input_shape: None,
-                signature: None,
-                roles: None,
-                requires_approval: false,
-                people_only: false,
+                ..ToolSpec::new(
+                    self.entry.clone(),
+                    Origin {
+                        source: Source::Upstream,
+                        alias: Some(self.alias.clone()),
+                        original_name: self.original.clone(),
+                    },
+                )
             },
             handler: Arc::new(Dispatch { kind, target: self }),
             input: None,

@@ -134,8 +134,7 @@ pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         "larkgate's OAuth sign-in for it cannot be used (the log says why): an operator signs in \
          again with `larkgate upstream login`"
     } else if has("401 unauthorized") || has("authrequired") || has("auth required") {
-        "the server answered 401 Unauthorized: it refused the credentials larkgate sends (the \
-         upstream's headers, or its OAuth sign-in)"
+        UNAUTHORIZED_CAUSE
     } else if has("403 forbidden") || has("insufficientscope") || has("insufficient scope") {
         "the server answered 403 Forbidden: the credentials larkgate sends may not do this"
     } else if has("timed out") || has("elapsed") {
@@ -162,8 +161,58 @@ pub(super) fn classify_text(text: &str, limits: UpstreamLimits) -> UpstreamError
     UpstreamError::Unavailable(text.to_owned())
 }
 
+/// What [`plain_cause`] says of a server that answered 401 Unauthorized.
+const UNAUTHORIZED_CAUSE: &str = "the server answered 401 Unauthorized: it refused the \
+                                  credentials larkgate sends (the upstream's headers, or its \
+                                  OAuth sign-in)";
+
+impl UpstreamError {
+    /// Whether the server refused larkgate's credentials (401), in a session or while
+    /// connecting.
+    pub fn is_unauthorized(&self) -> bool {
+        match self {
+            UpstreamError::Unauthorized => true,
+            UpstreamError::Unavailable(cause) => cause == UNAUTHORIZED_CAUSE,
+            _ => false,
+        }
+    }
+}
+
 impl From<HttpError> for UpstreamError {
     fn from(error: HttpError) -> Self {
         UpstreamError::Unavailable(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_credential_is_told_apart_from_other_failures_by_its_kind() {
+        let cases = [
+            (UpstreamError::Unauthorized, true),
+            (
+                UpstreamError::Unavailable(UNAUTHORIZED_CAUSE.to_owned()),
+                true,
+            ),
+            (
+                UpstreamError::Unavailable("the server did not answer in time".to_owned()),
+                false,
+            ),
+            // A server's own text that merely begins like larkgate's words is not a 401.
+            (
+                UpstreamError::Unavailable(format!("{UNAUTHORIZED_CAUSE}, or so it says")),
+                false,
+            ),
+            (
+                UpstreamError::Protocol("the server answered 401".to_owned()),
+                false,
+            ),
+            (UpstreamError::Timeout(Duration::from_secs(1)), false),
+        ];
+        for (error, unauthorized) in cases {
+            assert_eq!(error.is_unauthorized(), unauthorized, "{error}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use larkgate_platform::registry::prefixed_name;
 use larkgate_store::{AuditKind, PinStatus, now_ms};
 
 use super::upstream::Listing;
-use super::{CATALOG_MARK, FEDERATION_PRINCIPAL, Fatal, Federation, Upstream};
+use super::{FEDERATION_PRINCIPAL, Fatal, Federation, Upstream};
 use crate::client::UpstreamClient;
 use crate::config::UpstreamConfig;
 use crate::pinning::reconcile;
@@ -226,13 +226,9 @@ impl Federation {
         status.resources = resources;
         status.resource_templates = templates;
         status.prompts = prompts;
-        status.invalid.retain(|why| !why.starts_with(CATALOG_MARK));
-        status.invalid.extend(
-            listed
-                .problems
-                .into_iter()
-                .map(|why| format!("{CATALOG_MARK}{why}")),
-        );
+        let mut problems = upstream.problems.lock().unwrap_or_else(|p| p.into_inner());
+        problems.catalog = listed.problems;
+        status.invalid = problems.shown();
     }
 
     /// Checks `listing` against the pins and publishes the usable tools.
@@ -266,19 +262,14 @@ impl Federation {
         status.tools = count;
         status.quarantined = checked.quarantined;
         status.dropped = client.dropped_tools();
-        let catalog_problems = status
-            .invalid
-            .iter()
-            .filter(|why| why.starts_with(CATALOG_MARK))
-            .cloned()
-            .collect::<Vec<_>>();
-        status.invalid = listing
+        let mut problems = upstream.problems.lock().unwrap_or_else(|p| p.into_inner());
+        problems.tools = listing
             .repeated
             .into_iter()
             .chain(adoption.invalid)
             .map(|(name, why)| format!("{name} ({why})"))
-            .chain(catalog_problems)
             .collect();
+        status.invalid = problems.shown();
         Ok(())
     }
 

@@ -67,6 +67,35 @@ pub struct Upstream {
     /// not be read). A change beside it is a `larkgate upstream login`, which a down upstream
     /// does not wait out its backoff for.
     pub(super) credentials_seen: Mutex<Option<Option<Vec<u8>>>>,
+    /// What its listings held that larkgate could not serve, kept per listing.
+    pub(super) problems: Mutex<Problems>,
+}
+
+/// What an upstream listed that larkgate could not serve, kept apart by listing, so that a new
+/// tool listing replaces the tools' problems and leaves those of resources and prompts, and
+/// the other way round.
+#[derive(Debug, Default)]
+pub(super) struct Problems {
+    /// Tools left out, each as `NAME (why)`.
+    pub(super) tools: Vec<String>,
+    /// Resources, templates and prompts left out.
+    pub(super) catalog: Vec<String>,
+}
+
+impl Problems {
+    /// As `upstream list` and the console show them (`UpstreamStatus::invalid`): the tools'
+    /// first, then those of resources and prompts.
+    pub(super) fn shown(&self) -> Vec<String> {
+        self.tools
+            .iter()
+            .cloned()
+            .chain(
+                self.catalog
+                    .iter()
+                    .map(|why| format!("resources and prompts: {why}")),
+            )
+            .collect()
+    }
 }
 
 /// A listing as the server gave it, names made distinct.
@@ -113,6 +142,7 @@ impl Upstream {
             listing: Mutex::new(None),
             retry: Mutex::new(Retry::new()),
             credentials_seen: Mutex::new(None),
+            problems: Mutex::new(Problems::default()),
         })
     }
 

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::{Context as _, bail};
 use larkgate_binding::{FieldShape, Limits, Map, Value, from_json_slice};
 use larkgate_caller::{CallError, Caller};
-use larkgate_platform::{RunContext, RunKind};
+use larkgate_platform::RunContext;
 
 use super::context::Context;
 
@@ -62,14 +62,7 @@ pub(crate) fn arguments_from(
 }
 
 pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
-    let run = RunContext {
-        principal: context.actor.clone(),
-        run_id: None,
-        kind: RunKind::Direct,
-        depth: 0,
-        chain: Default::default(),
-        upstream_tools: None,
-    };
+    let run = RunContext::direct(context.actor.clone());
     let (caller, teardown) =
         larkgate_session::connect(&context.platform, run, "cli", Limits::default()).await?;
     let result = async {

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use larkgate_binding::Map;
-use larkgate_platform::{RunContext, RunKind};
+use larkgate_platform::RunContext;
 
 use super::call::arguments_from;
 use super::context::Context;
@@ -67,14 +67,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         }
         (None, None, Some(name)) => {
             // The operator starts it directly, as `larkgate call` would call its tool.
-            let direct = RunContext {
-                principal: actor.clone(),
-                run_id: None,
-                kind: RunKind::Direct,
-                depth: 0,
-                chain: Default::default(),
-                upstream_tools: None,
-            };
+            let direct = RunContext::direct(actor.clone());
             scripts.published_run(name, Map::new(), &direct).await?
         }
         (None, None, None) => bail!("name a FILE, --draft NAME or --script NAME"),
