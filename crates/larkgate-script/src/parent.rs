@@ -37,6 +37,9 @@ impl WorkerCommand {
     }
 
     fn spawn(&self) -> std::io::Result<Worker> {
+        if live().stopped {
+            return Err(std::io::Error::other("larkgate is stopping"));
+        }
         let child = Command::new(&self.program)
             // Its own process group: a terminal's Ctrl-C (sent to the foreground group) reaches
             // larkgate, which ends runs itself (`serve` gives them its grace period first),
@@ -58,12 +61,29 @@ impl WorkerCommand {
 
 /// Every worker process this process started and still holds, by pid: what [`kill_all`]
 /// kills. A pid leaves the set when its [`Worker`] is dropped, after the run reaped it (or
-/// `kill_on_drop` killed it), so a recycled pid is never signalled.
-static LIVE: std::sync::Mutex<std::collections::BTreeSet<u32>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// `kill_on_drop` killed it), so a recycled pid is never signalled. Once [`kill_all`] has run
+/// (`stopped`), no worker starts, and one whose start was under way is killed as it registers:
+/// a shutdown that lands between a worker's start and its registration leaves none running.
+struct Live {
+    pids: std::collections::BTreeSet<u32>,
+    stopped: bool,
+}
 
-fn live() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<u32>> {
+static LIVE: std::sync::Mutex<Live> = std::sync::Mutex::new(Live {
+    pids: std::collections::BTreeSet::new(),
+    stopped: false,
+});
+
+fn live() -> std::sync::MutexGuard<'static, Live> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kill(pid: u32) -> bool {
+    use rustix::process::{Pid, Signal, kill_process};
+    i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .is_some_and(|pid| kill_process(pid, Signal::KILL).is_ok())
 }
 
 /// A pid's entry in [`LIVE`], removed when dropped.
@@ -72,14 +92,18 @@ struct Registered(u32);
 
 impl Registered {
     fn new(pid: u32) -> Self {
-        live().insert(pid);
+        let mut live = live();
+        if live.stopped {
+            kill(pid);
+        }
+        live.pids.insert(pid);
         Registered(pid)
     }
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        live().remove(&self.0);
+        live().pids.remove(&self.0);
     }
 }
 
@@ -92,14 +116,11 @@ struct Worker {
 
 /// Kills every worker this process has started and not yet reaped — idle ones and those in
 /// the middle of a run (whose runs then end as failed) — for a shutdown that cannot wait for
-/// them. Returns how many were signalled.
+/// them, and keeps any more from starting. Returns how many were signalled.
 pub fn kill_all() -> usize {
-    use rustix::process::{Pid, Signal, kill_process};
-    let pids: Vec<u32> = live().iter().copied().collect();
-    pids.into_iter()
-        .filter_map(|pid| Pid::from_raw(i32::try_from(pid).ok()?))
-        .filter(|&pid| kill_process(pid, Signal::KILL).is_ok())
-        .count()
+    let mut live = live();
+    live.stopped = true;
+    live.pids.iter().filter(|&&pid| kill(pid)).count()
 }
 
 fn limit(limit: &'static str, message: impl Into<String>) -> RunError {
@@ -145,7 +166,8 @@ impl WorkerPool {
     /// each run), and starting a process takes a while: the size is checked again when the new
     /// worker is added, and a worker that would overfill the pool is dropped (killed) instead.
     fn refill(&self) {
-        if self.lock().len() >= self.size {
+        // After `kill_all`, nothing starts: the process is stopping.
+        if live().stopped || self.lock().len() >= self.size {
             return;
         }
         match self.command.spawn() {
