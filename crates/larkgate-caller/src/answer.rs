@@ -88,15 +88,23 @@ impl Code {
     }
 }
 
+/// The name of one of JSON-RPC's own error codes (`parse_error`, ...); `None` for the others.
+pub const fn protocol_name(code: i64) -> Option<&'static str> {
+    match code {
+        PARSE_ERROR => Some("parse_error"),
+        INVALID_REQUEST => Some("invalid_request"),
+        METHOD_NOT_FOUND => Some("method_not_found"),
+        INVALID_PARAMS => Some("invalid_params"),
+        INTERNAL_ERROR => Some("internal_error"),
+        _ => None,
+    }
+}
+
 /// The name an access-log line gives a JSON-RPC error code.
 pub fn name(code: i64) -> Cow<'static, str> {
-    match code {
-        PARSE_ERROR => "parse_error".into(),
-        INVALID_REQUEST => "invalid_request".into(),
-        METHOD_NOT_FOUND => "method_not_found".into(),
-        INVALID_PARAMS => "invalid_params".into(),
-        INTERNAL_ERROR => "internal_error".into(),
-        other => format!("rpc_error_{other}").into(),
+    match protocol_name(code) {
+        Some(name) => Cow::Borrowed(name),
+        None => Cow::Owned(format!("rpc_error_{code}")),
     }
 }
 

@@ -187,10 +187,8 @@ impl EdgeError {
     pub fn outcome(&self) -> &'static str {
         match self.refusal_code() {
             Some(code) => code.as_str(),
-            None => match codes::name(self.code()) {
-                std::borrow::Cow::Borrowed(name) => name,
-                std::borrow::Cow::Owned(_) => "rpc_error",
-            },
+            // Only JSON-RPC's own errors have no refusal code.
+            None => codes::protocol_name(self.code()).unwrap_or("invalid_request"),
         }
     }
 

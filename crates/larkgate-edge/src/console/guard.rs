@@ -183,15 +183,7 @@ pub(super) async fn admin_form(
     csrf: Option<&str>,
 ) -> Result<Signed, Box<Response>> {
     let signed = signed_form(console, headers, csrf).await?;
-    if !access::has_any_role(&signed.principal, ADMINS) {
-        return Err(Box::new(refused(
-            console,
-            &signed,
-            StatusCode::FORBIDDEN,
-            ADMIN_ONLY,
-        )));
-    }
-    Ok(signed)
+    an_admin(console, signed)
 }
 
 /// A signed-in administrator, or the answer for anyone else.
@@ -199,6 +191,11 @@ pub(super) async fn admin(console: &Console, headers: &HeaderMap) -> Result<Sign
     let signed = signed_in(console, headers)
         .await
         .map_err(|not| Box::new(not.into_response()))?;
+    an_admin(console, signed)
+}
+
+/// `signed` if its principal is an admin, else the page that says the page or form is theirs.
+fn an_admin(console: &Console, signed: Signed) -> Result<Signed, Box<Response>> {
     if !access::has_any_role(&signed.principal, ADMINS) {
         return Err(Box::new(refused(
             console,

@@ -17,7 +17,7 @@ use crate::{RunRequest, Scripts, check, upgrade};
 use super::{Tool, object};
 
 /// What a finished run answers with: its result, what it printed, and its id.
-pub(super) fn run_output_schema() -> serde_json::Map<String, serde_json::Value> {
+fn run_output_schema() -> serde_json::Map<String, serde_json::Value> {
     object(serde_json::json!({
         "type": "object",
         "properties": {
@@ -206,7 +206,7 @@ fn finished_output(finished: crate::Finished) -> Result<Map, Refusal> {
 }
 
 /// A published script's tool.
-pub(super) struct ScriptTool {
+struct ScriptTool {
     scripts: Weak<Scripts>,
     name: String,
 }

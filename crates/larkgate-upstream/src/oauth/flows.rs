@@ -112,7 +112,7 @@ where
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn authorization_code<F, Fut>(
+async fn authorization_code<F, Fut>(
     http: GuardedOAuthHttp,
     credentials: Option<SealedCredentials>,
     url: &str,
@@ -189,7 +189,7 @@ pub async fn client_credentials(
         .map_err(SignInError::of(&watch))
 }
 
-pub(super) async fn client_credentials_grant(
+async fn client_credentials_grant(
     http: GuardedOAuthHttp,
     credentials: Option<SealedCredentials>,
     url: &str,
@@ -211,7 +211,7 @@ pub(super) async fn client_credentials_grant(
 }
 
 /// rmcp's state machine for `url`, keeping what it obtains in `credentials` when given.
-pub(super) async fn unauthorized(
+async fn unauthorized(
     http: GuardedOAuthHttp,
     credentials: Option<SealedCredentials>,
     url: &str,

@@ -13,7 +13,7 @@ use crate::guard::Resolve;
 pub const LOGIN_WAIT: Duration = Duration::from_secs(300);
 
 /// The most bytes read of the browser's request to the loopback redirect URI.
-pub(super) const MAX_CALLBACK_REQUEST: usize = 16 * 1024;
+const MAX_CALLBACK_REQUEST: usize = 16 * 1024;
 
 /// Signs a person in to OAuth upstream `config` and stores the tokens in `store`, sealed with
 /// `key`: `larkgate upstream login`. The redirect URI is a loopback port of this process
@@ -93,10 +93,7 @@ pub async fn login(
 /// Waits for the browser's request to `/callback` on `receiver` and answers it; returns the
 /// URL it asked for. Other requests (a browser's `favicon.ico`) are answered 404 and waited past;
 /// a request over [`MAX_CALLBACK_REQUEST`] bytes or without a request line is dropped.
-pub(super) async fn callback(
-    receiver: &tokio::net::TcpListener,
-    port: u16,
-) -> Result<String, AuthError> {
+async fn callback(receiver: &tokio::net::TcpListener, port: u16) -> Result<String, AuthError> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     loop {
         let (mut stream, _) = receiver
