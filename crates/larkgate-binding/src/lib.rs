@@ -7,7 +7,8 @@
 //! ```text
 //!  JSON ──from_json──▶ Value ──to_starlark──▶ Starlark
 //!  JSON ◀──Serialize── Value ◀─from_starlark─ Starlark
-//!  handler input ◀──Plan::bind_value── canonical Map
+//!  canonical Map ◀──InputShape::bind_map── Map           (once per call, in the pipeline)
+//!  handler input ◀──Plan::read_input── canonical Map
 //!  handler output ──Plan::convert_output──▶ canonical Map
 //! ```
 //!

@@ -181,6 +181,14 @@ impl<I: DeserializeOwned, O> Plan<I, O> {
             .map_err(|e| Error::InvalidArguments(format!("{tool}(): {e}")))?;
         Ok((input, canonical))
     }
+
+    /// Reads arguments already bound to this plan's input shape (a canonical map, as the
+    /// platform's pipeline makes it for every call) into the typed input, without binding them
+    /// again: one conversion to JSON and one from it, the input's own deserializer.
+    pub fn read_input(&self, tool: &str, canonical: &Map) -> Result<I> {
+        let json = serde_json::Value::Object(map_to_json(canonical));
+        serde_json::from_value(json).map_err(|e| Error::InvalidArguments(format!("{tool}(): {e}")))
+    }
 }
 
 impl<I, O: Serialize> Plan<I, O> {

@@ -2,9 +2,9 @@
 //!
 //! The engine holds the interpreter and its bindings; it neither knows MCP nor decides whose
 //! authority a run holds. It sees tools through [`Caller`]: a listing ([`Caller::tools`]), a
-//! way to call one ([`Caller::call_tool`]), and what a tool declares about itself
-//! ([`Caller::declares_read_only`]). The production implementation is the in-memory MCP
-//! session of `larkgate-session`; tests may use others.
+//! way to call one ([`Caller::call_tool`]), and a host call of a resource or prompt
+//! ([`Caller::request`]). The production implementation is the in-memory MCP session of
+//! `larkgate-session`; tests may use others.
 //!
 //! A call the platform refused arrives as [`CallError::Refused`] carrying a [`RefusalError`]:
 //! the envelope's code, its retry-after, and the result's own text, so a refusal the engine does
@@ -13,13 +13,15 @@
 //!
 //! The wire types every crate shares live here too ([`wire`]): the refusal [`Code`], the
 //! [`Envelope`] and the [`RunKind`]; and the one table from a [`Code`] to the JSON-RPC error
-//! code and HTTP status every edge answers with ([`answer`]). [`Origin`], [`Source`] and [`Annotations`] are also the
-//! platform's own types for what it writes into a listing's `_meta`: one definition for the
-//! writer and the reader.
+//! code and HTTP status every edge answers with ([`answer`]); and the write barrier's one
+//! decision ([`barrier`]). [`Origin`], [`Source`] and [`Annotations`] are also the platform's
+//! own types for what it writes into a listing's `_meta`: one definition for the writer and
+//! the reader.
 
 #![forbid(unsafe_code)]
 
 pub mod answer;
+pub mod barrier;
 pub mod wire;
 
 use std::fmt;
@@ -193,11 +195,6 @@ pub trait Caller: Send + Sync {
         name: &str,
         arguments: Map,
     ) -> impl Future<Output = Result<Map, CallError>> + Send;
-
-    /// Whether this session's listing declares `name` read-only, and whether it lists `name`
-    /// at all: `(read_only, known)`. The annotation is a plain bool in the protocol, so
-    /// "declared false" and "declared nothing" are one answer; only `true` is a statement.
-    fn declares_read_only(&self, name: &str) -> impl Future<Output = (bool, bool)> + Send;
 
     /// A host call of any [`Target`]: a tool call as [`Caller::call_tool`]; a resource read,
     /// answered `{"contents": [...]}`; a prompt get, answered `{"description": ...,

@@ -11,7 +11,7 @@
 //! ## Across replicas
 //!
 //! When the store is shared by replicas (PostgreSQL), each session is also entered in it
-//! ([`larkgate_store::Store::open_session`]) with its owner, and the caps count there, across
+//! ([`larkgate_store::SessionStore::open_session`]) with its owner, and the caps count there, across
 //! replicas. rmcp keeps the session's `initialize` parameters through [`SharedSessions`] (its
 //! session store), and a request for a session this replica does not hold is *restored*: rmcp
 //! loads the parameters, [`RegisteredSessions::restore_session`] makes a local worker for it,

@@ -30,7 +30,7 @@
 //! Every larkgate process that journals (a *replica*: one data directory, `audit/replica.rs`)
 //! numbers its records in its own sequence, and journals them unchained. The store links each
 //! flushed batch after the chain's head under its lock on the chain
-//! ([`larkgate_store::Store::chain_audit`]): a lock per batch, not per record, so any number of
+//! ([`larkgate_store::AuditStore::chain_audit`]): a lock per batch, not per record, so any number of
 //! replicas sharing a PostgreSQL database append to one chain. An outcome names its intent by
 //! the intent's local sequence, translated to the intent's place in the chain when linked; a
 //! replica's records are linked in its own order, so an outcome never precedes its intent. A

@@ -216,10 +216,12 @@ where
 {
     async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
         let name = self.declared.info.name;
-        let (input, _) = self
+        // The pipeline's `arguments` step bound `arguments` to this plan's input shape (the
+        // registry's input shape for this tool is the plan's): read, not bound again.
+        let input = self
             .declared
             .plan
-            .bind_value(name, &arguments)
+            .read_input(name, &arguments)
             .map_err(|e| crate::envelope::refuse_arguments(&e))?;
         let limits = context.services.limits.values;
         let output = (self.handler)(context.clone(), input).await?;

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use allocative::Allocative;
 use larkgate_binding::{InputShape, Limits, Map, Value, from_starlark, map_to_starlark};
-use larkgate_caller::{CallError, Caller, Code, RefusalError, Target, ToolInfo};
+use larkgate_caller::barrier::{Barrier, write_barrier};
+use larkgate_caller::{CallError, Caller, Code, RefusalError, RunKind, Target, ToolInfo};
 use starlark::any::ProvidesStaticType;
 use starlark::collections::SmallMap;
 use starlark::environment::GlobalsBuilder;
@@ -119,17 +120,19 @@ impl RunState {
     /// read-only, so drafts make them; every kind counts toward the run's tool calls.
     fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallOutcome> {
         if self.draft && target == Target::Tool {
-            // The tool must exist first: an unknown name goes to the server, which answers
-            // `not_found` in the same words for hidden and missing tools.
+            // Refused here with the pipeline's own decision, to spare the round trip; the
+            // pipeline decides again. The tool must exist first: an unknown name goes to the
+            // server, which answers `not_found` in the same words for hidden and missing tools.
             if let Some(tool) = self.tool(name)
-                && tool.annotations.read_only != Some(true)
+                && let Barrier::Refuse(envelope) = write_barrier(
+                    Some(RunKind::Draft),
+                    name,
+                    tool.annotations.read_only == Some(true),
+                )
             {
                 return Err(CallOutcome::Refused(RefusalError::new(
-                    Code::WriteBarrier,
-                    format!(
-                        "a draft run may call only read-only tools, and {name} may write \
-                             (publish the script to run it with write access)"
-                    ),
+                    envelope.code,
+                    envelope.text(),
                 )));
             }
         }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use larkgate_binding::{InputShape, Map, from_json, map_to_json};
-use larkgate_caller::{CallError, Caller, Code, Target, ToolInfo};
+use larkgate_binding::{Map, from_json, map_to_json};
+use larkgate_caller::{CallError, Caller, Code, Target};
 use tokio::process::{Child, Command};
 use tracing::Instrument;
 
@@ -361,7 +361,7 @@ async fn drive<C: Caller>(
                         // A slow tool is bounded by the run's deadline like the worker is.
                         // One timer for the whole run: registering one per call would wake
                         // the runtime's timer driver every time.
-                        let call = answer(caller, &listing, target, &name, &arguments, limits);
+                        let call = answer(caller, target, &name, &arguments, limits);
                         handle
                             .block_on(async {
                                 tokio::select! {
@@ -442,7 +442,6 @@ const LAST_WORDS: usize = 64 * 1024;
 /// Re-binds a worker's call against the tool's shape and makes it.
 async fn answer<C: Caller>(
     caller: &C,
-    listing: &[ToolInfo],
     target: Target,
     name: &str,
     arguments: &serde_json::Value,
@@ -453,22 +452,14 @@ async fn answer<C: Caller>(
         text,
         retry_after_ms: None,
     };
+    // Conversion 2 of 4 on a host call's way (JSON to value, within the run's value limits):
+    // the caller takes values. The arguments are not bound to the tool's input shape here:
+    // the worker bound them for the author's message, and the pipeline binds them, with
+    // authority, whatever the worker sent.
     let map = match from_json(arguments, limits.values) {
         Ok(larkgate_binding::Value::Map(map)) => map,
         Ok(_) => return refused(Code::InvalidArguments, "arguments must be an object".into()),
         Err(e) => return refused(Code::InvalidArguments, e.to_string()),
-    };
-    // The worker's binding is never authoritative: bind again here.
-    let shape = listing
-        .iter()
-        .find(|t| t.name == name && target == Target::Tool)
-        .and_then(|t| t.input_shape.clone());
-    let map = match shape {
-        Some(shape) => match InputShape::new(shape).and_then(|s| s.bind_map(name, &map)) {
-            Ok(map) => map,
-            Err(e) => return refused(Code::InvalidArguments, e.to_string()),
-        },
-        None => map,
     };
     let span = tracing::info_span!(
         "script.host_call",

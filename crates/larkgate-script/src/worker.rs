@@ -13,9 +13,10 @@
 //!   eaten by per-thread arenas;
 //! - talks to the parent only through length-prefixed JSON frames on stdin/stdout.
 //!
-//! The parent owns the run's MCP session. It caps every frame, re-binds every call's
-//! arguments against the tool's input shape (the worker's binding is never authoritative),
-//! counts tool calls itself, and kills the worker at the deadline. A worker that dies names its
+//! The parent owns the run's MCP session. It caps every frame, counts tool calls itself, and
+//! kills the worker at the deadline; every call it passes on crosses the platform's pipeline,
+//! which binds the arguments to the tool's input shape with authority (the worker's binding
+//! only words the author's error early). A worker that dies names its
 //! cause on stderr first — the memory cap or the address space (the allocator's report), a
 //! native stack overflow (Rust's runtime) — and the parent reads it with the exit status
 //! ([`crate::parent`]): `limit_exceeded` names the limit that was hit, and a death nobody
@@ -67,7 +68,8 @@ pub enum FromWorker {
         target: Target,
         /// The tool, the resource's URI or the prompt.
         name: String,
-        /// Its arguments as the worker bound them (the parent binds again).
+        /// Its arguments as the worker bound them (the pipeline binds them again, with
+        /// authority).
         arguments: serde_json::Value,
     },
     /// The run ended.
@@ -226,6 +228,7 @@ impl Host for PipeHost {
     fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
         let mut pipes = self.pipes.lock().unwrap_or_else(|p| p.into_inner());
         let Pipes { input, output } = &mut *pipes;
+        // Conversion 1 of 4 on a host call's way (value to JSON): a frame is JSON.
         let call = FromWorker::Call {
             target,
             name: name.to_owned(),

@@ -240,6 +240,8 @@ impl Caller for SessionCaller {
 
     async fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
         let mut params = CallToolRequestParams::new(name.to_owned());
+        // Conversion 3 of 4 on a script's host call (value to JSON): an MCP request carries
+        // JSON. The pipeline makes the fourth (JSON to value) and binds the arguments there.
         params.arguments = Some(larkgate_binding::map_to_json(&arguments));
         // The platform's spans for this call are children of the caller's (a host call's).
         if let Some((parent, state)) = trace_context::traceparent_of(&tracing::Span::current()) {
@@ -282,16 +284,6 @@ impl Caller for SessionCaller {
         }
         from_json_object(&answer, self.limits)
             .map_err(|e| CallError::Transport(format!("the answer to {name} is unusable: {e}")))
-    }
-
-    async fn declares_read_only(&self, name: &str) -> (bool, bool) {
-        match self.listing().await {
-            Ok(tools) => match tools.iter().find(|t| t.name == name) {
-                Some(tool) => (tool.annotations.read_only == Some(true), true),
-                None => (false, false),
-            },
-            Err(_) => (false, false),
-        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! How records join the audit chain: the hash every record carries, and how a replica's
-//! journaled records are linked after the chain's head ([`crate::Store::chain_audit`]).
+//! journaled records are linked after the chain's head ([`crate::AuditStore::chain_audit`]).
 //!
 //! Each larkgate process (a *replica*: one data directory) numbers its records in its own
 //! journal (`local_seq`). The chain's global sequence and hashes are assigned only when a batch

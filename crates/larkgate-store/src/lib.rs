@@ -1,23 +1,28 @@
-//! larkgate's persistence, behind one trait.
+//! larkgate's persistence: what it keeps, behind one trait per section of the data.
 //!
-//! [`Store`] is everything larkgate keeps, in the trait's sections: principals and their
-//! bearer tokens; the built-in key-value data; approvals; script drafts, published versions and
-//! run records; federated upstreams and the pins of their tools; and the audit chain (records,
-//! its head, and the inbox of events forwarded by processes that do not own it). Callers hold
-//! no SQL; [`SqliteStore`] is the embedded default (one file under the data directory, WAL,
-//! every write in a transaction), and [`PostgresStore`] keeps the same data in a PostgreSQL
-//! schema, for deployments with a database server. One test suite runs on both.
+//! [`Store`] is everything larkgate keeps: [`PrincipalStore`] (principals and their bearer
+//! tokens), [`KvStore`] (the built-in key-value data), [`ApprovalStore`], [`ScriptStore`]
+//! (drafts, published versions and run records), [`UpstreamStore`] (federated upstreams, the
+//! pins of their tools and their sealed credentials), [`SessionStore`] (sessions several
+//! replicas serve) and [`AuditStore`] (the chain, its head, and the inbox of entries forwarded
+//! by processes that do not own it). Callers hold no SQL. [`SqliteStore`] is the embedded
+//! default (one file under the data directory, WAL, every write in a transaction), and
+//! [`PostgresStore`] keeps the same data in a PostgreSQL schema, for deployments with a
+//! database server. Each backend implements each section in a file of its own; both read a
+//! row back through the same decoder (`rows.rs`), and one test suite runs on both.
 //!
-//! The trait is async so that a networked database fits it. The SQLite implementation runs its
+//! The traits are async so that a networked database fits them. The SQLite store runs its
 //! operations on tokio's blocking pool, except the reads of a request's token and principal,
 //! which run on the request's own thread from a read-only connection that never waits (see
-//! `SqliteStore::read`).
+//! `SqliteStore::read`), and [`AuditStore::forward_audit`], which blocks its caller for one
+//! small commit by design.
 
 #![forbid(unsafe_code)]
 
 pub mod chain;
 mod model;
 pub mod postgres;
+mod rows;
 mod sqlite;
 
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
@@ -171,7 +176,7 @@ impl Change {
 }
 
 /// The right to append to a store's audit chain, held by one process at a time
-/// ([`Store::claim_audit_chain`]); dropping it gives the right up.
+/// ([`AuditStore::claim_audit_replica`]); dropping it gives the right up.
 pub struct AuditChainClaim {
     _held: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
@@ -238,11 +243,21 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Everything larkgate persists. See the crate documentation.
+/// Everything larkgate persists (see the crate documentation): every section, and what concerns
+/// the store as a whole. On a `dyn Store` every section's operations are at hand; on a concrete
+/// store, import the section's trait.
 #[async_trait::async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    // ---- the store itself ----
-
+pub trait Store:
+    PrincipalStore
+    + KvStore
+    + ApprovalStore
+    + ScriptStore
+    + UpstreamStore
+    + SessionStore
+    + AuditStore
+    + std::fmt::Debug
+    + 'static
+{
     /// Where the store is, for the operator: a file, or a database and schema (never a
     /// password).
     fn describe(&self) -> String;
@@ -264,16 +279,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn watch_changes(&self) -> Option<tokio::sync::broadcast::Receiver<Change>> {
         None
     }
-    /// Claims the name `replica` for this process while it appends to the chain: `None` if
-    /// another live process sharing the store uses that name (two processes journaling under
-    /// one name would number their records alike). Stores whose processes share one data
-    /// directory are already guarded by the audit log's own file lock, and answer a free claim.
-    async fn claim_audit_replica(&self, _replica: &str) -> Result<Option<AuditChainClaim>> {
-        Ok(Some(AuditChainClaim::free()))
-    }
+}
 
-    // ---- principals ----
-
+/// Principals and their bearer tokens: who may call, and the credentials that name them.
+#[async_trait::async_trait]
+pub trait PrincipalStore: Send + Sync {
     /// Registers a new principal; [`StoreError::Conflict`] if the id is taken.
     async fn add_principal(&self, principal: Principal) -> Result<()>;
     /// One principal.
@@ -285,8 +295,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Removes a principal; [`StoreError::Missing`] if it does not exist.
     async fn remove_principal(&self, id: &str) -> Result<()>;
 
-    // ---- the built-in key-value data ----
+    /// Stores a new token.
+    async fn add_token(&self, token: TokenRecord) -> Result<()>;
+    /// One token by id.
+    async fn token(&self, id: &str) -> Result<Option<TokenRecord>>;
+    /// Tokens, all or one principal's, oldest first.
+    async fn tokens(&self, principal: Option<&str>) -> Result<Vec<TokenRecord>>;
+    /// Revokes a token at `now_ms`; `false` if there is no such token (revoking twice keeps
+    /// the first time).
+    async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool>;
+}
 
+/// The built-in key-value data.
+#[async_trait::async_trait]
+pub trait KvStore: Send + Sync {
     /// The value of `key`.
     async fn kv_get(&self, key: &str) -> Result<Option<String>>;
     /// Up to `limit` entries in key order, with keys starting with `prefix` and sorting after
@@ -301,9 +323,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn kv_set(&self, key: &str, value: &str) -> Result<bool>;
     /// Deletes `key`; returns whether it existed.
     async fn kv_delete(&self, key: &str) -> Result<bool>;
+}
 
-    // ---- approvals ----
-
+/// Approvals: one pending request per call, resolved once, consumed once.
+#[async_trait::async_trait]
+pub trait ApprovalStore: Send + Sync {
     /// The pending approval for {principal, tool, arguments hash, chain}, created (with the
     /// chain's authors and `details`) if there is none, so repeated refused calls share one
     /// record.
@@ -347,9 +371,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn approval(&self, id: &str) -> Result<Option<Approval>>;
     /// Approvals, newest first, optionally only those with `status`.
     async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>>;
+}
 
-    // ---- scripts and runs ----
-
+/// Script drafts, published versions, and run records.
+#[async_trait::async_trait]
+pub trait ScriptStore: Send + Sync {
     /// Saves a draft as `author`: creates it, or replaces its source if `author` wrote it.
     /// [`StoreError::Conflict`] if another principal owns a draft of that name.
     async fn save_draft(
@@ -395,9 +421,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// The newest review run of the saved draft `script` that ran exactly the source with
     /// SHA-256 `hash` and succeeded: what a publisher is shown before that source is published.
     async fn latest_review(&self, script: &str, hash: &str) -> Result<Option<Run>>;
+}
 
-    // ---- upstreams ----
-
+/// Federated upstreams added at run time, the pins of their tools, their sealed credentials, and
+/// the running gateway's view of them.
+#[async_trait::async_trait]
+pub trait UpstreamStore: Send + Sync {
     /// Saves an upstream added at run time (replacing one of the same alias).
     async fn save_upstream(&self, upstream: UpstreamRecord) -> Result<()>;
     /// Every stored upstream, by alias.
@@ -428,21 +457,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Forgets an upstream's credentials; `false` if it had none. Removing a stored upstream
     /// forgets them too.
     async fn remove_upstream_credentials(&self, alias: &str) -> Result<bool>;
+}
 
-    // ---- tokens ----
-
-    /// Stores a new token.
-    async fn add_token(&self, token: TokenRecord) -> Result<()>;
-    /// One token by id.
-    async fn token(&self, id: &str) -> Result<Option<TokenRecord>>;
-    /// Tokens, all or one principal's, oldest first.
-    async fn tokens(&self, principal: Option<&str>) -> Result<Vec<TokenRecord>>;
-    /// Revokes a token at `now_ms`; `false` if there is no such token (revoking twice keeps
-    /// the first time).
-    async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool>;
-
-    // ---- sessions shared by replicas ----
-
+/// 2025-11-25 sessions that several replicas serve.
+#[async_trait::async_trait]
+pub trait SessionStore: Send + Sync {
     /// Opens a 2025-11-25 session if fewer than its caps' sessions are open (unexpired at
     /// `now_ms`): `Ok(None)` when opened, else the cap that refused it. Checked and entered
     /// under one lock, so replicas opening sessions at once cannot overshoot a cap.
@@ -456,8 +475,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn touch_session(&self, id: &str, expires_at_ms: i64) -> Result<()>;
     /// Closes session `id` (its client ended it).
     async fn close_session(&self, id: &str) -> Result<()>;
+}
 
-    // ---- audit ----
+/// The audit chain: its records and head, replicas' journals chained into it, and the inbox of
+/// entries forwarded by processes that do not own it.
+#[async_trait::async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Claims the name `replica` for this process while it appends to the chain: `None` if
+    /// another live process sharing the store uses that name (two processes journaling under
+    /// one name would number their records alike). Stores whose processes share one data
+    /// directory are already guarded by the audit log's own file lock, and answer a free claim.
+    async fn claim_audit_replica(&self, _replica: &str) -> Result<Option<AuditChainClaim>> {
+        Ok(Some(AuditChainClaim::free()))
+    }
 
     /// Appends records (already sequenced and chained) in one transaction, and moves the
     /// chain's head to the last one. Records whose sequence is already stored are skipped, so a
@@ -465,7 +495,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn append_audit(&self, records: Vec<AuditRecord>) -> Result<()> {
         self.append_audit_adopting(records, Vec::new()).await
     }
-    /// [`Store::append_audit`], and in the same transaction deletes the forwarded entries
+    /// [`AuditStore::append_audit`], and in the same transaction deletes the forwarded entries
     /// `adopted` from the inbox: the records include them, so each is chained exactly once.
     async fn append_audit_adopting(
         &self,

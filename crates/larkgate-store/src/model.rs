@@ -287,7 +287,7 @@ pub struct AuditQuery {
     pub tool: Option<String>,
 }
 
-/// Which runs [`crate::Store::runs`] answers, newest first.
+/// Which runs [`crate::ScriptStore::runs`] answers, newest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunQuery {
     /// Only runs of this script (saved drafts and published versions).
@@ -548,7 +548,7 @@ pub struct SharedSession {
     pub expires_at_ms: i64,
 }
 
-/// A 2025-11-25 session to open, under its caps ([`crate::Store::open_session`]).
+/// A 2025-11-25 session to open, under its caps ([`crate::SessionStore::open_session`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewSession {
     /// Its id.
@@ -565,7 +565,7 @@ pub struct NewSession {
     pub total: usize,
 }
 
-/// Which cap refused a session ([`crate::Store::open_session`]).
+/// Which cap refused a session ([`crate::SessionStore::open_session`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SessionCapReached {
     /// The owner's own.

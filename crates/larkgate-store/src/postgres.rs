@@ -16,10 +16,10 @@
 //!   at the next checkout, so service resumes by itself when the database comes back.
 //! - **Migrations** (`migrations.rs`) run at open under an advisory lock, and a schema newer
 //!   than this larkgate is refused.
-//! - **Any number of processes chain into one audit chain** ([`Store::chain_audit`]): each
+//! - **Any number of processes chain into one audit chain** ([`crate::AuditStore::chain_audit`]): each
 //!   batch is linked after the head under a transaction-level advisory lock on the schema's
 //!   chain, so the lock is held for one batch, never per record and never across a crash. A
-//!   replica's name is held by one live process at a time ([`Store::claim_audit_replica`]: a
+//!   replica's name is held by one live process at a time ([`crate::AuditStore::claim_audit_replica`]: a
 //!   session-level advisory lock on a connection of its own). A record appended already
 //!   chained whose sequence is stored with another hash is refused (the chain forked), never
 //!   skipped.
@@ -54,12 +54,7 @@ use tokio_postgres::NoTls;
 pub use migrations::{Migrated, SCHEMA_VERSION};
 pub use settings::PostgresSettings;
 
-use crate::{
-    Approval, ApprovalDetails, ApprovalStatus, AuditChainClaim, AuditHead, AuditQuery, AuditRecord,
-    CallChain, Draft, ForwardedAudit, JournaledAudit, PoolStatus, Principal, Result, Run, RunQuery,
-    ScriptPin, ScriptVersion, Store, StoreError, TokenRecord, ToolPin, UpstreamRecord,
-    UpstreamStatusRecord, chain_column, join_roles, signed, split_roles,
-};
+use crate::{PoolStatus, Result, Store, StoreError};
 
 /// The PostgreSQL implementation of [`Store`].
 #[derive(Clone)]
@@ -207,13 +202,11 @@ impl Store for PostgresStore {
     fn describe(&self) -> String {
         self.described.clone()
     }
-
     async fn ping(&self) -> Result<()> {
         let client = self.client().await?;
         client.simple_query("SELECT 1").await?;
         Ok(())
     }
-
     fn pool_status(&self) -> Option<PoolStatus> {
         let status = self.pool.status();
         Some(PoolStatus {
@@ -223,296 +216,10 @@ impl Store for PostgresStore {
             waiting: status.waiting,
         })
     }
-
     fn shared_by_replicas(&self) -> bool {
         true
     }
-
     fn watch_changes(&self) -> Option<tokio::sync::broadcast::Receiver<crate::Change>> {
         Some(changes::listen(self))
-    }
-
-    async fn claim_audit_replica(&self, replica: &str) -> Result<Option<AuditChainClaim>> {
-        audit::claim_replica(self, replica).await
-    }
-
-    async fn add_principal(&self, principal: Principal) -> Result<()> {
-        principals::add_principal(self, principal).await
-    }
-
-    async fn principal(&self, id: &str) -> Result<Option<Principal>> {
-        principals::principal(self, id).await
-    }
-
-    async fn principals(&self) -> Result<Vec<Principal>> {
-        principals::principals(self).await
-    }
-
-    async fn set_roles(&self, id: &str, roles: Vec<String>) -> Result<()> {
-        principals::set_roles(self, id, roles).await
-    }
-
-    async fn remove_principal(&self, id: &str) -> Result<()> {
-        principals::remove_principal(self, id).await
-    }
-
-    async fn kv_get(&self, key: &str) -> Result<Option<String>> {
-        kv::kv_get(self, key).await
-    }
-
-    async fn kv_list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
-        kv::kv_list(self, prefix, after, signed(limit as u64)).await
-    }
-
-    async fn kv_set(&self, key: &str, value: &str) -> Result<bool> {
-        kv::kv_set(self, key, value).await
-    }
-
-    async fn kv_delete(&self, key: &str) -> Result<bool> {
-        kv::kv_delete(self, key).await
-    }
-
-    async fn pending_approval(
-        &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
-        details: &ApprovalDetails,
-        now_ms: i64,
-    ) -> Result<Approval> {
-        approvals::pending_approval(self, principal, tool, args_hash, chain, details, now_ms).await
-    }
-
-    async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64> {
-        approvals::expire_approvals(self, created_before_ms).await
-    }
-
-    async fn resolved_approval(
-        &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
-    ) -> Result<Option<Approval>> {
-        approvals::resolved_approval(self, principal, tool, args_hash, chain).await
-    }
-
-    async fn consume_approval(&self, id: &str, now_ms: i64) -> Result<bool> {
-        approvals::consume_approval(self, id, now_ms).await
-    }
-
-    async fn resolve_approval(
-        &self,
-        id: &str,
-        approver: &str,
-        approve: bool,
-        reason: Option<&str>,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<Approval> {
-        approvals::resolve_approval(self, id, approver, approve, reason, now_ms, expires_at_ms)
-            .await
-    }
-
-    async fn approval(&self, id: &str) -> Result<Option<Approval>> {
-        approvals::approval(self, id).await
-    }
-
-    async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>> {
-        approvals::approvals(self, status).await
-    }
-
-    async fn save_draft(
-        &self,
-        name: &str,
-        source: &str,
-        author: &str,
-        now_ms: i64,
-    ) -> Result<Draft> {
-        scripts::save_draft(self, name, source, author, now_ms).await
-    }
-
-    async fn draft(&self, name: &str) -> Result<Option<Draft>> {
-        scripts::draft(self, name).await
-    }
-
-    async fn drafts(&self) -> Result<Vec<Draft>> {
-        scripts::drafts(self).await
-    }
-
-    async fn publish(
-        &self,
-        name: &str,
-        source: &str,
-        hash: &str,
-        publisher: &str,
-        pins: &[ScriptPin],
-        now_ms: i64,
-    ) -> Result<ScriptVersion> {
-        scripts::publish(self, name, source, hash, publisher, pins, now_ms).await
-    }
-
-    async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>> {
-        scripts::versions(self, name).await
-    }
-
-    async fn latest_version(&self, name: &str) -> Result<Option<ScriptVersion>> {
-        scripts::latest_version(self, name).await
-    }
-
-    async fn latest_versions(&self) -> Result<Vec<ScriptVersion>> {
-        scripts::latest_versions(self).await
-    }
-
-    async fn start_run(&self, run: Run) -> Result<()> {
-        scripts::start_run(self, run).await
-    }
-
-    async fn finish_run(&self, run: Run) -> Result<()> {
-        scripts::finish_run(self, run).await
-    }
-
-    async fn run(&self, id: &str) -> Result<Option<Run>> {
-        scripts::run(self, id).await
-    }
-
-    async fn runs(&self, query: &RunQuery) -> Result<Vec<Run>> {
-        scripts::runs(self, query).await
-    }
-
-    async fn latest_review(&self, script: &str, hash: &str) -> Result<Option<Run>> {
-        scripts::latest_review(self, script, hash).await
-    }
-
-    async fn save_upstream(&self, upstream: UpstreamRecord) -> Result<()> {
-        upstreams::save_upstream(self, upstream).await
-    }
-
-    async fn upstreams(&self) -> Result<Vec<UpstreamRecord>> {
-        upstreams::upstreams(self).await
-    }
-
-    async fn remove_upstream(&self, alias: &str) -> Result<bool> {
-        upstreams::remove_upstream(self, alias).await
-    }
-
-    async fn pins(&self, alias: &str) -> Result<Vec<ToolPin>> {
-        upstreams::pins(self, alias).await
-    }
-
-    async fn save_pins(&self, pins: Vec<ToolPin>) -> Result<()> {
-        upstreams::save_pins(self, &pins).await
-    }
-
-    async fn upstreams_revision(&self) -> Result<i64> {
-        upstreams::revision(self).await
-    }
-
-    async fn save_upstream_statuses(&self, statuses: Vec<UpstreamStatusRecord>) -> Result<()> {
-        upstreams::save_statuses(self, &statuses).await
-    }
-
-    async fn upstream_statuses(&self) -> Result<Vec<UpstreamStatusRecord>> {
-        upstreams::statuses(self).await
-    }
-
-    async fn upstream_credentials(&self, alias: &str) -> Result<Option<Vec<u8>>> {
-        upstreams::credentials(self, alias).await
-    }
-
-    async fn save_upstream_credentials(
-        &self,
-        alias: &str,
-        sealed: Vec<u8>,
-        now_ms: i64,
-    ) -> Result<()> {
-        upstreams::save_credentials(self, alias, &sealed, now_ms).await
-    }
-
-    async fn remove_upstream_credentials(&self, alias: &str) -> Result<bool> {
-        upstreams::remove_credentials(self, alias).await
-    }
-
-    async fn add_token(&self, token: TokenRecord) -> Result<()> {
-        principals::add_token(self, token).await
-    }
-
-    async fn token(&self, id: &str) -> Result<Option<TokenRecord>> {
-        principals::token(self, id).await
-    }
-
-    async fn tokens(&self, principal: Option<&str>) -> Result<Vec<TokenRecord>> {
-        principals::tokens(self, principal).await
-    }
-
-    async fn revoke_token(&self, id: &str, now_ms: i64) -> Result<bool> {
-        principals::revoke_token(self, id, now_ms).await
-    }
-
-    async fn open_session(
-        &self,
-        session: crate::NewSession,
-    ) -> Result<Option<crate::SessionCapReached>> {
-        sessions::open_session(self, &session).await
-    }
-
-    async fn save_session_state(&self, id: &str, state: &str) -> Result<()> {
-        sessions::save_session_state(self, id, state).await
-    }
-
-    async fn session(&self, id: &str, now_ms: i64) -> Result<Option<crate::SharedSession>> {
-        sessions::session(self, id, now_ms).await
-    }
-
-    async fn touch_session(&self, id: &str, expires_at_ms: i64) -> Result<()> {
-        sessions::touch_session(self, id, expires_at_ms).await
-    }
-
-    async fn close_session(&self, id: &str) -> Result<()> {
-        sessions::close_session(self, id).await
-    }
-
-    async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        audit::chain_audit(self, replica, entries).await
-    }
-
-    async fn audit_local_head(&self, replica: &str) -> Result<u64> {
-        audit::audit_local_head(self, replica).await
-    }
-
-    async fn append_audit_adopting(
-        &self,
-        records: Vec<AuditRecord>,
-        adopted: Vec<i64>,
-    ) -> Result<()> {
-        if records.is_empty() && adopted.is_empty() {
-            return Ok(());
-        }
-        audit::append_audit_adopting(self, records, adopted).await
-    }
-
-    fn forward_audit(&self, at_ms: i64, entry: &str) -> Result<i64> {
-        audit::forward_audit(self, at_ms, entry)
-    }
-
-    async fn forwarded_audit(&self, limit: usize) -> Result<Vec<ForwardedAudit>> {
-        audit::forwarded_audit(self, signed(limit as u64)).await
-    }
-
-    async fn audit_head(&self) -> Result<Option<AuditHead>> {
-        audit::audit_head(self).await
-    }
-
-    async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>> {
-        audit::audit_records(self, query).await
     }
 }

@@ -6,7 +6,7 @@
 //! replays its journal under the same name, so nothing is chained twice. An operator may write
 //! a name of their own (letters, digits, `-`, `_`; up to 64) into the file before the first
 //! start. Two live processes may not share a name: the store refuses the second
-//! ([`larkgate_store::Store::claim_audit_replica`]), so a copied data directory fails safe.
+//! ([`larkgate_store::AuditStore::claim_audit_replica`]), so a copied data directory fails safe.
 
 use std::io::Write;
 use std::path::Path;

@@ -1,10 +1,11 @@
-//! `write barrier`: a draft run may call only tools classified read-only. The classification
-//! is the registry's (fail closed: a tool whose read-only status is unknown is a write; an
-//! upstream's `readOnlyHint` counts here, and nowhere else). A review run's call to any other
-//! tool is not refused but intercepted: recorded as an intended write, never made
-//! ([`crate::review`]).
+//! `write barrier`: a draft run may call only tools classified read-only; a review run's call to
+//! any other tool is not refused but intercepted, recorded as an intended write and never made
+//! ([`crate::review`]). The decision is [`larkgate_caller::barrier::write_barrier`]'s, from the
+//! registry's classification (fail closed: a tool whose read-only status is unknown is a
+//! write); this step is where it is authoritative.
 
-use crate::envelope::{Code, Refusal};
+use crate::envelope::Refusal;
+use larkgate_caller::barrier::{Barrier, write_barrier};
 use std::sync::Arc;
 
 use crate::identity::RunKind;
@@ -33,23 +34,19 @@ impl Step for WriteBarrier {
             self.services.reviews.called(run_id, &request.tool);
         }
         let read_only = request.resolved.as_ref().is_some_and(|t| t.spec.read_only);
-        if read_only {
-            return Ok(());
+        match write_barrier(kind, &request.tool, read_only) {
+            Barrier::Pass => Ok(()),
+            Barrier::Intercept => {
+                request.intercepted = true;
+                Ok(())
+            }
+            Barrier::Refuse(envelope) => {
+                let refusal = Refusal::new(envelope.code, envelope.message);
+                Err(match envelope.hint {
+                    Some(hint) => refusal.with_hint(hint),
+                    None => refusal,
+                })
+            }
         }
-        if kind == Some(RunKind::Review) {
-            request.intercepted = true;
-            return Ok(());
-        }
-        if kind == Some(RunKind::Draft) {
-            return Err(Refusal::new(
-                Code::WriteBarrier,
-                format!(
-                    "a draft run may call only read-only tools, and {} may write",
-                    request.tool
-                ),
-            )
-            .with_hint("publish the script to run it with write access"));
-        }
-        Ok(())
     }
 }

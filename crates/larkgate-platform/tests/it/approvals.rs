@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use larkgate_binding::{Map, Value};
 use larkgate_caller::Caller;
-use larkgate_store::{AuditKind, AuditQuery, Store};
+use larkgate_store::{ApprovalStore, AuditKind, AuditQuery, AuditStore, PrincipalStore};
 
 use crate::harness::{Harness, args, refusal};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use larkgate_platform::audit::{
     AuditCode, AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, ForwardingAudit, verify,
 };
-use larkgate_store::{AuditKind, AuditQuery, SqliteStore, Store};
+use larkgate_store::{AuditKind, AuditQuery, AuditStore, SqliteStore};
 
 fn entry(kind: AuditKind, principal: &str, tool: &str) -> AuditEntry {
     AuditEntry {

@@ -15,7 +15,7 @@ use std::time::Duration;
 use larkgate_platform::audit::{
     AuditCode, AuditEntry, AuditLog, AuditOptions, AuditSink, FlushStep, ForwardingAudit, verify,
 };
-use larkgate_store::{AuditKind, AuditQuery, SqliteStore, Store};
+use larkgate_store::{AuditKind, AuditQuery, AuditStore, SqliteStore};
 
 use crate::audit::{hold_write_lock, journal_files};
 

@@ -4,7 +4,7 @@
 use larkgate_binding::{Map, Value};
 use larkgate_caller::Caller;
 use larkgate_platform::audit::verify;
-use larkgate_store::{AuditKind, AuditQuery, Store};
+use larkgate_store::{AuditKind, AuditQuery, AuditStore};
 
 use crate::harness::{Harness, args};
 

@@ -11,7 +11,7 @@ use larkgate_platform::policy::Policy;
 use larkgate_platform::ratelimit::Clock;
 use larkgate_platform::{Platform, PlatformBuilder, RunContext, RunKind};
 use larkgate_session::{SessionCaller, Teardown, connect};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore};
 
 /// A clock the test moves by hand.
 #[derive(Debug, Default, Clone)]

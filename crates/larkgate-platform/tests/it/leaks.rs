@@ -60,7 +60,7 @@ async fn every_refusal_code_reaches_the_caller_without_internals() {
     check(refusal(&root, &"x".repeat(200), args(&[])).await);
     // A value written beside larkgate that is over the result limit.
     let huge = "x".repeat(larkgate_binding::Limits::DEFAULT_MAX_BYTES + 1);
-    larkgate_store::Store::kv_set(h.store.as_ref(), "huge", &huge)
+    larkgate_store::KvStore::kv_set(h.store.as_ref(), "huge", &huge)
         .await
         .unwrap();
     check(refusal(&root, "kv_get", args(&[("key", Value::from("huge"))])).await);

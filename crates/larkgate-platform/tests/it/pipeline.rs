@@ -1,5 +1,6 @@
 //! Each refusal code end to end, the order of the steps, and bad input.
 
+use larkgate_store::{AuditStore, KvStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -7,7 +8,6 @@ use larkgate_binding::{Limits, Map, Value};
 use larkgate_caller::Caller;
 use larkgate_platform::registry::{Origin, Source, ToolAnnotations, ToolHandler, ToolSpec};
 use larkgate_platform::{CallContext, CallLimits, Refusal, RunKind};
-use larkgate_store::Store;
 
 use crate::harness::{Harness, args, refusal};
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use larkgate_platform::tokens::{TOKEN_PREFIX, TokenError, create, verify};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore};
 
 async fn store_with(principals: &[(&str, &[&str])]) -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,12 +1,14 @@
-//! The parent does not trust its worker: a worker that forges a call with arguments the tool
-//! does not take is refused by the parent's own binding (the tool is never called), and a frame
-//! over the limit ends the run as `limit_exceeded` before the body is read. The forged workers
+//! Nothing trusts a worker: a call forged with arguments the tool does not take is refused by
+//! the pipeline's binding (the tool is never called), and a frame over the limit ends the run
+//! as `limit_exceeded` before the body is read. The forged workers
 //! are small Python programs standing in for a compromised interpreter.
 
 use std::time::Duration;
 
 use larkgate_binding::{Limits, Map};
+use larkgate_platform::{RunContext, RunKind};
 use larkgate_script::{RunError, ScriptLimits, WorkerCommand, run_in_worker};
+use larkgate_store::KvStore;
 
 use crate::tools::Scripted;
 
@@ -39,19 +41,30 @@ fn limits() -> ScriptLimits {
     }
 }
 
+// The parent passes a forged call on as it came; the pipeline binds it, with authority, and
+// refuses it: the write is never made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_forged_call_is_bound_again_by_the_parent_and_refused() {
+async fn a_forged_call_is_bound_by_the_pipeline_and_refused_before_the_tool_runs() {
+    let setup = crate::session::setup().await;
     let dir = tempfile::tempdir().unwrap();
     let command = forged_worker(
         dir.path(),
         r#"
 start = read()
-write({"Call": {"name": "kv_get", "arguments": {"key": 5, "extra": True}}})
+write({"Call": {"name": "kv_set", "arguments": {"key": "k", "value": "v", "extra": True}}})
 answer = read()
 write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "usage": {"ticks": 0, "tool_calls": 1, "paces": 0, "peak_memory_bytes": None}}})
 "#,
     );
-    let caller = Scripted::default();
+    let run = RunContext {
+        kind: RunKind::Published,
+        run_id: Some("forged".into()),
+        ..RunContext::direct(setup.ada.clone())
+    };
+    let (caller, teardown) =
+        larkgate_session::connect(&setup.platform, run, "forged", Limits::default())
+            .await
+            .unwrap();
     let out = run_in_worker(
         &command,
         &caller,
@@ -64,6 +77,7 @@ write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "usage": {"
     .await
     .into_result()
     .unwrap();
+    teardown.close().await;
     let answer = out.result.as_map().unwrap()["answer"].as_map().unwrap()["Refused"]
         .as_map()
         .unwrap()
@@ -76,8 +90,9 @@ write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "usage": {"
             .contains("unexpected keyword argument `extra`"),
         "{answer:?}"
     );
-    assert!(
-        caller.calls.lock().unwrap().is_empty(),
+    assert_eq!(
+        setup.store.kv_get("k").await.unwrap(),
+        None,
         "the forged call reached the tool"
     );
 }

@@ -7,7 +7,10 @@ use larkgate_binding::{Limits, Map, Value};
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{Blocking, RunError, ScriptLimits, Tools, run_in_process};
-use larkgate_store::{AuditKind, AuditQuery, Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_store::{
+    AuditKind, AuditQuery, AuditStore, KvStore, Principal, PrincipalKind, PrincipalStore,
+    SqliteStore,
+};
 
 const POLICY: &str = r#"
 [roles.author]
@@ -22,15 +25,16 @@ def main(*, key: str):
     return {"before": before["value"], "wrote": write.ok, "code": write.error.code if not write.ok else None}
 "#;
 
-struct Setup {
+/// A platform on a fresh store, with one author, `ada`.
+pub(crate) struct Setup {
     _dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
+    pub(crate) store: Arc<SqliteStore>,
     audit: Arc<AuditLog>,
-    platform: Platform,
-    ada: Principal,
+    pub(crate) platform: Platform,
+    pub(crate) ada: Principal,
 }
 
-async fn setup() -> Setup {
+pub(crate) async fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
     let ada = Principal {

@@ -109,13 +109,6 @@ impl Caller for Scripted {
         result.insert("args".into(), Value::Map(arguments));
         Ok(result)
     }
-
-    async fn declares_read_only(&self, name: &str) -> (bool, bool) {
-        match listing().iter().find(|t| t.name == name) {
-            Some(t) => (t.annotations.read_only == Some(true), true),
-            None => (false, false),
-        }
-    }
 }
 
 fn limits() -> ScriptLimits {
@@ -153,9 +146,6 @@ impl Caller for ArcCaller {
     }
     async fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
         self.0.call_tool(name, arguments).await
-    }
-    async fn declares_read_only(&self, name: &str) -> (bool, bool) {
-        self.0.declares_read_only(name).await
     }
 }
 

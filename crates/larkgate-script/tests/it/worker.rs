@@ -265,9 +265,6 @@ impl Caller for Slow {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         Ok(Map::new())
     }
-    async fn declares_read_only(&self, _: &str) -> (bool, bool) {
-        (true, true)
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

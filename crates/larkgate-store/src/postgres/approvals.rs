@@ -1,49 +1,11 @@
 //! Approvals in PostgreSQL: one pending request per {principal, tool, arguments hash, chain}
 //! (a partial unique index), resolved once and consumed once (conditional updates).
 
-use tokio_postgres::Row;
-
-use super::{PostgresStore, chain_column};
+use super::PostgresStore;
+use crate::ApprovalStore;
+use crate::chain_column;
+use crate::rows::{self, APPROVAL_COLUMNS};
 use crate::{Approval, ApprovalDetails, ApprovalStatus, CallChain, Result, StoreError};
-
-const APPROVAL_COLUMNS: &str = "id, principal, tool, args_hash, status, created_at_ms, \
-     resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors, \
-     arguments, run_id, script, reason";
-
-/// A chain column read back. One that does not parse makes the approval unreadable, so it is
-/// neither resolved nor used: fail closed.
-fn chain_names(row: &Row, column: usize) -> Result<Vec<String>> {
-    let text: String = row.try_get(column)?;
-    serde_json::from_str(&text)
-        .map_err(|e| StoreError::Invalid(format!("an approval's call chain cannot be read: {e}")))
-}
-
-fn approval_from_row(row: &Row) -> Result<Approval> {
-    let status: String = row.try_get(4)?;
-    Ok(Approval {
-        id: row.try_get(0)?,
-        principal: row.try_get(1)?,
-        tool: row.try_get(2)?,
-        args_hash: row.try_get(3)?,
-        // An unknown status reads as denied: fail closed.
-        status: ApprovalStatus::parse(&status).unwrap_or(ApprovalStatus::Denied),
-        created_at_ms: row.try_get(5)?,
-        resolved_by: row.try_get(6)?,
-        resolved_at_ms: row.try_get(7)?,
-        expires_at_ms: row.try_get(8)?,
-        used_at_ms: row.try_get(9)?,
-        chain: CallChain {
-            through: chain_names(row, 10)?,
-            authors: chain_names(row, 11)?,
-        },
-        details: ApprovalDetails {
-            arguments: row.try_get(12)?,
-            run_id: row.try_get(13)?,
-            script: row.try_get(14)?,
-        },
-        reason: row.try_get(15)?,
-    })
-}
 
 /// A new approval's id: 64 random bits in hex, as the SQLite store makes them.
 fn new_id() -> Result<String> {
@@ -53,185 +15,185 @@ fn new_id() -> Result<String> {
     Ok(hex::encode(bytes))
 }
 
-pub(super) async fn pending_approval(
-    store: &PostgresStore,
-    principal: &str,
-    tool: &str,
-    args_hash: &str,
-    chain: &CallChain,
-    details: &ApprovalDetails,
-    now_ms: i64,
-) -> Result<Approval> {
-    let through = chain_column(&chain.through);
-    let authors = chain_column(&chain.authors);
-    let client = store.client().await?;
-    // The partial unique index keeps one pending record per call across every process sharing
-    // the database. An insert that finds one pending does nothing; the select that follows is
-    // a statement of its own, so it sees a record another process committed meanwhile. If an
-    // approver resolved that record between the two statements, the next round asks anew.
-    for _ in 0..3 {
-        let inserted = client
+#[async_trait::async_trait]
+impl ApprovalStore for PostgresStore {
+    async fn resolve_approval(
+        &self,
+        id: &str,
+        approver: &str,
+        approve: bool,
+        reason: Option<&str>,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<Approval> {
+        let status = if approve { "approved" } else { "denied" };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let changed = tx
+            .execute(
+                "UPDATE approvals SET status = $2, resolved_by = $3, resolved_at_ms = $4, \
+                 expires_at_ms = CASE WHEN $2 = 'approved' THEN $5::bigint ELSE NULL END, \
+                 reason = $6 \
+                 WHERE id = $1 AND status = 'pending'",
+                &[&id, &status, &approver, &now_ms, &expires_at_ms, &reason],
+            )
+            .await?;
+        let approval = tx
             .query_opt(
-                &format!(
-                    "INSERT INTO approvals \
+                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
+                &[&id],
+            )
+            .await?
+            .as_ref()
+            .map(rows::approval)
+            .transpose()?
+            .ok_or_else(|| StoreError::Missing(format!("approval {id:?}")))?;
+        if changed == 0 {
+            return Err(StoreError::Invalid(format!(
+                "approval {id:?} is already {}; only a pending approval can be resolved",
+                approval.status.as_str()
+            )));
+        }
+        tx.commit().await?;
+        Ok(approval)
+    }
+
+    async fn pending_approval(
+        &self,
+        principal: &str,
+        tool: &str,
+        args_hash: &str,
+        chain: &CallChain,
+        details: &ApprovalDetails,
+        now_ms: i64,
+    ) -> Result<Approval> {
+        let through = chain_column(&chain.through);
+        let authors = chain_column(&chain.authors);
+        let client = self.client().await?;
+        // The partial unique index keeps one pending record per call across every process sharing
+        // the database. An insert that finds one pending does nothing; the select that follows is
+        // a statement of its own, so it sees a record another process committed meanwhile. If an
+        // approver resolved that record between the two statements, the next round asks anew.
+        for _ in 0..3 {
+            let inserted = client
+                .query_opt(
+                    &format!(
+                        "INSERT INTO approvals \
                      (id, principal, tool, args_hash, status, created_at_ms, chain_through, \
                       chain_authors, arguments, run_id, script) \
                      VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10) \
                      ON CONFLICT DO NOTHING RETURNING {APPROVAL_COLUMNS}"
-                ),
-                &[
-                    &new_id()?,
-                    &principal,
-                    &tool,
-                    &args_hash,
-                    &now_ms,
-                    &through,
-                    &authors,
-                    &details.arguments,
-                    &details.run_id,
-                    &details.script,
-                ],
-            )
-            .await?;
-        if let Some(row) = inserted {
-            return approval_from_row(&row);
-        }
-        let pending = client
-            .query_opt(
-                &format!(
-                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                    ),
+                    &[
+                        &new_id()?,
+                        &principal,
+                        &tool,
+                        &args_hash,
+                        &now_ms,
+                        &through,
+                        &authors,
+                        &details.arguments,
+                        &details.run_id,
+                        &details.script,
+                    ],
+                )
+                .await?;
+            if let Some(row) = inserted {
+                return rows::approval(&row);
+            }
+            let pending = client
+                .query_opt(
+                    &format!(
+                        "SELECT {APPROVAL_COLUMNS} FROM approvals \
                      WHERE principal = $1 AND tool = $2 AND args_hash = $3 \
                        AND chain_through = $4 AND status = 'pending'"
-                ),
-                &[&principal, &tool, &args_hash, &through],
-            )
-            .await?;
-        if let Some(row) = pending {
-            return approval_from_row(&row);
+                    ),
+                    &[&principal, &tool, &args_hash, &through],
+                )
+                .await?;
+            if let Some(row) = pending {
+                return rows::approval(&row);
+            }
         }
+        Err(StoreError::Busy(
+            "the approval for this call kept changing while it was requested".to_owned(),
+        ))
     }
-    Err(StoreError::Busy(
-        "the approval for this call kept changing while it was requested".to_owned(),
-    ))
-}
 
-pub(super) async fn resolved_approval(
-    store: &PostgresStore,
-    principal: &str,
-    tool: &str,
-    args_hash: &str,
-    chain: &CallChain,
-) -> Result<Option<Approval>> {
-    let client = store.client().await?;
-    let statement = client
-        .prepare_cached(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+    async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64> {
+        let client = self.client().await?;
+        Ok(client
+            .execute(
+                "UPDATE approvals SET status = 'expired' \
+             WHERE status = 'pending' AND created_at_ms < $1",
+                &[&created_before_ms],
+            )
+            .await?)
+    }
+
+    async fn resolved_approval(
+        &self,
+        principal: &str,
+        tool: &str,
+        args_hash: &str,
+        chain: &CallChain,
+    ) -> Result<Option<Approval>> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
              WHERE principal = $1 AND tool = $2 AND args_hash = $3 AND chain_through = $4 \
                AND status IN ('approved', 'denied') \
              ORDER BY resolved_at_ms DESC, ord DESC LIMIT 1"
-        ))
-        .await?;
-    client
-        .query_opt(
-            &statement,
-            &[&principal, &tool, &args_hash, &chain_column(&chain.through)],
-        )
-        .await?
-        .as_ref()
-        .map(approval_from_row)
-        .transpose()
-}
-
-pub(super) async fn consume_approval(store: &PostgresStore, id: &str, now_ms: i64) -> Result<bool> {
-    let client = store.client().await?;
-    let changed = client
-        .execute(
-            "UPDATE approvals SET status = 'used', used_at_ms = $2 \
-             WHERE id = $1 AND status = 'approved' AND expires_at_ms > $2",
-            &[&id, &now_ms],
-        )
-        .await?;
-    Ok(changed == 1)
-}
-
-pub(super) async fn expire_approvals(store: &PostgresStore, created_before_ms: i64) -> Result<u64> {
-    let client = store.client().await?;
-    Ok(client
-        .execute(
-            "UPDATE approvals SET status = 'expired' \
-             WHERE status = 'pending' AND created_at_ms < $1",
-            &[&created_before_ms],
-        )
-        .await?)
-}
-
-pub(super) async fn resolve_approval(
-    store: &PostgresStore,
-    id: &str,
-    approver: &str,
-    approve: bool,
-    reason: Option<&str>,
-    now_ms: i64,
-    expires_at_ms: i64,
-) -> Result<Approval> {
-    let status = if approve { "approved" } else { "denied" };
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    let changed = tx
-        .execute(
-            "UPDATE approvals SET status = $2, resolved_by = $3, resolved_at_ms = $4, \
-             expires_at_ms = CASE WHEN $2 = 'approved' THEN $5::bigint ELSE NULL END, \
-             reason = $6 \
-             WHERE id = $1 AND status = 'pending'",
-            &[&id, &status, &approver, &now_ms, &expires_at_ms, &reason],
-        )
-        .await?;
-    let approval = tx
-        .query_opt(
-            &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
-            &[&id],
-        )
-        .await?
-        .as_ref()
-        .map(approval_from_row)
-        .transpose()?
-        .ok_or_else(|| StoreError::Missing(format!("approval {id:?}")))?;
-    if changed == 0 {
-        return Err(StoreError::Invalid(format!(
-            "approval {id:?} is already {}; only a pending approval can be resolved",
-            approval.status.as_str()
-        )));
+            ))
+            .await?;
+        client
+            .query_opt(
+                &statement,
+                &[&principal, &tool, &args_hash, &chain_column(&chain.through)],
+            )
+            .await?
+            .as_ref()
+            .map(rows::approval)
+            .transpose()
     }
-    tx.commit().await?;
-    Ok(approval)
-}
 
-pub(super) async fn approval(store: &PostgresStore, id: &str) -> Result<Option<Approval>> {
-    let client = store.client().await?;
-    client
-        .query_opt(
-            &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
-            &[&id],
-        )
-        .await?
-        .as_ref()
-        .map(approval_from_row)
-        .transpose()
-}
+    async fn consume_approval(&self, id: &str, now_ms: i64) -> Result<bool> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE approvals SET status = 'used', used_at_ms = $2 \
+             WHERE id = $1 AND status = 'approved' AND expires_at_ms > $2",
+                &[&id, &now_ms],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
 
-pub(super) async fn approvals(
-    store: &PostgresStore,
-    status: Option<ApprovalStatus>,
-) -> Result<Vec<Approval>> {
-    let client = store.client().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
+    async fn approval(&self, id: &str) -> Result<Option<Approval>> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
+                &[&id],
+            )
+            .await?
+            .as_ref()
+            .map(rows::approval)
+            .transpose()
+    }
+
+    async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
                  WHERE $1::text IS NULL OR status = $1 ORDER BY created_at_ms DESC, ord DESC"
-            ),
-            &[&status.map(|s| s.as_str())],
-        )
-        .await?;
-    rows.iter().map(approval_from_row).collect()
+                ),
+                &[&status.map(|s| s.as_str())],
+            )
+            .await?;
+        rows.iter().map(rows::approval).collect()
+    }
 }

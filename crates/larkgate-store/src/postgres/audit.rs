@@ -7,56 +7,13 @@ use std::collections::{HashMap, HashSet};
 
 use tokio_postgres::{NoTls, Row};
 
-use super::{PostgresStore, signed};
+use super::PostgresStore;
+use crate::AuditStore;
 use crate::chain::{self, JournaledAudit};
+use crate::rows::{self, AUDIT_COLUMNS, AUDIT_HEAD_COLUMNS, FORWARDED_COLUMNS};
 use crate::{
-    AuditChainClaim, AuditHead, AuditKind, AuditQuery, AuditRecord, ForwardedAudit, Result,
-    StoreError,
+    AuditChainClaim, AuditHead, AuditQuery, AuditRecord, ForwardedAudit, Result, StoreError, signed,
 };
-
-const AUDIT_COLUMNS: &str = "seq, at_ms, kind, principal, run_id, run_kind, session, tool, \
-     args_hash, args, code, intent_seq, duration_us, detail, prev_hash, hash, replica, local_seq";
-
-fn audit_from_row(row: &Row) -> Result<AuditRecord> {
-    let kind: String = row.try_get(2)?;
-    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
-    Ok(AuditRecord {
-        seq: unsigned(row.try_get(0)?),
-        at_ms: row.try_get(1)?,
-        kind: AuditKind::parse(&kind).unwrap_or(AuditKind::Event),
-        principal: row.try_get(3)?,
-        run_id: row.try_get(4)?,
-        run_kind: row.try_get(5)?,
-        session: row.try_get(6)?,
-        tool: row.try_get(7)?,
-        args_hash: row.try_get(8)?,
-        args: row.try_get(9)?,
-        code: row.try_get(10)?,
-        intent_seq: row.try_get::<_, Option<i64>>(11)?.map(unsigned),
-        duration_us: row.try_get::<_, Option<i64>>(12)?.map(unsigned),
-        detail: row.try_get(13)?,
-        prev_hash: row.try_get(14)?,
-        hash: row.try_get(15)?,
-        replica: row.try_get(16)?,
-        local_seq: row.try_get::<_, Option<i64>>(17)?.map(unsigned),
-    })
-}
-
-pub(super) async fn append_audit_adopting(
-    store: &PostgresStore,
-    records: Vec<AuditRecord>,
-    adopted: Vec<i64>,
-) -> Result<()> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    if !adopted.is_empty() {
-        tx.execute("DELETE FROM audit_inbox WHERE id = ANY($1)", &[&adopted])
-            .await?;
-    }
-    insert(&tx, &records).await?;
-    tx.commit().await?;
-    Ok(())
-}
 
 /// Inserts chained records in one statement (a record already stored under its sequence is a
 /// replay, unless it differs: see [`refuse_a_fork`]) and moves the head forward.
@@ -178,188 +135,6 @@ async fn refuse_a_fork(
 /// The advisory lock (with the schema's hash) under which a batch is linked to the chain.
 const CHAIN_LOCK: i32 = 1818325609;
 
-/// Links a replica's batch after the head (see [`crate::chain`]) in one transaction that holds
-/// the schema's chain lock until it commits.
-pub(super) async fn chain_audit(
-    store: &PostgresStore,
-    replica: &str,
-    entries: Vec<JournaledAudit>,
-) -> Result<()> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-        &[&CHAIN_LOCK, &store.schema],
-    )
-    .await?;
-    let locals: Vec<i64> = chain::local_seqs(&entries)
-        .into_iter()
-        .map(signed)
-        .collect();
-    let rows = tx
-        .query(
-            "SELECT local_seq, seq FROM audit WHERE replica = $1 AND local_seq = ANY($2)",
-            &[&replica, &locals],
-        )
-        .await?;
-    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
-    let chained: HashMap<u64, u64> = rows
-        .iter()
-        .map(|row| Ok((unsigned(row.try_get(0)?), unsigned(row.try_get(1)?))))
-        .collect::<Result<_>>()?;
-    let adopted = chain::adopted_ids(&entries, &chained);
-    let deleted: HashSet<i64> = if adopted.is_empty() {
-        HashSet::new()
-    } else {
-        tx.query(
-            "DELETE FROM audit_inbox WHERE id = ANY($1) RETURNING id",
-            &[&adopted],
-        )
-        .await?
-        .iter()
-        .map(|row| row.try_get(0))
-        .collect::<std::result::Result<_, _>>()?
-    };
-    let head = tx
-        .query_opt("SELECT seq, hash FROM audit_head WHERE id = 1", &[])
-        .await?
-        .map(|row| -> Result<AuditHead> {
-            Ok(AuditHead {
-                seq: unsigned(row.try_get(0)?),
-                hash: row.try_get(1)?,
-            })
-        })
-        .transpose()?;
-    let records = chain::link(head, replica, entries, &chained, &deleted);
-    insert(&tx, &records).await?;
-    tx.commit().await?;
-    Ok(())
-}
-
-pub(super) async fn audit_local_head(store: &PostgresStore, replica: &str) -> Result<u64> {
-    let client = store.client().await?;
-    let last: Option<i64> = client
-        .query_one(
-            "SELECT MAX(local_seq) FROM audit WHERE replica = $1",
-            &[&replica],
-        )
-        .await?
-        .try_get(0)?;
-    Ok(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)))
-}
-
-/// Commits one entry to the inbox. The trait's callers are synchronous (an audit sink), so
-/// this blocks: on a multi-threaded runtime it borrows the pool; anywhere else it uses a
-/// connection of its own on a thread of its own (the pool's connections are driven by a
-/// runtime this thread may be the one to drive).
-pub(super) fn forward_audit(store: &PostgresStore, at_ms: i64, entry: &str) -> Result<i64> {
-    const INSERT: &str = "INSERT INTO audit_inbox (at_ms, entry) VALUES ($1, $2) RETURNING id";
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    if let Ok(handle) = Handle::try_current()
-        && handle.runtime_flavor() == RuntimeFlavor::MultiThread
-    {
-        return tokio::task::block_in_place(|| {
-            handle.block_on(async {
-                let client = store.client().await?;
-                Ok(client
-                    .query_one(INSERT, &[&at_ms, &entry])
-                    .await?
-                    .try_get(0)?)
-            })
-        });
-    }
-    let config = store.config.clone();
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| -> Result<i64> {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| StoreError::Task(e.to_string()))?;
-                runtime.block_on(async {
-                    let (client, connection) = config
-                        .connect(NoTls)
-                        .await
-                        .map_err(|e| StoreError::Unavailable(super::unavailable_reason(&e)))?;
-                    tokio::spawn(connection);
-                    Ok(client
-                        .query_one(INSERT, &[&at_ms, &entry])
-                        .await?
-                        .try_get(0)?)
-                })
-            })
-            .join()
-            .map_err(|_| StoreError::Task("forwarding an audit entry panicked".to_owned()))?
-    })
-}
-
-pub(super) async fn forwarded_audit(
-    store: &PostgresStore,
-    limit: i64,
-) -> Result<Vec<ForwardedAudit>> {
-    let client = store.client().await?;
-    let statement = client
-        .prepare_cached("SELECT id, at_ms, entry FROM audit_inbox ORDER BY id LIMIT $1")
-        .await?;
-    let rows = client.query(&statement, &[&limit]).await?;
-    rows.iter()
-        .map(|row| {
-            Ok(ForwardedAudit {
-                id: row.try_get(0)?,
-                at_ms: row.try_get(1)?,
-                entry: row.try_get(2)?,
-            })
-        })
-        .collect()
-}
-
-pub(super) async fn audit_head(store: &PostgresStore) -> Result<Option<AuditHead>> {
-    let client = store.client().await?;
-    client
-        .query_opt("SELECT seq, hash FROM audit_head WHERE id = 1", &[])
-        .await?
-        .map(|row| {
-            Ok(AuditHead {
-                seq: u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0),
-                hash: row.try_get(1)?,
-            })
-        })
-        .transpose()
-}
-
-pub(super) async fn audit_records(
-    store: &PostgresStore,
-    query: AuditQuery,
-) -> Result<Vec<AuditRecord>> {
-    let order = if query.newest { "DESC" } else { "ASC" };
-    let client = store.client().await?;
-    let limit = query.limit.map(|l| signed(l as u64));
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {AUDIT_COLUMNS} FROM audit \
-                 WHERE ($1::bigint IS NULL OR seq > $1) AND ($2::text IS NULL OR principal = $2) \
-                   AND ($3::text IS NULL OR tool = $3) \
-                 ORDER BY seq {order} LIMIT $4"
-            ),
-            &[
-                &query.after_seq.map(signed),
-                &query.principal,
-                &query.tool,
-                &limit,
-            ],
-        )
-        .await?;
-    let mut records = rows
-        .iter()
-        .map(audit_from_row)
-        .collect::<Result<Vec<_>>>()?;
-    if query.newest {
-        records.reverse();
-    }
-    Ok(records)
-}
-
 /// What keeps a claim: the connection holding the advisory lock, and the task driving it.
 /// Dropping it closes the connection, which releases the lock.
 struct Held {
@@ -373,34 +148,220 @@ impl Drop for Held {
     }
 }
 
-/// Claims the name `replica` in this schema with a session-level advisory lock on a connection
-/// of its own (not the pool's: the lock lives as long as that session). `None` if another
-/// process holds it.
-pub(super) async fn claim_replica(
-    store: &PostgresStore,
-    replica: &str,
-) -> Result<Option<AuditChainClaim>> {
-    let (client, connection) = store
-        .config
-        .connect(NoTls)
-        .await
-        .map_err(|e| StoreError::Unavailable(super::unavailable_reason(&e)))?;
-    let task = tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::warn!(%error, "the connection holding the audit chain's claim ended");
+#[async_trait::async_trait]
+impl AuditStore for PostgresStore {
+    /// Claims the name `replica` in this schema with a session-level advisory lock on a connection
+    /// of its own (not the pool's: the lock lives as long as that session). `None` if another
+    /// process holds it.
+    async fn claim_audit_replica(&self, replica: &str) -> Result<Option<AuditChainClaim>> {
+        let (client, connection) = self
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(|e| StoreError::Unavailable(super::unavailable_reason(&e)))?;
+        let task = tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "the connection holding the audit chain's claim ended");
+            }
+        });
+        let held = Held {
+            _client: client,
+            task,
+        };
+        let claimed: bool = held
+            ._client
+            .query_one(
+                "SELECT pg_try_advisory_lock(1818325608, hashtext($1 || '/' || $2))",
+                &[&self.schema, &replica],
+            )
+            .await?
+            .try_get(0)?;
+        Ok(claimed.then(|| AuditChainClaim::held(Box::new(held))))
+    }
+
+    /// Links a replica's batch after the head (see [`crate::chain`]) in one transaction that holds
+    /// the schema's chain lock until it commits.
+    async fn chain_audit(&self, replica: &str, entries: Vec<JournaledAudit>) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
         }
-    });
-    let held = Held {
-        _client: client,
-        task,
-    };
-    let claimed: bool = held
-        ._client
-        .query_one(
-            "SELECT pg_try_advisory_lock(1818325608, hashtext($1 || '/' || $2))",
-            &[&store.schema, &replica],
+
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&CHAIN_LOCK, &self.schema],
         )
-        .await?
-        .try_get(0)?;
-    Ok(claimed.then(|| AuditChainClaim::held(Box::new(held))))
+        .await?;
+        let locals: Vec<i64> = chain::local_seqs(&entries)
+            .into_iter()
+            .map(signed)
+            .collect();
+        let rows = tx
+            .query(
+                "SELECT local_seq, seq FROM audit WHERE replica = $1 AND local_seq = ANY($2)",
+                &[&replica, &locals],
+            )
+            .await?;
+        let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
+        let chained: HashMap<u64, u64> = rows
+            .iter()
+            .map(|row| Ok((unsigned(row.try_get(0)?), unsigned(row.try_get(1)?))))
+            .collect::<Result<_>>()?;
+        let adopted = chain::adopted_ids(&entries, &chained);
+        let deleted: HashSet<i64> = if adopted.is_empty() {
+            HashSet::new()
+        } else {
+            tx.query(
+                "DELETE FROM audit_inbox WHERE id = ANY($1) RETURNING id",
+                &[&adopted],
+            )
+            .await?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<std::result::Result<_, _>>()?
+        };
+        let head = tx
+            .query_opt(
+                &format!("SELECT {AUDIT_HEAD_COLUMNS} FROM audit_head WHERE id = 1"),
+                &[],
+            )
+            .await?
+            .as_ref()
+            .map(rows::audit_head)
+            .transpose()?;
+        let records = chain::link(head, replica, entries, &chained, &deleted);
+        insert(&tx, &records).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn audit_local_head(&self, replica: &str) -> Result<u64> {
+        let client = self.client().await?;
+        let last: Option<i64> = client
+            .query_one(
+                "SELECT MAX(local_seq) FROM audit WHERE replica = $1",
+                &[&replica],
+            )
+            .await?
+            .try_get(0)?;
+        Ok(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)))
+    }
+
+    async fn append_audit_adopting(
+        &self,
+        records: Vec<AuditRecord>,
+        adopted: Vec<i64>,
+    ) -> Result<()> {
+        if records.is_empty() && adopted.is_empty() {
+            return Ok(());
+        }
+
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        if !adopted.is_empty() {
+            tx.execute("DELETE FROM audit_inbox WHERE id = ANY($1)", &[&adopted])
+                .await?;
+        }
+        insert(&tx, &records).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Commits one entry to the inbox. The trait's callers are synchronous (an audit sink), so
+    /// this blocks: on a multi-threaded runtime it borrows the pool; anywhere else it uses a
+    /// connection of its own on a thread of its own (the pool's connections are driven by a
+    /// runtime this thread may be the one to drive).
+    fn forward_audit(&self, at_ms: i64, entry: &str) -> Result<i64> {
+        const INSERT: &str = "INSERT INTO audit_inbox (at_ms, entry) VALUES ($1, $2) RETURNING id";
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        if let Ok(handle) = Handle::try_current()
+            && handle.runtime_flavor() == RuntimeFlavor::MultiThread
+        {
+            return tokio::task::block_in_place(|| {
+                handle.block_on(async {
+                    let client = self.client().await?;
+                    Ok(client
+                        .query_one(INSERT, &[&at_ms, &entry])
+                        .await?
+                        .try_get(0)?)
+                })
+            });
+        }
+        let config = self.config.clone();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| -> Result<i64> {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| StoreError::Task(e.to_string()))?;
+                    runtime.block_on(async {
+                        let (client, connection) = config
+                            .connect(NoTls)
+                            .await
+                            .map_err(|e| StoreError::Unavailable(super::unavailable_reason(&e)))?;
+                        tokio::spawn(connection);
+                        Ok(client
+                            .query_one(INSERT, &[&at_ms, &entry])
+                            .await?
+                            .try_get(0)?)
+                    })
+                })
+                .join()
+                .map_err(|_| StoreError::Task("forwarding an audit entry panicked".to_owned()))?
+        })
+    }
+
+    async fn forwarded_audit(&self, limit: usize) -> Result<Vec<ForwardedAudit>> {
+        let limit = signed(limit as u64);
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {FORWARDED_COLUMNS} FROM audit_inbox ORDER BY id LIMIT $1"
+            ))
+            .await?;
+        let rows = client.query(&statement, &[&limit]).await?;
+        rows.iter().map(rows::forwarded).collect()
+    }
+
+    async fn audit_head(&self) -> Result<Option<AuditHead>> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {AUDIT_HEAD_COLUMNS} FROM audit_head WHERE id = 1"),
+                &[],
+            )
+            .await?
+            .as_ref()
+            .map(rows::audit_head)
+            .transpose()
+    }
+
+    async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>> {
+        let order = if query.newest { "DESC" } else { "ASC" };
+        let client = self.client().await?;
+        let limit = query.limit.map(|l| signed(l as u64));
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {AUDIT_COLUMNS} FROM audit \
+                 WHERE ($1::bigint IS NULL OR seq > $1) AND ($2::text IS NULL OR principal = $2) \
+                   AND ($3::text IS NULL OR tool = $3) \
+                 ORDER BY seq {order} LIMIT $4"
+                ),
+                &[
+                    &query.after_seq.map(signed),
+                    &query.principal,
+                    &query.tool,
+                    &limit,
+                ],
+            )
+            .await?;
+        let mut records = rows.iter().map(rows::audit).collect::<Result<Vec<_>>>()?;
+        if query.newest {
+            records.reverse();
+        }
+        Ok(records)
+    }
 }

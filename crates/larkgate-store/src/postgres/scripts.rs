@@ -1,202 +1,12 @@
 //! Script drafts, published versions and runs in PostgreSQL.
 
-use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
-use super::{PostgresStore, join_roles, signed, split_roles};
-use crate::{
-    Draft, Result, Run, RunQuery, RunStats, RunStatus, ScriptPin, ScriptVersion, StoreError,
-};
-
-fn draft_from_row(row: &Row) -> Result<Draft> {
-    Ok(Draft {
-        name: row.try_get(0)?,
-        source: row.try_get(1)?,
-        author: row.try_get(2)?,
-        updated_at_ms: row.try_get(3)?,
-    })
-}
-
-const VERSION_COLUMNS: &str =
-    "name, version, source, hash, author, author_roles, publisher, published_at_ms, pins";
-
-fn version_from_row(row: &Row) -> Result<ScriptVersion> {
-    let roles: String = row.try_get(5)?;
-    Ok(ScriptVersion {
-        name: row.try_get(0)?,
-        version: u32::try_from(row.try_get::<_, i64>(1)?).unwrap_or(u32::MAX),
-        source: row.try_get(2)?,
-        hash: row.try_get(3)?,
-        author: row.try_get(4)?,
-        author_roles: split_roles(&roles),
-        publisher: row.try_get(6)?,
-        published_at_ms: row.try_get(7)?,
-        // Unreadable pins read as none recorded, as in the SQLite store.
-        pins: row
-            .try_get::<_, Option<String>>(8)?
-            .and_then(|json| serde_json::from_str(&json).ok()),
-    })
-}
-
-pub(super) async fn save_draft(
-    store: &PostgresStore,
-    name: &str,
-    source: &str,
-    author: &str,
-    now_ms: i64,
-) -> Result<Draft> {
-    let client = store.client().await?;
-    // One statement: the draft is replaced only if `author` wrote it.
-    let saved = client
-        .query_opt(
-            "INSERT INTO script_drafts (name, source, author, updated_at_ms) \
-             VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (name) DO UPDATE SET source = excluded.source, \
-                 updated_at_ms = excluded.updated_at_ms \
-             WHERE script_drafts.author = excluded.author \
-             RETURNING name",
-            &[&name, &source, &author, &now_ms],
-        )
-        .await?;
-    if saved.is_none() {
-        let owner: Option<String> = client
-            .query_opt("SELECT author FROM script_drafts WHERE name = $1", &[&name])
-            .await?
-            .map(|row| row.try_get(0))
-            .transpose()?;
-        return Err(StoreError::Conflict(format!(
-            "a draft named {name:?} by {}",
-            owner.unwrap_or_else(|| "another principal".to_owned())
-        )));
-    }
-    Ok(Draft {
-        name: name.to_owned(),
-        source: source.to_owned(),
-        author: author.to_owned(),
-        updated_at_ms: now_ms,
-    })
-}
-
-pub(super) async fn publish(
-    store: &PostgresStore,
-    name: &str,
-    source: &str,
-    hash: &str,
-    publisher: &str,
-    pins: &[ScriptPin],
-    now_ms: i64,
-) -> Result<ScriptVersion> {
-    let mut client = store.client().await?;
-    let tx = client.transaction().await?;
-    // The draft's row lock makes concurrent publishes of one script take turns, so each
-    // numbers its version after the last one committed.
-    let draft = tx
-        .query_opt(
-            "SELECT name, source, author, updated_at_ms FROM script_drafts \
-             WHERE name = $1 FOR UPDATE",
-            &[&name],
-        )
-        .await?
-        .as_ref()
-        .map(draft_from_row)
-        .transpose()?
-        .ok_or_else(|| StoreError::Missing(format!("a draft named {name:?}")))?;
-    if draft.source != source {
-        return Err(StoreError::Invalid(format!(
-            "the draft {name:?} changed while it was being published; publish again"
-        )));
-    }
-    // The author's roles as they are now, locked until this commits.
-    let roles: String = tx
-        .query_opt(
-            "SELECT roles FROM principals WHERE id = $1 FOR SHARE",
-            &[&draft.author],
-        )
-        .await?
-        .map(|row| row.try_get(0))
-        .transpose()?
-        .ok_or_else(|| {
-            StoreError::Invalid(format!(
-                "the draft's author {:?} is no longer a registered principal, so there are no \
-                 roles to capture",
-                draft.author
-            ))
-        })?;
-    let version: i64 = tx
-        .query_one(
-            "SELECT COALESCE(MAX(version), 0) + 1 FROM script_versions WHERE name = $1",
-            &[&name],
-        )
-        .await?
-        .try_get(0)?;
-    let roles = join_roles(split_roles(&roles))?;
-    let pins_json = serde_json::to_string(pins)
-        .map_err(|e| StoreError::Invalid(format!("the script's pins cannot be stored: {e}")))?;
-    tx.execute(
-        &format!(
-            "INSERT INTO script_versions ({VERSION_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-        ),
-        &[
-            &name,
-            &version,
-            &source,
-            &hash,
-            &draft.author,
-            &roles,
-            &publisher,
-            &now_ms,
-            &pins_json,
-        ],
-    )
-    .await?;
-    tx.commit().await?;
-    Ok(ScriptVersion {
-        name: name.to_owned(),
-        version: u32::try_from(version).unwrap_or(u32::MAX),
-        source: source.to_owned(),
-        hash: hash.to_owned(),
-        author: draft.author,
-        author_roles: split_roles(&roles),
-        publisher: publisher.to_owned(),
-        published_at_ms: now_ms,
-        pins: Some(pins.to_vec()),
-    })
-}
-
-const RUN_COLUMNS: &str = "id, script, version, hash, kind, principal, status, result, \
-     error_code, error, tool_calls, paces, duration_ms, peak_memory_bytes, started_at_ms, \
-     finished_at_ms, started_by, review";
-
-fn run_from_row(row: &Row) -> Result<Run> {
-    let status: String = row.try_get(6)?;
-    let unsigned = |n: i64| u64::try_from(n).unwrap_or(0);
-    Ok(Run {
-        id: row.try_get(0)?,
-        script: row.try_get(1)?,
-        version: row
-            .try_get::<_, Option<i64>>(2)?
-            .map(|v| u32::try_from(v).unwrap_or(u32::MAX)),
-        hash: row.try_get(3)?,
-        kind: row.try_get(4)?,
-        principal: row.try_get(5)?,
-        // An unknown status reads as failed: never as a success.
-        status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
-        result: row.try_get(7)?,
-        error_code: row.try_get(8)?,
-        error: row.try_get(9)?,
-        stats: RunStats {
-            tool_calls: unsigned(row.try_get(10)?),
-            paces: unsigned(row.try_get(11)?),
-            duration_ms: unsigned(row.try_get(12)?),
-            peak_memory_bytes: row.try_get::<_, Option<i64>>(13)?.map(unsigned),
-        },
-        started_at_ms: row.try_get(14)?,
-        finished_at_ms: row.try_get(15)?,
-        started_by: row.try_get(16)?,
-        review: row.try_get(17)?,
-    })
-}
+use super::PostgresStore;
+use crate::ScriptStore;
+use crate::rows::{self, DRAFT_COLUMNS, RUN_COLUMNS, VERSION_COLUMNS};
+use crate::{Draft, Result, Run, RunQuery, ScriptPin, ScriptVersion, StoreError};
+use crate::{join_roles, signed, split_roles};
 
 async fn write_run(store: &PostgresStore, run: &Run, insert: bool) -> Result<u64> {
     let sql = if insert {
@@ -239,149 +49,273 @@ async fn write_run(store: &PostgresStore, run: &Run, insert: bool) -> Result<u64
         .await?)
 }
 
-pub(super) async fn start_run(store: &PostgresStore, run: Run) -> Result<()> {
-    match write_run(store, &run, true).await {
-        Err(StoreError::Postgres(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
-            Err(StoreError::Conflict(format!("run {:?}", run.id)))
+#[async_trait::async_trait]
+impl ScriptStore for PostgresStore {
+    async fn save_draft(
+        &self,
+        name: &str,
+        source: &str,
+        author: &str,
+        now_ms: i64,
+    ) -> Result<Draft> {
+        let client = self.client().await?;
+        // One statement: the draft is replaced only if `author` wrote it.
+        let saved = client
+            .query_opt(
+                "INSERT INTO script_drafts (name, source, author, updated_at_ms) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (name) DO UPDATE SET source = excluded.source, \
+                 updated_at_ms = excluded.updated_at_ms \
+             WHERE script_drafts.author = excluded.author \
+             RETURNING name",
+                &[&name, &source, &author, &now_ms],
+            )
+            .await?;
+        if saved.is_none() {
+            let owner: Option<String> = client
+                .query_opt("SELECT author FROM script_drafts WHERE name = $1", &[&name])
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?;
+            return Err(StoreError::Conflict(format!(
+                "a draft named {name:?} by {}",
+                owner.unwrap_or_else(|| "another principal".to_owned())
+            )));
         }
-        other => other.map(drop),
+        Ok(Draft {
+            name: name.to_owned(),
+            source: source.to_owned(),
+            author: author.to_owned(),
+            updated_at_ms: now_ms,
+        })
     }
-}
 
-pub(super) async fn finish_run(store: &PostgresStore, run: Run) -> Result<()> {
-    if write_run(store, &run, false).await? == 0 {
-        return Err(StoreError::Missing(format!("run {:?}", run.id)));
+    async fn draft(&self, name: &str) -> Result<Option<Draft>> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {DRAFT_COLUMNS} FROM script_drafts WHERE name = $1"),
+                &[&name],
+            )
+            .await?
+            .as_ref()
+            .map(rows::draft)
+            .transpose()
     }
-    Ok(())
-}
 
-pub(super) async fn draft(store: &PostgresStore, name: &str) -> Result<Option<Draft>> {
-    let client = store.client().await?;
-    client
-        .query_opt(
-            "SELECT name, source, author, updated_at_ms FROM script_drafts WHERE name = $1",
-            &[&name],
-        )
-        .await?
-        .as_ref()
-        .map(draft_from_row)
-        .transpose()
-}
+    async fn drafts(&self) -> Result<Vec<Draft>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("SELECT {DRAFT_COLUMNS} FROM script_drafts ORDER BY name"),
+                &[],
+            )
+            .await?;
+        rows.iter().map(rows::draft).collect()
+    }
 
-pub(super) async fn drafts(store: &PostgresStore) -> Result<Vec<Draft>> {
-    let client = store.client().await?;
-    let rows = client
-        .query(
-            "SELECT name, source, author, updated_at_ms FROM script_drafts ORDER BY name",
-            &[],
-        )
-        .await?;
-    rows.iter().map(draft_from_row).collect()
-}
-
-pub(super) async fn versions(store: &PostgresStore, name: &str) -> Result<Vec<ScriptVersion>> {
-    let client = store.client().await?;
-    let rows = client
-        .query(
+    async fn publish(
+        &self,
+        name: &str,
+        source: &str,
+        hash: &str,
+        publisher: &str,
+        pins: &[ScriptPin],
+        now_ms: i64,
+    ) -> Result<ScriptVersion> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // The draft's row lock makes concurrent publishes of one script take turns, so each
+        // numbers its version after the last one committed.
+        let draft = tx
+            .query_opt(
+                &format!(
+                    "SELECT {DRAFT_COLUMNS} FROM script_drafts \
+             WHERE name = $1 FOR UPDATE"
+                ),
+                &[&name],
+            )
+            .await?
+            .as_ref()
+            .map(rows::draft)
+            .transpose()?
+            .ok_or_else(|| StoreError::Missing(format!("a draft named {name:?}")))?;
+        if draft.source != source {
+            return Err(StoreError::Invalid(format!(
+                "the draft {name:?} changed while it was being published; publish again"
+            )));
+        }
+        // The author's roles as they are now, locked until this commits.
+        let roles: String = tx
+            .query_opt(
+                "SELECT roles FROM principals WHERE id = $1 FOR SHARE",
+                &[&draft.author],
+            )
+            .await?
+            .map(|row| row.try_get(0))
+            .transpose()?
+            .ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "the draft's author {:?} is no longer a registered principal, so there are no \
+                 roles to capture",
+                    draft.author
+                ))
+            })?;
+        let version: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) + 1 FROM script_versions WHERE name = $1",
+                &[&name],
+            )
+            .await?
+            .try_get(0)?;
+        let roles = join_roles(split_roles(&roles))?;
+        let pins_json = serde_json::to_string(pins)
+            .map_err(|e| StoreError::Invalid(format!("the script's pins cannot be stored: {e}")))?;
+        tx.execute(
             &format!(
-                "SELECT {VERSION_COLUMNS} FROM script_versions WHERE name = $1 ORDER BY version"
+                "INSERT INTO script_versions ({VERSION_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
             ),
-            &[&name],
+            &[
+                &name,
+                &version,
+                &source,
+                &hash,
+                &draft.author,
+                &roles,
+                &publisher,
+                &now_ms,
+                &pins_json,
+            ],
         )
         .await?;
-    rows.iter().map(version_from_row).collect()
-}
+        tx.commit().await?;
+        Ok(ScriptVersion {
+            name: name.to_owned(),
+            version: u32::try_from(version).unwrap_or(u32::MAX),
+            source: source.to_owned(),
+            hash: hash.to_owned(),
+            author: draft.author,
+            author_roles: split_roles(&roles),
+            publisher: publisher.to_owned(),
+            published_at_ms: now_ms,
+            pins: Some(pins.to_vec()),
+        })
+    }
 
-/// Read on every call of a script's tool: the statement is prepared once per connection.
-pub(super) async fn latest_version(
-    store: &PostgresStore,
-    name: &str,
-) -> Result<Option<ScriptVersion>> {
-    let client = store.client().await?;
-    let statement = client
-        .prepare_cached(&format!(
-            "SELECT {VERSION_COLUMNS} FROM script_versions WHERE name = $1 \
+    async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {VERSION_COLUMNS} FROM script_versions WHERE name = $1 ORDER BY version"
+                ),
+                &[&name],
+            )
+            .await?;
+        rows.iter().map(rows::version).collect()
+    }
+
+    /// Read on every call of a script's tool: the statement is prepared once per connection.
+    async fn latest_version(&self, name: &str) -> Result<Option<ScriptVersion>> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(&format!(
+                "SELECT {VERSION_COLUMNS} FROM script_versions WHERE name = $1 \
              ORDER BY version DESC LIMIT 1"
-        ))
-        .await?;
-    client
-        .query_opt(&statement, &[&name])
-        .await?
-        .as_ref()
-        .map(version_from_row)
-        .transpose()
-}
+            ))
+            .await?;
+        client
+            .query_opt(&statement, &[&name])
+            .await?
+            .as_ref()
+            .map(rows::version)
+            .transpose()
+    }
 
-pub(super) async fn latest_versions(store: &PostgresStore) -> Result<Vec<ScriptVersion>> {
-    let client = store.client().await?;
-    let rows = client
-        .query(
-            &format!(
-                "SELECT DISTINCT ON (name) {VERSION_COLUMNS} FROM script_versions \
+    async fn latest_versions(&self) -> Result<Vec<ScriptVersion>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT DISTINCT ON (name) {VERSION_COLUMNS} FROM script_versions \
                  ORDER BY name, version DESC"
-            ),
-            &[],
-        )
-        .await?;
-    rows.iter().map(version_from_row).collect()
-}
+                ),
+                &[],
+            )
+            .await?;
+        rows.iter().map(rows::version).collect()
+    }
 
-pub(super) async fn runs(store: &PostgresStore, query: &RunQuery) -> Result<Vec<Run>> {
-    let client = store.client().await?;
-    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-    let rows = client
-        .query(
-            &format!(
-                "SELECT {RUN_COLUMNS} FROM runs \
+    async fn start_run(&self, run: Run) -> Result<()> {
+        match write_run(self, &run, true).await {
+            Err(StoreError::Postgres(e)) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                Err(StoreError::Conflict(format!("run {:?}", run.id)))
+            }
+            other => other.map(drop),
+        }
+    }
+
+    async fn finish_run(&self, run: Run) -> Result<()> {
+        if write_run(self, &run, false).await? == 0 {
+            return Err(StoreError::Missing(format!("run {:?}", run.id)));
+        }
+        Ok(())
+    }
+
+    async fn run(&self, id: &str) -> Result<Option<Run>> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"),
+                &[&id],
+            )
+            .await?
+            .as_ref()
+            .map(rows::run)
+            .transpose()
+    }
+
+    async fn runs(&self, query: &RunQuery) -> Result<Vec<Run>> {
+        let client = self.client().await?;
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs \
                  WHERE ($1::text IS NULL OR script = $1) AND ($2::text IS NULL OR principal = $2) \
                    AND ($3::text IS NULL OR status = $3) \
                    AND ($4::bigint IS NULL OR started_at_ms >= $4) \
                    AND ($5::text IS NULL OR principal = $5 OR started_by = $5) \
                  ORDER BY started_at_ms DESC, ord DESC LIMIT $6"
-            ),
-            &[
-                &query.script,
-                &query.principal,
-                &query.status.map(|s| s.as_str()),
-                &query.since_ms,
-                &query.reader,
-                &limit,
-            ],
-        )
-        .await?;
-    rows.iter().map(run_from_row).collect()
-}
+                ),
+                &[
+                    &query.script,
+                    &query.principal,
+                    &query.status.map(|s| s.as_str()),
+                    &query.since_ms,
+                    &query.reader,
+                    &limit,
+                ],
+            )
+            .await?;
+        rows.iter().map(rows::run).collect()
+    }
 
-pub(super) async fn latest_review(
-    store: &PostgresStore,
-    script: &str,
-    hash: &str,
-) -> Result<Option<Run>> {
-    let client = store.client().await?;
-    client
-        .query_opt(
-            &format!(
-                "SELECT {RUN_COLUMNS} FROM runs \
+    async fn latest_review(&self, script: &str, hash: &str) -> Result<Option<Run>> {
+        let client = self.client().await?;
+        client
+            .query_opt(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs \
                  WHERE script = $1 AND hash = $2 AND kind = 'review' AND status = 'succeeded' \
                  ORDER BY started_at_ms DESC, ord DESC LIMIT 1"
-            ),
-            &[&script, &hash],
-        )
-        .await?
-        .as_ref()
-        .map(run_from_row)
-        .transpose()
-}
-
-pub(super) async fn run(store: &PostgresStore, id: &str) -> Result<Option<Run>> {
-    let client = store.client().await?;
-    client
-        .query_opt(
-            &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"),
-            &[&id],
-        )
-        .await?
-        .as_ref()
-        .map(run_from_row)
-        .transpose()
+                ),
+                &[&script, &hash],
+            )
+            .await?
+            .as_ref()
+            .map(rows::run)
+            .transpose()
+    }
 }

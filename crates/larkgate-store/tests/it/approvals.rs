@@ -1,4 +1,4 @@
-use larkgate_store::{ApprovalStatus, CallChain, Store, StoreError};
+use larkgate_store::{ApprovalStatus, ApprovalStore, CallChain, StoreError};
 
 use crate::{Place, on_both};
 

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use larkgate_store::{DATABASE_FILE, Store};
+use larkgate_store::{ApprovalStore, DATABASE_FILE, KvStore, PrincipalStore, ScriptStore};
 
 /// A SQLite store in a fresh temporary directory (kept alive by the returned guard).
 fn fresh() -> (tempfile::TempDir, larkgate_store::SqliteStore) {

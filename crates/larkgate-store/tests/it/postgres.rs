@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use larkgate_store::postgres::testing::{Relay, TestSchema};
 use larkgate_store::postgres::{Migrated, SCHEMA_VERSION};
-use larkgate_store::{AuditQuery, Change, PostgresSettings, PostgresStore, Store, StoreError};
+use larkgate_store::{
+    AuditQuery, AuditStore, Change, KvStore, PostgresSettings, PostgresStore, PrincipalStore,
+    ScriptStore, Store, StoreError,
+};
 
 use crate::audit::record;
 

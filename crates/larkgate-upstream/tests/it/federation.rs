@@ -10,7 +10,7 @@ use larkgate_binding::{Limits, Map, Value};
 use larkgate_caller::{CallError, Caller};
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind, approvals};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore};
+use larkgate_store::{AuditStore, Principal, PrincipalKind, SqliteStore, UpstreamStore};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::tools::{Approval, Link, adopt, handlers};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
@@ -382,7 +382,7 @@ async fn a_name_collision_fails_loudly_and_leaves_the_tools_as_they_were() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_tool_is_quarantined_across_restarts_until_reviewed() {
-    use larkgate_store::{PinStatus, Store};
+    use larkgate_store::PinStatus;
     use larkgate_upstream::config::UpstreamConfig;
     use larkgate_upstream::federation::Federation;
     use larkgate_upstream::pinning::approve;

@@ -12,7 +12,7 @@ use larkgate_platform::policy::{
 };
 use larkgate_platform::registry::{Registry, SEPARATOR, script_tool_name};
 use larkgate_platform::{approvals, capabilities};
-use larkgate_store::{Principal, SqliteStore, Store};
+use larkgate_store::{Principal, PrincipalStore, SqliteStore, UpstreamStore};
 
 use crate::config::{Config, Located};
 

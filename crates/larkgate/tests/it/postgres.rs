@@ -77,7 +77,7 @@ fn an_older_schema_is_migrated_and_a_newer_one_is_refused_with_what_to_do() {
     runtime.block_on(async {
         let older = larkgate_store::PostgresStore::connect(&schema.settings()).unwrap();
         older.migrate_to(1).await.unwrap();
-        larkgate_store::Store::kv_set(&older, "kept", "yes")
+        larkgate_store::KvStore::kv_set(&older, "kept", "yes")
             .await
             .unwrap();
     });
