@@ -32,7 +32,8 @@ pub mod tools;
 
 use larkgate_binding::{Map, Value, canonical_map_json};
 use larkgate_store::{
-    Approval, ApprovalDetails, ApprovalStatus, CallChain, Principal, Store, StoreError, now_ms,
+    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, CallChain, Principal, Resolution,
+    Store, StoreError, now_ms,
 };
 
 use crate::access::{APPROVERS, has_any_role};
@@ -140,7 +141,12 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
     } = *call;
     expire_pending(store, services.policy.approvals.pending_ttl_seconds).await?;
     let resolved = store
-        .resolved_approval(principal, tool, args_hash, chain)
+        .resolved_approval(ApprovalFor {
+            principal,
+            tool,
+            args_hash,
+            chain,
+        })
         .await
         .map_err(|e| Refusal::store("approvals could not be read", e))?;
     match resolved {
@@ -167,7 +173,16 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
         _ => {
             let details = call.details(services).await;
             let pending = store
-                .pending_approval(principal, tool, args_hash, chain, &details, now_ms())
+                .pending_approval(
+                    ApprovalFor {
+                        principal,
+                        tool,
+                        args_hash,
+                        chain,
+                    },
+                    &details,
+                    now_ms(),
+                )
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
             Err(Refusal {
@@ -340,11 +355,13 @@ pub async fn resolve(
     let resolved = store
         .resolve_approval(
             id,
-            &approver.id,
-            approve,
-            reason,
-            now,
-            now.saturating_add(ttl_ms),
+            Resolution {
+                approver: &approver.id,
+                approve,
+                reason,
+                now_ms: now,
+                expires_at_ms: now.saturating_add(ttl_ms),
+            },
         )
         .await
         .map_err(|e| match e {

@@ -10,7 +10,7 @@ use larkgate_platform::audit::EventKind;
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::registry::script_tool_name;
 use larkgate_platform::review::IntendedWrite;
-use larkgate_store::{Principal, Run, ScriptPin, ScriptVersion, StoreError, now_ms};
+use larkgate_store::{Principal, Publication, Run, ScriptPin, ScriptVersion, StoreError, now_ms};
 
 use crate::records::review_of;
 use crate::{Scripts, check, source_hash, store_failed};
@@ -244,14 +244,14 @@ impl Scripts {
         let hash = &preview.hash;
         let version = self
             .store
-            .publish(
+            .publish(Publication {
                 name,
-                &preview.source,
+                source: &preview.source,
                 hash,
-                &actor.id,
-                &preview.pins,
-                now_ms(),
-            )
+                publisher: &actor.id,
+                pins: &preview.pins,
+                now_ms: now_ms(),
+            })
             .await
             .map_err(|e| match e {
                 StoreError::Invalid(message) => Refusal::new(Code::InvalidArguments, message),

@@ -27,10 +27,10 @@ mod sqlite;
 
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
-    Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditQuery, AuditRecord,
-    CallChain, Draft, ForwardedAudit, NewSession, PinStatus, Principal, PrincipalKind, Run,
-    RunQuery, RunStats, RunStatus, ScriptPin, ScriptVersion, SessionCapReached, SharedSession,
-    TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, AuditHead, AuditKind, AuditQuery,
+    AuditRecord, CallChain, Draft, ForwardedAudit, NewSession, PinStatus, Principal, PrincipalKind,
+    Publication, Resolution, Run, RunQuery, RunStats, RunStatus, ScriptPin, ScriptVersion,
+    SessionCapReached, SharedSession, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
@@ -328,45 +328,26 @@ pub trait KvStore: Send + Sync {
 /// Approvals: one pending request per call, resolved once, consumed once.
 #[async_trait::async_trait]
 pub trait ApprovalStore: Send + Sync {
-    /// The pending approval for {principal, tool, arguments hash, chain}, created (with the
-    /// chain's authors and `details`) if there is none, so repeated refused calls share one
-    /// record.
+    /// The pending approval for `call`, created (with the chain's authors and `details`) if
+    /// there is none, so repeated refused calls share one record.
     async fn pending_approval(
         &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
+        call: ApprovalFor<'_>,
         details: &ApprovalDetails,
         now_ms: i64,
     ) -> Result<Approval>;
     /// Marks every approval still pending that was created before `created_before_ms`
     /// expired; returns how many.
     async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64>;
-    /// The newest approval for {principal, tool, arguments hash, the chain's principals} that
-    /// is not pending, if any: the gate reads its status (approved and unexpired admits; denied
+    /// The newest approval for `call` that is not pending, if any: the gate reads its status (approved and unexpired admits; denied
     /// refuses).
-    async fn resolved_approval(
-        &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
-    ) -> Result<Option<Approval>>;
+    async fn resolved_approval(&self, call: ApprovalFor<'_>) -> Result<Option<Approval>>;
     /// Marks an approved, unexpired approval used. Returns `false` — and changes nothing — if
     /// it is no longer approved or has expired, so two calls can never both consume it.
     async fn consume_approval(&self, id: &str, now_ms: i64) -> Result<bool>;
-    /// Resolves a pending approval as approved (valid until `expires_at_ms`) or denied, with
-    /// the approver's `reason` if they gave one.
-    async fn resolve_approval(
-        &self,
-        id: &str,
-        approver: &str,
-        approve: bool,
-        reason: Option<&str>,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<Approval>;
+    /// Resolves the pending approval `id` as `resolution` says: approved (valid until its
+    /// `expires_at_ms`) or denied.
+    async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval>;
     /// One approval.
     async fn approval(&self, id: &str) -> Result<Option<Approval>>;
     /// Approvals, newest first, optionally only those with `status`.
@@ -389,21 +370,13 @@ pub trait ScriptStore: Send + Sync {
     async fn draft(&self, name: &str) -> Result<Option<Draft>>;
     /// All drafts, by name.
     async fn drafts(&self) -> Result<Vec<Draft>>;
-    /// Publishes the draft `name` as its next version, in one transaction: `source` (which the
-    /// caller checked, and which must still be the draft's source), its `hash`, the draft
-    /// author's roles as they are now (read from the principals table in the same
-    /// transaction), `publisher`, and the upstream tools it refers to (`pins`). [`StoreError::Missing`] without a draft;
+    /// Publishes a draft as its next version, in one transaction: the publication's source
+    /// (which must still be the draft's), its hash, the draft author's roles as they are now
+    /// (read from the principals table in the same transaction), the publisher, and the
+    /// upstream tools it refers to. [`StoreError::Missing`] without a draft;
     /// [`StoreError::Invalid`] if the draft changed since it was checked or its author is no
     /// longer registered.
-    async fn publish(
-        &self,
-        name: &str,
-        source: &str,
-        hash: &str,
-        publisher: &str,
-        pins: &[ScriptPin],
-        now_ms: i64,
-    ) -> Result<ScriptVersion>;
+    async fn publish(&self, publication: Publication<'_>) -> Result<ScriptVersion>;
     /// Every version of a script, oldest first.
     async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>>;
     /// The latest version of one script, if it was ever published.

@@ -146,6 +146,52 @@ pub struct CallChain {
     pub authors: Vec<String>,
 }
 
+/// The call an approval is for, matched on all four parts: who calls, which tool, the SHA-256
+/// of the canonical arguments, and the chain of runs the call came through.
+#[derive(Clone, Copy, Debug)]
+pub struct ApprovalFor<'a> {
+    /// The calling principal.
+    pub principal: &'a str,
+    /// The tool's listed name.
+    pub tool: &'a str,
+    /// SHA-256 (hex) of the canonical arguments.
+    pub args_hash: &'a str,
+    /// The runs the call came through.
+    pub chain: &'a CallChain,
+}
+
+/// An approver's decision on a pending approval.
+#[derive(Clone, Copy, Debug)]
+pub struct Resolution<'a> {
+    /// Who decided.
+    pub approver: &'a str,
+    /// Approved (`true`) or denied.
+    pub approve: bool,
+    /// The approver's reason, if they gave one.
+    pub reason: Option<&'a str>,
+    /// When they decided (Unix ms).
+    pub now_ms: i64,
+    /// Until when an approved call may be made (ignored for a denial).
+    pub expires_at_ms: i64,
+}
+
+/// A draft to publish as its script's next version.
+#[derive(Clone, Copy, Debug)]
+pub struct Publication<'a> {
+    /// The draft's (and script's) name.
+    pub name: &'a str,
+    /// The source the publisher checked, which must still be the draft's.
+    pub source: &'a str,
+    /// SHA-256 (hex) of `source`.
+    pub hash: &'a str,
+    /// Who publishes.
+    pub publisher: &'a str,
+    /// The upstream tools the source refers to.
+    pub pins: &'a [ScriptPin],
+    /// When (Unix ms).
+    pub now_ms: i64,
+}
+
 impl CallChain {
     /// Whether `principal` is in the chain or wrote one of its scripts.
     pub fn involves(&self, principal: &str) -> bool {

@@ -5,7 +5,9 @@ use super::PostgresStore;
 use crate::ApprovalStore;
 use crate::chain_column;
 use crate::rows::{self, APPROVAL_COLUMNS};
-use crate::{Approval, ApprovalDetails, ApprovalStatus, CallChain, Result, StoreError};
+use crate::{
+    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, Resolution, Result, StoreError,
+};
 
 /// A new approval's id: 64 random bits in hex, as the SQLite store makes them.
 fn new_id() -> Result<String> {
@@ -17,15 +19,14 @@ fn new_id() -> Result<String> {
 
 #[async_trait::async_trait]
 impl ApprovalStore for PostgresStore {
-    async fn resolve_approval(
-        &self,
-        id: &str,
-        approver: &str,
-        approve: bool,
-        reason: Option<&str>,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<Approval> {
+    async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
+        let Resolution {
+            approver,
+            approve,
+            reason,
+            now_ms,
+            expires_at_ms,
+        } = resolution;
         let status = if approve { "approved" } else { "denied" };
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
@@ -60,13 +61,16 @@ impl ApprovalStore for PostgresStore {
 
     async fn pending_approval(
         &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
+        call: ApprovalFor<'_>,
         details: &ApprovalDetails,
         now_ms: i64,
     ) -> Result<Approval> {
+        let ApprovalFor {
+            principal,
+            tool,
+            args_hash,
+            chain,
+        } = call;
         let through = chain_column(&chain.through);
         let authors = chain_column(&chain.authors);
         let client = self.client().await?;
@@ -131,13 +135,13 @@ impl ApprovalStore for PostgresStore {
             .await?)
     }
 
-    async fn resolved_approval(
-        &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
-    ) -> Result<Option<Approval>> {
+    async fn resolved_approval(&self, call: ApprovalFor<'_>) -> Result<Option<Approval>> {
+        let ApprovalFor {
+            principal,
+            tool,
+            args_hash,
+            chain,
+        } = call;
         let client = self.client().await?;
         let statement = client
             .prepare_cached(&format!(

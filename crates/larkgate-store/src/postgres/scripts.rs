@@ -5,7 +5,7 @@ use tokio_postgres::error::SqlState;
 use super::PostgresStore;
 use crate::ScriptStore;
 use crate::rows::{self, DRAFT_COLUMNS, RUN_COLUMNS, VERSION_COLUMNS};
-use crate::{Draft, Result, Run, RunQuery, ScriptPin, ScriptVersion, StoreError};
+use crate::{Draft, Publication, Result, Run, RunQuery, ScriptVersion, StoreError};
 use crate::{join_roles, signed, split_roles};
 
 async fn write_run(store: &PostgresStore, run: &Run, insert: bool) -> Result<u64> {
@@ -114,15 +114,15 @@ impl ScriptStore for PostgresStore {
         rows.iter().map(rows::draft).collect()
     }
 
-    async fn publish(
-        &self,
-        name: &str,
-        source: &str,
-        hash: &str,
-        publisher: &str,
-        pins: &[ScriptPin],
-        now_ms: i64,
-    ) -> Result<ScriptVersion> {
+    async fn publish(&self, publication: Publication<'_>) -> Result<ScriptVersion> {
+        let Publication {
+            name,
+            source,
+            hash,
+            publisher,
+            pins,
+            now_ms,
+        } = publication;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // The draft's row lock makes concurrent publishes of one script take turns, so each

@@ -6,8 +6,8 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use super::SqliteStore;
 use crate::rows::{self, APPROVAL_COLUMNS};
 use crate::{
-    Approval, ApprovalDetails, ApprovalStatus, ApprovalStore, CallChain, Result, StoreError,
-    chain_column,
+    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, ApprovalStore, Resolution, Result,
+    StoreError, chain_column,
 };
 
 fn approval_by_id(connection: &Connection, id: &str) -> Result<Option<Approval>> {
@@ -24,13 +24,16 @@ fn approval_by_id(connection: &Connection, id: &str) -> Result<Option<Approval>>
 impl ApprovalStore for SqliteStore {
     async fn pending_approval(
         &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
+        call: ApprovalFor<'_>,
         details: &ApprovalDetails,
         now_ms: i64,
     ) -> Result<Approval> {
+        let ApprovalFor {
+            principal,
+            tool,
+            args_hash,
+            chain,
+        } = call;
         let (principal, tool, args_hash) =
             (principal.to_owned(), tool.to_owned(), args_hash.to_owned());
         let through = chain_column(&chain.through);
@@ -88,13 +91,13 @@ impl ApprovalStore for SqliteStore {
         .await
     }
 
-    async fn resolved_approval(
-        &self,
-        principal: &str,
-        tool: &str,
-        args_hash: &str,
-        chain: &CallChain,
-    ) -> Result<Option<Approval>> {
+    async fn resolved_approval(&self, call: ApprovalFor<'_>) -> Result<Option<Approval>> {
+        let ApprovalFor {
+            principal,
+            tool,
+            args_hash,
+            chain,
+        } = call;
         let (principal, tool, args_hash) =
             (principal.to_owned(), tool.to_owned(), args_hash.to_owned());
         let through = chain_column(&chain.through);
@@ -127,15 +130,14 @@ impl ApprovalStore for SqliteStore {
         .await
     }
 
-    async fn resolve_approval(
-        &self,
-        id: &str,
-        approver: &str,
-        approve: bool,
-        reason: Option<&str>,
-        now_ms: i64,
-        expires_at_ms: i64,
-    ) -> Result<Approval> {
+    async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
+        let Resolution {
+            approver,
+            approve,
+            reason,
+            now_ms,
+            expires_at_ms,
+        } = resolution;
         let (id, approver) = (id.to_owned(), approver.to_owned());
         let reason = reason.map(str::to_owned);
         let status = if approve { "approved" } else { "denied" };

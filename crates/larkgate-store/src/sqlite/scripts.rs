@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use super::SqliteStore;
 use crate::rows::{self, DRAFT_COLUMNS, RUN_COLUMNS, VERSION_COLUMNS};
 use crate::{
-    Draft, Result, Run, RunQuery, ScriptPin, ScriptStore, ScriptVersion, StoreError, join_roles,
+    Draft, Publication, Result, Run, RunQuery, ScriptStore, ScriptVersion, StoreError, join_roles,
     signed, split_roles,
 };
 
@@ -116,15 +116,15 @@ impl ScriptStore for SqliteStore {
         .await
     }
 
-    async fn publish(
-        &self,
-        name: &str,
-        source: &str,
-        hash: &str,
-        publisher: &str,
-        pins: &[ScriptPin],
-        now_ms: i64,
-    ) -> Result<ScriptVersion> {
+    async fn publish(&self, publication: Publication<'_>) -> Result<ScriptVersion> {
+        let Publication {
+            name,
+            source,
+            hash,
+            publisher,
+            pins,
+            now_ms,
+        } = publication;
         let (name, source, hash, publisher) = (
             name.to_owned(),
             source.to_owned(),

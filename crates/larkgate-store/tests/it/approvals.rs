@@ -1,4 +1,6 @@
-use larkgate_store::{ApprovalStatus, ApprovalStore, CallChain, StoreError};
+use larkgate_store::{
+    ApprovalFor, ApprovalStatus, ApprovalStore, CallChain, Resolution, StoreError,
+};
 
 use crate::{Place, on_both};
 
@@ -16,10 +18,12 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
     let store = place.open().await;
     let for_p1 = store
         .pending_approval(
-            "script:w",
-            "kv_set",
-            "h",
-            &through("p1", "ada"),
+            ApprovalFor {
+                principal: "script:w",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &through("p1", "ada"),
+            },
             &Default::default(),
             0,
         )
@@ -30,27 +34,52 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
     assert!(!for_p1.chain.involves("p2"));
     let for_p2 = store
         .pending_approval(
-            "script:w",
-            "kv_set",
-            "h",
-            &through("p2", "ada"),
+            ApprovalFor {
+                principal: "script:w",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &through("p2", "ada"),
+            },
             &Default::default(),
             0,
         )
         .await
         .unwrap();
     let direct_call = store
-        .pending_approval("script:w", "kv_set", "h", &direct(), &Default::default(), 0)
+        .pending_approval(
+            ApprovalFor {
+                principal: "script:w",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     assert_ne!(for_p1.id, for_p2.id);
     assert_ne!(for_p1.id, direct_call.id);
     store
-        .resolve_approval(&for_p1.id, "carol", true, None, 1, 99)
+        .resolve_approval(
+            &for_p1.id,
+            Resolution {
+                approver: "carol",
+                approve: true,
+                reason: None,
+                now_ms: 1,
+                expires_at_ms: 99,
+            },
+        )
         .await
         .unwrap();
     let found = store
-        .resolved_approval("script:w", "kv_set", "h", &through("p1", "ada"))
+        .resolved_approval(ApprovalFor {
+            principal: "script:w",
+            tool: "kv_set",
+            args_hash: "h",
+            chain: &through("p1", "ada"),
+        })
         .await
         .unwrap()
         .unwrap();
@@ -62,7 +91,12 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
     ] {
         assert!(
             store
-                .resolved_approval("script:w", "kv_set", "h", &other)
+                .resolved_approval(ApprovalFor {
+                    principal: "script:w",
+                    tool: "kv_set",
+                    args_hash: "h",
+                    chain: &other
+                })
                 .await
                 .unwrap()
                 .is_none(),
@@ -77,7 +111,16 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     {
         let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
         store
-            .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
+            .pending_approval(
+                ApprovalFor {
+                    principal: "alice",
+                    tool: "kv_set",
+                    args_hash: "h",
+                    chain: &direct(),
+                },
+                &Default::default(),
+                0,
+            )
             .await
             .unwrap();
     }
@@ -113,7 +156,16 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].chain, direct());
     let again = store
-        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 1)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            1,
+        )
         .await
         .unwrap();
     assert_eq!(again.id, pending[0].id);
@@ -123,10 +175,12 @@ async fn an_unreadable_chain_makes_the_approval_unreadable(place: Place) {
     let store = place.open().await;
     let pending = store
         .pending_approval(
-            "script:w",
-            "kv_set",
-            "h",
-            &through("p1", "ada"),
+            ApprovalFor {
+                principal: "script:w",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &through("p1", "ada"),
+            },
             &Default::default(),
             0,
         )
@@ -145,10 +199,12 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
     let store = place.open().await;
     let a = store
         .pending_approval(
-            "alice",
-            "kv_set",
-            "h1",
-            &direct(),
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h1",
+                chain: &direct(),
+            },
             &Default::default(),
             1_000,
         )
@@ -156,10 +212,12 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
         .unwrap();
     let b = store
         .pending_approval(
-            "alice",
-            "kv_set",
-            "h1",
-            &direct(),
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h1",
+                chain: &direct(),
+            },
             &Default::default(),
             2_000,
         )
@@ -169,17 +227,28 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
     assert_eq!(a.status, ApprovalStatus::Pending);
     let other_args = store
         .pending_approval(
-            "alice",
-            "kv_set",
-            "h2",
-            &direct(),
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h2",
+                chain: &direct(),
+            },
             &Default::default(),
             2_000,
         )
         .await
         .unwrap();
     let other_principal = store
-        .pending_approval("bob", "kv_set", "h1", &direct(), &Default::default(), 2_000)
+        .pending_approval(
+            ApprovalFor {
+                principal: "bob",
+                tool: "kv_set",
+                args_hash: "h1",
+                chain: &direct(),
+            },
+            &Default::default(),
+            2_000,
+        )
         .await
         .unwrap();
     assert_ne!(a.id, other_args.id);
@@ -197,7 +266,16 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
 async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     assert!(
@@ -205,13 +283,27 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
         "pending is not usable"
     );
     let approved = store
-        .resolve_approval(&pending.id, "carol", true, None, 10, 1_000)
+        .resolve_approval(
+            &pending.id,
+            Resolution {
+                approver: "carol",
+                approve: true,
+                reason: None,
+                now_ms: 10,
+                expires_at_ms: 1_000,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(approved.status, ApprovalStatus::Approved);
     assert_eq!(approved.resolved_by.as_deref(), Some("carol"));
     let found = store
-        .resolved_approval("alice", "kv_set", "h", &direct())
+        .resolved_approval(ApprovalFor {
+            principal: "alice",
+            tool: "kv_set",
+            args_hash: "h",
+            chain: &direct(),
+        })
         .await
         .unwrap()
         .unwrap();
@@ -228,12 +320,30 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
 
     // A new refused call after use opens a new pending record.
     let again = store
-        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 600)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            600,
+        )
         .await
         .unwrap();
     assert_ne!(again.id, pending.id);
     store
-        .resolve_approval(&again.id, "carol", true, None, 700, 800)
+        .resolve_approval(
+            &again.id,
+            Resolution {
+                approver: "carol",
+                approve: true,
+                reason: None,
+                now_ms: 700,
+                expires_at_ms: 800,
+            },
+        )
         .await
         .unwrap();
     assert!(
@@ -245,11 +355,29 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
 async fn concurrent_consumers_get_one_success(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 0)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     store
-        .resolve_approval(&pending.id, "carol", true, None, 1, i64::MAX)
+        .resolve_approval(
+            &pending.id,
+            Resolution {
+                approver: "carol",
+                approve: true,
+                reason: None,
+                now_ms: 1,
+                expires_at_ms: i64::MAX,
+            },
+        )
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -276,7 +404,16 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
         let store = handles[i % 2].clone();
         tasks.push(tokio::spawn(async move {
             store
-                .pending_approval("alice", "kv_set", "h", &direct(), &Default::default(), 5)
+                .pending_approval(
+                    ApprovalFor {
+                        principal: "alice",
+                        tool: "kv_set",
+                        args_hash: "h",
+                        chain: &direct(),
+                    },
+                    &Default::default(),
+                    5,
+                )
                 .await
                 .unwrap()
                 .id
@@ -297,17 +434,44 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
 async fn only_a_pending_approval_can_be_resolved(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval("alice", "t", "h", &direct(), &Default::default(), 0)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "t",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            0,
+        )
         .await
         .unwrap();
     let denied = store
-        .resolve_approval(&pending.id, "carol", false, None, 1, 99)
+        .resolve_approval(
+            &pending.id,
+            Resolution {
+                approver: "carol",
+                approve: false,
+                reason: None,
+                now_ms: 1,
+                expires_at_ms: 99,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(denied.status, ApprovalStatus::Denied);
     assert_eq!(denied.expires_at_ms, None);
     let err = store
-        .resolve_approval(&pending.id, "carol", true, None, 2, 99)
+        .resolve_approval(
+            &pending.id,
+            Resolution {
+                approver: "carol",
+                approve: true,
+                reason: None,
+                now_ms: 2,
+                expires_at_ms: 99,
+            },
+        )
         .await
         .unwrap_err();
     assert!(
@@ -316,12 +480,26 @@ async fn only_a_pending_approval_can_be_resolved(place: Place) {
     );
     assert!(matches!(
         store
-            .resolve_approval("nope", "carol", true, None, 2, 99)
+            .resolve_approval(
+                "nope",
+                Resolution {
+                    approver: "carol",
+                    approve: true,
+                    reason: None,
+                    now_ms: 2,
+                    expires_at_ms: 99
+                }
+            )
             .await,
         Err(StoreError::Missing(_))
     ));
     let found = store
-        .resolved_approval("alice", "t", "h", &direct())
+        .resolved_approval(ApprovalFor {
+            principal: "alice",
+            tool: "t",
+            args_hash: "h",
+            chain: &direct(),
+        })
         .await
         .unwrap()
         .unwrap();
@@ -336,7 +514,16 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
         script: Some("cleanup v2".into()),
     };
     let pending = store
-        .pending_approval("alice", "kv_delete", "h", &direct(), &details, 0)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_delete",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &details,
+            0,
+        )
         .await
         .unwrap();
     assert_eq!(pending.details, details);
@@ -346,7 +533,16 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
         ..Default::default()
     };
     let again = store
-        .pending_approval("alice", "kv_delete", "h", &direct(), &other, 5)
+        .pending_approval(
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_delete",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &other,
+            5,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -356,11 +552,13 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
     let resolved = store
         .resolve_approval(
             &pending.id,
-            "carol",
-            false,
-            Some("that key is in use"),
-            10,
-            99,
+            Resolution {
+                approver: "carol",
+                approve: false,
+                reason: Some("that key is in use"),
+                now_ms: 10,
+                expires_at_ms: 99,
+            },
         )
         .await
         .unwrap();
@@ -375,10 +573,12 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
     let store = place.open().await;
     let old = store
         .pending_approval(
-            "alice",
-            "kv_delete",
-            "h",
-            &direct(),
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_delete",
+                args_hash: "h",
+                chain: &direct(),
+            },
             &Default::default(),
             1_000,
         )
@@ -386,10 +586,12 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
         .unwrap();
     let young = store
         .pending_approval(
-            "bob",
-            "kv_delete",
-            "h",
-            &direct(),
+            ApprovalFor {
+                principal: "bob",
+                tool: "kv_delete",
+                args_hash: "h",
+                chain: &direct(),
+            },
             &Default::default(),
             5_000,
         )
@@ -404,16 +606,27 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
     assert_eq!(status(young.id.clone()).await, ApprovalStatus::Pending);
     // An expired approval is never resolved, and the same call gets a new pending request.
     let error = store
-        .resolve_approval(&old.id, "carol", true, None, 6_000, 9_000)
+        .resolve_approval(
+            &old.id,
+            Resolution {
+                approver: "carol",
+                approve: true,
+                reason: None,
+                now_ms: 6_000,
+                expires_at_ms: 9_000,
+            },
+        )
         .await
         .unwrap_err();
     assert!(error.to_string().contains("already expired"), "{error}");
     let renewed = store
         .pending_approval(
-            "alice",
-            "kv_delete",
-            "h",
-            &direct(),
+            ApprovalFor {
+                principal: "alice",
+                tool: "kv_delete",
+                args_hash: "h",
+                chain: &direct(),
+            },
             &Default::default(),
             6_000,
         )
@@ -434,21 +647,41 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
         let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
         let old = store
             .pending_approval(
-                "alice",
-                "kv_set",
-                "h",
-                &through("p1", "ada"),
+                ApprovalFor {
+                    principal: "alice",
+                    tool: "kv_set",
+                    args_hash: "h",
+                    chain: &through("p1", "ada"),
+                },
                 &Default::default(),
                 0,
             )
             .await
             .unwrap();
         let other = store
-            .pending_approval("bob", "kv_set", "h", &direct(), &Default::default(), 0)
+            .pending_approval(
+                ApprovalFor {
+                    principal: "bob",
+                    tool: "kv_set",
+                    args_hash: "h",
+                    chain: &direct(),
+                },
+                &Default::default(),
+                0,
+            )
             .await
             .unwrap();
         let resolved = store
-            .resolve_approval(&other.id, "carol", true, None, 1, 99)
+            .resolve_approval(
+                &other.id,
+                Resolution {
+                    approver: "carol",
+                    approve: true,
+                    reason: None,
+                    now_ms: 1,
+                    expires_at_ms: 99,
+                },
+            )
             .await
             .unwrap();
         (old, resolved)
@@ -495,11 +728,29 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
         ApprovalStatus::Expired
     );
     let first = store
-        .pending_approval("dee", "kv_set", "h", &direct(), &Default::default(), 5)
+        .pending_approval(
+            ApprovalFor {
+                principal: "dee",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            5,
+        )
         .await
         .unwrap();
     let again = store
-        .pending_approval("dee", "kv_set", "h", &direct(), &Default::default(), 6)
+        .pending_approval(
+            ApprovalFor {
+                principal: "dee",
+                tool: "kv_set",
+                args_hash: "h",
+                chain: &direct(),
+            },
+            &Default::default(),
+            6,
+        )
         .await
         .unwrap();
     assert_eq!(first.id, again.id);

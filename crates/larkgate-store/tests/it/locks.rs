@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use larkgate_store::{ApprovalStore, DATABASE_FILE, KvStore, PrincipalStore, ScriptStore};
+use larkgate_store::{
+    ApprovalStore, DATABASE_FILE, KvStore, PrincipalStore, Resolution, ScriptStore,
+};
 
 /// A SQLite store in a fresh temporary directory (kept alive by the returned guard).
 fn fresh() -> (tempfile::TempDir, larkgate_store::SqliteStore) {
@@ -73,7 +75,16 @@ async fn a_lock_held_past_the_busy_timeout_is_reported_busy() {
     assert_eq!(store.kv_get("k").await.unwrap().as_deref(), Some("0"));
     // Another failure is not "busy".
     let missing = store
-        .resolve_approval("nope", "x", true, None, 0, 0)
+        .resolve_approval(
+            "nope",
+            Resolution {
+                approver: "x",
+                approve: true,
+                reason: None,
+                now_ms: 0,
+                expires_at_ms: 0,
+            },
+        )
         .await
         .unwrap_err();
     assert!(!missing.is_busy(), "{missing}");

@@ -9,7 +9,7 @@ use larkgate_store::postgres::testing::{Relay, TestSchema};
 use larkgate_store::postgres::{Migrated, SCHEMA_VERSION};
 use larkgate_store::{
     AuditQuery, AuditStore, Change, KvStore, PostgresSettings, PostgresStore, PrincipalStore,
-    ScriptStore, Store, StoreError,
+    Publication, ScriptStore, Store, StoreError,
 };
 
 use crate::audit::record;
@@ -127,7 +127,14 @@ async fn an_older_schema_is_brought_forward_with_its_data() {
         .await
         .unwrap();
     store
-        .publish("digest", "v1", "h1", "ada", &[], 2)
+        .publish(Publication {
+            name: "digest",
+            source: "v1",
+            hash: "h1",
+            publisher: "ada",
+            pins: &[],
+            now_ms: 2,
+        })
         .await
         .unwrap();
     let (channel, payload) = tokio::time::timeout(Duration::from_secs(5), notifications.recv())

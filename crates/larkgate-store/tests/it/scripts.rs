@@ -2,7 +2,7 @@
 //! runs.
 
 use larkgate_store::{
-    Principal, PrincipalKind, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
+    Principal, PrincipalKind, Publication, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
 };
 
 use crate::{Place, on_both};
@@ -48,7 +48,14 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then(place: 
     with_author(&*store).await;
     store.save_draft("digest", "v1", "ada", 1).await.unwrap();
     let v1 = store
-        .publish("digest", "v1", "h1", "pat", &[], 10)
+        .publish(Publication {
+            name: "digest",
+            source: "v1",
+            hash: "h1",
+            publisher: "pat",
+            pins: &[],
+            now_ms: 10,
+        })
         .await
         .unwrap();
     assert_eq!(
@@ -60,7 +67,14 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then(place: 
     store.set_roles("ada", vec!["author".into()]).await.unwrap();
     store.save_draft("digest", "v2", "ada", 11).await.unwrap();
     let v2 = store
-        .publish("digest", "v2", "h2", "pat", &[], 20)
+        .publish(Publication {
+            name: "digest",
+            source: "v2",
+            hash: "h2",
+            publisher: "pat",
+            pins: &[],
+            now_ms: 20,
+        })
         .await
         .unwrap();
     assert_eq!(v2.version, 2);
@@ -94,7 +108,14 @@ async fn concurrent_publishes_number_versions_one_after_another(place: Place) {
         let store = handles[i % 2].clone();
         tasks.push(tokio::spawn(async move {
             store
-                .publish("digest", "v", "h", "pat", &[], 10)
+                .publish(Publication {
+                    name: "digest",
+                    source: "v",
+                    hash: "h",
+                    publisher: "pat",
+                    pins: &[],
+                    now_ms: 10,
+                })
                 .await
                 .unwrap()
                 .version
@@ -128,7 +149,16 @@ async fn concurrent_publishes_number_versions_one_after_another(place: Place) {
 async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_author(place: Place) {
     let store = place.open().await;
     assert!(matches!(
-        store.publish("nope", "x", "h", "pat", &[], 1).await,
+        store
+            .publish(Publication {
+                name: "nope",
+                source: "x",
+                hash: "h",
+                publisher: "pat",
+                pins: &[],
+                now_ms: 1
+            })
+            .await,
         Err(StoreError::Missing(_))
     ));
     with_author(&*store).await;
@@ -141,7 +171,14 @@ async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_autho
         .await
         .unwrap();
     let err = store
-        .publish("digest", "checked", "h", "pat", &[], 3)
+        .publish(Publication {
+            name: "digest",
+            source: "checked",
+            hash: "h",
+            publisher: "pat",
+            pins: &[],
+            now_ms: 3,
+        })
         .await
         .unwrap_err();
     assert!(
@@ -151,7 +188,14 @@ async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_autho
     );
     store.remove_principal("ada").await.unwrap();
     let err = store
-        .publish("digest", "changed since", "h", "pat", &[], 4)
+        .publish(Publication {
+            name: "digest",
+            source: "changed since",
+            hash: "h",
+            publisher: "pat",
+            pins: &[],
+            now_ms: 4,
+        })
         .await
         .unwrap_err();
     assert!(
@@ -192,7 +236,14 @@ async fn a_version_keeps_the_upstream_tools_it_was_published_against(place: Plac
         hash: "abc".into(),
     }];
     let v1 = store
-        .publish("digest", "v1", "h1", "pat", &pins, 10)
+        .publish(Publication {
+            name: "digest",
+            source: "v1",
+            hash: "h1",
+            publisher: "pat",
+            pins: &pins,
+            now_ms: 10,
+        })
         .await
         .unwrap();
     assert_eq!(v1.pins.as_deref(), Some(pins.as_slice()));
