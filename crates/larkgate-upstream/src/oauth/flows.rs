@@ -97,79 +97,55 @@ where
     Fut: std::future::Future<Output = Result<String, AuthError>>,
 {
     let watch = http.clone();
-    authorization_code(
-        http,
-        credentials,
-        url,
-        redirect_uri,
-        identity,
-        scopes,
-        challenge,
-        consent,
-    )
-    .await
-    .map_err(SignInError::of(&watch))
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn authorization_code<F, Fut>(
-    http: GuardedOAuthHttp,
-    credentials: Option<SealedCredentials>,
-    url: &str,
-    redirect_uri: &str,
-    identity: &ClientIdentity,
-    scopes: &[String],
-    challenge: Option<&str>,
-    consent: F,
-) -> Result<AuthorizationManager, AuthError>
-where
-    F: FnOnce(String) -> Fut,
-    Fut: std::future::Future<Output = Result<String, AuthError>>,
-{
-    let mut state = unauthorized(http, credentials, url).await?;
-    let mut request = AuthorizationRequest::new(redirect_uri);
-    if !scopes.is_empty() {
-        request = request.with_scopes(scopes.iter().cloned());
-    }
-    request = match identity {
-        ClientIdentity::Registered {
-            client_id,
-            client_secret,
-        } => {
-            let request = request.with_preregistered_client(client_id.clone());
-            match client_secret {
-                Some(secret) => request.with_client_secret(secret.clone()),
-                None => request,
-            }
+    // Every failure below is an `AuthError`; the guard watching the transport tells which
+    // were its refusals (a private address, an oversized answer).
+    let signed_in = async move {
+        let mut state = unauthorized(http, credentials, url).await?;
+        let mut request = AuthorizationRequest::new(redirect_uri);
+        if !scopes.is_empty() {
+            request = request.with_scopes(scopes.iter().cloned());
         }
-        ClientIdentity::Dynamic {
-            client_name,
-            metadata_url,
-        } => {
-            let request = request.with_client_name(client_name.clone());
-            match metadata_url {
-                Some(document) => request.with_client_metadata_url(document.clone()),
-                None => request,
+        request = match identity {
+            ClientIdentity::Registered {
+                client_id,
+                client_secret,
+            } => {
+                let request = request.with_preregistered_client(client_id.clone());
+                match client_secret {
+                    Some(secret) => request.with_client_secret(secret.clone()),
+                    None => request,
+                }
             }
+            ClientIdentity::Dynamic {
+                client_name,
+                metadata_url,
+            } => {
+                let request = request.with_client_name(client_name.clone());
+                match metadata_url {
+                    Some(document) => request.with_client_metadata_url(document.clone()),
+                    None => request,
+                }
+            }
+        };
+        if let Some(challenge) = challenge {
+            request = request.with_challenge(challenge);
         }
+        state.start_authorization(request).await?;
+        let authorization_url = state.get_authorization_url().await?;
+        let returned = consent(authorization_url).await?;
+        let callback = AuthorizationCallback::from_redirect_url(&returned)?;
+        state
+            .handle_callback_with_issuer(
+                &callback.code,
+                &callback.csrf_token,
+                callback.issuer.as_deref(),
+            )
+            .await?;
+        state.into_authorization_manager().ok_or_else(|| {
+            AuthError::InternalError("the sign-in did not end authorized".to_owned())
+        })
     };
-    if let Some(challenge) = challenge {
-        request = request.with_challenge(challenge);
-    }
-    state.start_authorization(request).await?;
-    let authorization_url = state.get_authorization_url().await?;
-    let returned = consent(authorization_url).await?;
-    let callback = AuthorizationCallback::from_redirect_url(&returned)?;
-    state
-        .handle_callback_with_issuer(
-            &callback.code,
-            &callback.csrf_token,
-            callback.issuer.as_deref(),
-        )
-        .await?;
-    state
-        .into_authorization_manager()
-        .ok_or_else(|| AuthError::InternalError("the sign-in did not end authorized".to_owned()))
+    signed_in.await.map_err(SignInError::of(&watch))
 }
 
 /// Signs in a machine account to the upstream at `url` with the client credentials grant
