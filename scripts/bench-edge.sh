@@ -16,23 +16,10 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; e
 [[ -x $python ]] || { echo "$python is missing: run scripts/test once (it installs the SDK)" >&2; exit 1; }
 
 cargo build --release --quiet -p larkgate
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/bench-common.sh
 
 # larkgate, on the embedded defaults in a fresh data directory.
-(cd "$work" && exec "$OLDPWD/target/release/larkgate" serve --listen 127.0.0.1:0 \
-    > "$work/serve.out" 2> "$work/serve.err") &
-pids+=($!)
-for _ in $(seq 100); do grep -q "serving MCP at" "$work/serve.err" 2>/dev/null && break; sleep 0.1; done
-larkgate_url=$(sed -n 's/^larkgate: serving MCP at //p' "$work/serve.err")
-token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$work/serve.out" | head -1)
-[[ -n $larkgate_url && -n $token ]] || { cat "$work/serve.err" >&2; exit 1; }
+start "$work"; larkgate_url=$served_url; token=$served_token
 
 # The Python SDK server.
 "$python" crates/larkgate/benches/peers/noop_server.py > "$work/python.out" 2> "$work/python.err" &

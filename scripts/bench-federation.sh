@@ -30,14 +30,7 @@ cargo build --release --quiet -p larkgate
 larkgate=$PWD/target/release/larkgate
 baseline=${BASELINE_BIN:-}
 [[ -z $baseline || -x $baseline ]] || { echo "BASELINE_BIN=$baseline is not a program" >&2; exit 1; }
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/bench-common.sh
 ticks=$(getconf CLK_TCK)
 
 # CPU time of process PID (and its children that ended), in ms.

@@ -14,15 +14,8 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; e
 scripts/check-services
 
 cargo build --release --quiet -p larkgate
-work=$(mktemp -d)
 prefix="bench:$(date +%s):$$:"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/bench-common.sh
 
 policy='[policy.roles.admin]
 call = ["*"]
@@ -31,16 +24,6 @@ per = "principal"
 calls = 4000000000
 period_seconds = 1
 '
-start() {
-    local dir=$1
-    (cd "$dir" && exec "$OLDPWD/target/release/larkgate" serve --listen 127.0.0.1:0 \
-        > "$dir/serve.out" 2> "$dir/serve.err") &
-    pids+=($!)
-    for _ in $(seq 100); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
-    served_url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")
-    served_token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)
-    [[ -n $served_url && -n $served_token ]] || { cat "$dir/serve.err" >&2; exit 1; }
-}
 mkdir -p "$work/local/larkgate-data" "$work/redis/larkgate-data"
 printf '%s' "$policy" > "$work/local/larkgate-data/larkgate.toml"
 printf '%s[ratelimit]\nredis = "%s"\nprefix = "%s"\n' "$policy" "$redis" "$prefix" \

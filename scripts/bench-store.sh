@@ -17,28 +17,9 @@ command -v psql >/dev/null || { echo "psql is missing: apt-get install postgresq
 scripts/check-services
 
 cargo build --release --quiet -p larkgate
-work=$(mktemp -d)
 schema="bench_$(date +%s)_$$"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    psql -q "$url" -c "DROP SCHEMA IF EXISTS $schema CASCADE" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Starts `serve` in DIR; sets $served_url and $served_token.
-start() {
-    local dir=$1
-    (cd "$dir" && exec "$OLDPWD/target/release/larkgate" serve --listen 127.0.0.1:0 \
-        > "$dir/serve.out" 2> "$dir/serve.err") &
-    pids+=($!)
-    for _ in $(seq 100); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
-    served_url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")
-    served_token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)
-    [[ -n $served_url && -n $served_token ]] || { cat "$dir/serve.err" >&2; exit 1; }
-}
+bench_cleanup='psql -q "$url" -c "DROP SCHEMA IF EXISTS $schema CASCADE" 2>/dev/null'
+source scripts/bench-common.sh
 
 mkdir -p "$work/sqlite" "$work/postgres/larkgate-data"
 printf '[store]\nurl = "%s"\nschema = "%s"\n' "$url" "$schema" > "$work/postgres/larkgate-data/larkgate.toml"

@@ -32,8 +32,8 @@ pub mod tools;
 
 use larkgate_binding::{Map, Value, canonical_map_json};
 use larkgate_store::{
-    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, CallChain, Principal, Resolution,
-    Store, StoreError, now_ms,
+    Approval, ApprovalDetails, ApprovalFor, ApprovalRequest, ApprovalStatus, CallChain, Principal,
+    Resolution, Store, StoreError, now_ms,
 };
 
 use crate::access::{APPROVERS, has_any_role};
@@ -173,16 +173,16 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
         _ => {
             let details = call.details(services).await;
             let pending = store
-                .pending_approval(
-                    ApprovalFor {
+                .pending_approval(ApprovalRequest {
+                    call: ApprovalFor {
                         principal,
                         tool,
                         args_hash,
                         chain,
                     },
-                    &details,
-                    now_ms(),
-                )
+                    details: &details,
+                    now_ms: now_ms(),
+                })
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
             Err(Refusal {

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use larkgate_binding::Result;
+use larkgate_store::KvQuery;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -16,12 +17,7 @@ use crate::identity::CallContext;
 use crate::registry::{Registry, RegistryError};
 use crate::typed::{Annotations, CapabilityInfo, Declared, Listing, TypedCapability};
 
-const READ: Annotations = Annotations {
-    read_only: true,
-    destructive: false,
-    idempotent: true,
-    open_world: false,
-};
+const READ: Annotations = Annotations::READ;
 
 /// Input of `kv_get`.
 #[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
@@ -239,12 +235,9 @@ pub fn rfc3339_millis(at: std::time::SystemTime) -> String {
 
 /// Registers the built-in capabilities with their handlers on the store.
 pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryError> {
-    let invalid = |e: larkgate_binding::Error| RegistryError::InvalidShape {
-        name: "built-in capability".into(),
-        reason: e.to_string(),
-    };
+    let invalid = RegistryError::shape("built-in capability");
     TypedCapability::new(
-        kv_get().map_err(invalid)?,
+        kv_get().map_err(&invalid)?,
         Arc::new(|ctx: CallContext, input: KvGetInput| {
             Box::pin(async move {
                 check_key("kv_get", &input.key)?;
@@ -264,7 +257,7 @@ pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryErro
     )
     .register(registry)?;
     TypedCapability::new(
-        kv_list().map_err(invalid)?,
+        kv_list().map_err(&invalid)?,
         Arc::new(|ctx: CallContext, input: KvListInput| {
             Box::pin(async move {
                 let limit = input.limit.unwrap_or(DEFAULT_PAGE);
@@ -279,7 +272,11 @@ pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryErro
                 let mut rows = ctx
                     .services
                     .store
-                    .kv_list(&prefix, input.after.as_deref(), limit + 1)
+                    .kv_list(KvQuery {
+                        prefix: &prefix,
+                        after: input.after.as_deref(),
+                        limit: limit + 1,
+                    })
                     .await
                     .map_err(store_failed)?;
                 let more = rows.len() > limit;
@@ -300,7 +297,7 @@ pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryErro
     )
     .register(registry)?;
     TypedCapability::new(
-        clock_now().map_err(invalid)?,
+        clock_now().map_err(&invalid)?,
         Arc::new(|_ctx: CallContext, _input: ClockNowInput| {
             Box::pin(async move {
                 let now = std::time::SystemTime::now();
@@ -316,7 +313,7 @@ pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryErro
     )
     .register(registry)?;
     TypedCapability::new(
-        kv_set().map_err(invalid)?,
+        kv_set().map_err(&invalid)?,
         Arc::new(|ctx: CallContext, input: KvSetInput| {
             Box::pin(async move {
                 check_key("kv_set", &input.key)?;
@@ -335,7 +332,7 @@ pub fn register(registry: &mut Registry) -> std::result::Result<(), RegistryErro
     )
     .register(registry)?;
     TypedCapability::new(
-        kv_delete().map_err(invalid)?,
+        kv_delete().map_err(&invalid)?,
         Arc::new(|ctx: CallContext, input: KvDeleteInput| {
             Box::pin(async move {
                 check_key("kv_delete", &input.key)?;

@@ -16,6 +16,23 @@
 //! rate limit is refused as `forbidden`; a call refused by the rate limit never reaches the
 //! gate, so it never burns an approval.
 
+/// What every service of the pipeline declares alike: it answers a [`CallResponse`] (a refusal
+/// is an answer, so the service itself never fails) and is always ready.
+macro_rules! call_service {
+    () => {
+        type Response = CallResponse;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), std::convert::Infallible>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    };
+}
+
 mod arguments;
 mod audit_refusals;
 mod authenticate;
@@ -29,7 +46,6 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use larkgate_binding::Map;
 use tower::{Layer, Service, ServiceBuilder};
@@ -192,13 +208,7 @@ where
     S: Service<CallRequest, Response = CallResponse, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
 {
-    type Response = CallResponse;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
+    call_service!();
 
     fn call(&mut self, mut request: CallRequest) -> Self::Future {
         let step = Arc::clone(&self.step);

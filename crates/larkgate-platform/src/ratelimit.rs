@@ -90,6 +90,22 @@ fn pacing(rule: &RateLimitRule) -> (Duration, Duration) {
     (interval, interval * (burst - 1))
 }
 
+/// A call as the rate limits count it.
+#[derive(Clone, Copy, Debug)]
+pub struct Counted<'a> {
+    /// Who calls.
+    pub principal: &'a str,
+    /// What kind of target: the rules that count this kind of call apply.
+    pub kind: TargetKind,
+    /// The target's name: a tool or prompt name, a resource's larkgate URI.
+    pub name: &'a str,
+    /// What a `principal_tool` rule keeps one budget per (principal, key) of. For a tool or
+    /// prompt it is its name; for a resource, the listed entry the URI was found by (the
+    /// resource, or the template it matched), so that reading many URIs through one template
+    /// cannot fill the key table.
+    pub key: &'a str,
+}
+
 /// Why a call was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {
@@ -111,18 +127,10 @@ pub enum Limiter {
 
 impl Limiter {
     /// [`RateLimiter::check_target`], wherever the budgets are kept.
-    pub async fn check_target(
-        &self,
-        principal: &str,
-        kind: TargetKind,
-        name: &str,
-        key: &str,
-    ) -> Result<(), Refused> {
+    pub async fn check_target(&self, call: Counted<'_>) -> Result<(), Refused> {
         match self {
-            Limiter::Local(local) => local
-                .check_target(principal, kind, name, key)
-                .map_err(Refused::Budget),
-            Limiter::Shared(shared) => shared.check_target(principal, kind, name, key).await,
+            Limiter::Local(local) => local.check_target(call).map_err(Refused::Budget),
+            Limiter::Shared(shared) => shared.check_target(call).await,
         }
     }
 }
@@ -160,25 +168,21 @@ impl RateLimiter {
     /// Checks one call of `tool` by `principal` against every matching rule, charging each
     /// only if all allow it. Refused: the longest wait among the rules that refuse.
     pub fn check(&self, principal: &str, tool: &str) -> Result<(), Limited> {
-        self.check_target(principal, TargetKind::Tool, tool, tool)
+        self.check_target(Counted {
+            principal,
+            kind: TargetKind::Tool,
+            name: tool,
+            key: tool,
+        })
     }
 
-    /// [`RateLimiter::check`] for a call of any kind: the rules that count `kind` calls to
-    /// `name` (a tool or prompt name, a resource's larkgate URI) apply, and a `principal_tool`
-    /// rule keeps one budget per (principal, `key`). For a tool or prompt `key` is its name;
-    /// for a resource it is the listed entry the URI was found by (the resource, or the
-    /// template it matched), so that reading many URIs through one template cannot fill the
-    /// key table.
-    pub fn check_target(
-        &self,
-        principal: &str,
-        kind: TargetKind,
-        name: &str,
-        key: &str,
-    ) -> Result<(), Limited> {
+    /// [`RateLimiter::check`] for a call of any kind: the rules that count the call's kind of
+    /// calls to its name apply, and a `principal_tool` rule keeps one budget per (principal,
+    /// key); see [`Counted`].
+    pub fn check_target(&self, call: Counted<'_>) -> Result<(), Limited> {
         let now = self.clock.now();
         let matching: Vec<(&Bucket, Key)> = self
-            .matching(principal, kind, name, key)
+            .matching(call)
             .into_iter()
             .map(|(index, key)| (&self.buckets[index], key))
             .collect();
@@ -201,13 +205,13 @@ impl RateLimiter {
     }
 
     /// The rules that count this call (by index), each with the key its budget is kept under.
-    fn matching(
-        &self,
-        principal: &str,
-        kind: TargetKind,
-        name: &str,
-        key: &str,
-    ) -> Vec<(usize, Key)> {
+    fn matching(&self, call: Counted<'_>) -> Vec<(usize, Key)> {
+        let Counted {
+            principal,
+            kind,
+            name,
+            key,
+        } = call;
         self.buckets
             .iter()
             .enumerate()

@@ -204,6 +204,16 @@ pub enum RegistryError {
     },
 }
 
+impl RegistryError {
+    /// What a tool whose input shape does not compile is refused with, for `map_err`.
+    pub fn shape(name: &str) -> impl Fn(larkgate_binding::Error) -> RegistryError + '_ {
+        move |e| RegistryError::InvalidShape {
+            name: name.to_owned(),
+            reason: e.to_string(),
+        }
+    }
+}
+
 /// Checks a final tool name against the naming rules.
 pub fn check_tool_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
@@ -436,10 +446,7 @@ impl Registry {
             .clone()
             .map(larkgate_binding::InputShape::new)
             .transpose()
-            .map_err(|e| RegistryError::InvalidShape {
-                name: spec.name.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(RegistryError::shape(&spec.name))?;
         self.tools.insert(
             spec.name.clone(),
             Arc::new(RegisteredTool {

@@ -206,17 +206,18 @@ impl PlatformServer {
         identity
     }
 
-    /// Runs a read or get (`run`, given the caller) in the request's span, noting its caller
-    /// and outcome on the exchange; a refusal becomes the JSON-RPC error for `kind`.
-    async fn dispatch<F, Fut>(
+    /// Runs `run`, given the caller, in the request's span (the pipeline's steps are its
+    /// children), noting its caller and outcome on the exchange. The identity is the
+    /// session's, or the verified token's: nothing the client wrote in the request is
+    /// consulted.
+    async fn observed<T, F, Fut>(
         &self,
         context: &RequestContext<RoleServer>,
-        kind: TargetKind,
         run: F,
-    ) -> Result<serde_json::Value, ErrorData>
+    ) -> Result<T, Refusal>
     where
         F: FnOnce(Option<Arc<SessionIdentity>>) -> Fut,
-        Fut: std::future::Future<Output = Result<larkgate_binding::Map, Refusal>>,
+        Fut: std::future::Future<Output = Result<T, Refusal>>,
     {
         let exchange = Exchange::of(context);
         let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
@@ -235,7 +236,21 @@ impl PlatformServer {
                 Err(refusal) => refusal.code.as_str(),
             });
         }
-        match result {
+        result
+    }
+
+    /// A read or get, [`Self::observed`]; a refusal becomes the JSON-RPC error for `kind`.
+    async fn dispatch<F, Fut>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        kind: TargetKind,
+        run: F,
+    ) -> Result<serde_json::Value, ErrorData>
+    where
+        F: FnOnce(Option<Arc<SessionIdentity>>) -> Fut,
+        Fut: std::future::Future<Output = Result<larkgate_binding::Map, Refusal>>,
+    {
+        match self.observed(context, run).await {
             Ok(value) => Ok(serde_json::Value::Object(larkgate_binding::map_to_json(
                 &value,
             ))),
@@ -264,6 +279,25 @@ pub fn refusal_error(kind: TargetKind, refusal: &Refusal) -> ErrorData {
         .ok()
         .map(|envelope| serde_json::json!({ ENVELOPE_META_KEY: envelope }));
     ErrorData::new(code, envelope.text(), data)
+}
+
+/// One `ServerHandler` listing: what the session's principal may see of one
+/// kind of entry. The four listings differ only in their result type, its
+/// field and the platform's method, so they are written once here.
+macro_rules! listing {
+    ($method:ident, $result:ident, $field:ident, $list:ident) => {
+        async fn $method(
+            &self,
+            _request: Option<PaginatedRequestParams>,
+            context: RequestContext<RoleServer>,
+        ) -> Result<$result, ErrorData> {
+            let identity = self.lister(&context).await;
+            Ok($result {
+                $field: self.platform.$list(identity.as_deref()),
+                ..Default::default()
+            })
+        }
+    };
 }
 
 impl ServerHandler for PlatformServer {
@@ -343,53 +377,20 @@ impl ServerHandler for PlatformServer {
         }
     }
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let identity = self.lister(&context).await;
-        Ok(ListToolsResult {
-            tools: self.platform.list(identity.as_deref()),
-            ..Default::default()
-        })
-    }
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, ErrorData> {
-        let identity = self.lister(&context).await;
-        Ok(ListResourcesResult {
-            resources: self.platform.list_resources(identity.as_deref()),
-            ..Default::default()
-        })
-    }
-
-    async fn list_resource_templates(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let identity = self.lister(&context).await;
-        Ok(ListResourceTemplatesResult {
-            resource_templates: self.platform.list_resource_templates(identity.as_deref()),
-            ..Default::default()
-        })
-    }
-
-    async fn list_prompts(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, ErrorData> {
-        let identity = self.lister(&context).await;
-        Ok(ListPromptsResult {
-            prompts: self.platform.list_prompts(identity.as_deref()),
-            ..Default::default()
-        })
-    }
+    listing!(list_tools, ListToolsResult, tools, list);
+    listing!(
+        list_resources,
+        ListResourcesResult,
+        resources,
+        list_resources
+    );
+    listing!(
+        list_resource_templates,
+        ListResourceTemplatesResult,
+        resource_templates,
+        list_resource_templates
+    );
+    listing!(list_prompts, ListPromptsResult, prompts, list_prompts);
 
     async fn read_resource(
         &self,
@@ -403,11 +404,11 @@ impl ServerHandler for PlatformServer {
                 platform.read_resource(identity, &uri).await
             })
             .await?;
-        let mut result: ReadResourceResult = answer_as(value)?;
+        let mut read: ReadResourceResult = answer_as(value)?;
         // Complete, whatever revision the upstream spoke (rmcp leaves it out for 2025-11-25
         // clients); cache hints are rmcp's defaults for 2026-07-28: private, no lifetime.
-        result.result_type = Some(ResultType::COMPLETE);
-        Ok(result.into())
+        read.result_type = Some(ResultType::COMPLETE);
+        Ok(read.into())
     }
 
     async fn get_prompt(
@@ -422,9 +423,9 @@ impl ServerHandler for PlatformServer {
                 platform.get_prompt(identity, &name, arguments).await
             })
             .await?;
-        let mut result: GetPromptResult = answer_as(value)?;
-        result.result_type = Some(ResultType::COMPLETE);
-        Ok(result.into())
+        let mut prompt: GetPromptResult = answer_as(value)?;
+        prompt.result_type = Some(ResultType::COMPLETE);
+        Ok(prompt.into())
     }
 
     async fn call_tool(
@@ -432,32 +433,12 @@ impl ServerHandler for PlatformServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // The identity is the session's, or the verified token's: nothing the client wrote in
-        // `request` is consulted.
-        let exchange = Exchange::of(&context);
-        // The call's work is in the request's span: the pipeline's steps are its children.
-        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
-        let result = async {
-            match self.identity(&context).await {
-                Ok(identity) => {
-                    if let (Some(exchange), Some(identity)) = (exchange, &identity) {
-                        exchange.principal(&identity.run.principal.id);
-                    }
-                    self.platform
-                        .call_for_client(identity, &request.name, request.arguments)
-                        .await
-                }
-                Err(refusal) => Err(refusal),
-            }
-        }
-        .instrument(span)
-        .await;
-        if let Some(exchange) = exchange {
-            exchange.outcome(match &result {
-                Ok(_) => "ok",
-                Err(refusal) => refusal.code.as_str(),
-            });
-        }
+        let platform = &self.platform;
+        let result = self
+            .observed(&context, |identity| {
+                platform.call_for_client(identity, &request.name, request.arguments)
+            })
+            .await;
         let result = match result {
             // Another server's answer, as it came: every kind of content, text as text.
             Ok(ToolOutput {

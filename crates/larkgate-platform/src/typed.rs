@@ -46,6 +46,34 @@ pub struct CapabilityInfo {
     pub annotations: Annotations,
 }
 
+impl Annotations {
+    /// A read of larkgate's own state: changes nothing, the same answer twice, reaches nothing
+    /// outside.
+    pub const READ: Annotations = Annotations {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: false,
+    };
+}
+
+impl CapabilityInfo {
+    /// A capability's description.
+    pub const fn new(
+        name: &'static str,
+        title: &'static str,
+        description: &'static str,
+        annotations: Annotations,
+    ) -> Self {
+        CapabilityInfo {
+            name,
+            title,
+            description,
+            annotations,
+        }
+    }
+}
+
 /// A capability's description together with its compiled plan.
 #[derive(Debug)]
 pub struct Declared<I, O> {

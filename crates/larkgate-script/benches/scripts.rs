@@ -25,7 +25,7 @@ use larkgate_caller::Caller;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{
-    Blocking, ScriptLimits, Tools, WorkerCommand, WorkerPool, run_in_process, run_in_worker,
+    Blocking, Script, ScriptLimits, Tools, WorkerCommand, WorkerPool, run_in_process, run_in_worker,
 };
 use larkgate_store::{Principal, PrincipalKind, SqliteStore};
 
@@ -195,10 +195,12 @@ fn main() {
         runtime
             .block_on(runtime.spawn_blocking(move || {
                 run_in_process(
-                    "calls.star",
-                    CALLS,
-                    &Map::new(),
-                    &limits_copy,
+                    Script {
+                        filename: "calls.star",
+                        source: CALLS,
+                        arguments: &Map::new(),
+                        limits: &limits_copy,
+                    },
                     Some(Tools { host, draft: false }),
                 )
             }))
@@ -211,10 +213,12 @@ fn main() {
             .block_on(run_in_worker(
                 &command(),
                 &caller,
-                "calls.star",
-                CALLS,
-                &Map::new(),
-                &limits,
+                Script {
+                    filename: "calls.star",
+                    source: CALLS,
+                    arguments: &Map::new(),
+                    limits: &limits,
+                },
                 false,
             ))
             .outcome
@@ -258,7 +262,16 @@ fn main() {
     for _ in 0..50 {
         let t = Instant::now();
         runtime
-            .block_on(pool.run(&caller, "t.star", TRIVIAL, &Map::new(), &limits, false))
+            .block_on(pool.run(
+                &caller,
+                Script {
+                    filename: "t.star",
+                    source: TRIVIAL,
+                    arguments: &Map::new(),
+                    limits: &limits,
+                },
+                false,
+            ))
             .outcome
             .unwrap();
         warm.push(t.elapsed());
@@ -268,10 +281,12 @@ fn main() {
             .block_on(run_in_worker(
                 &command(),
                 &caller,
-                "t.star",
-                TRIVIAL,
-                &Map::new(),
-                &limits,
+                Script {
+                    filename: "t.star",
+                    source: TRIVIAL,
+                    arguments: &Map::new(),
+                    limits: &limits,
+                },
                 false,
             ))
             .outcome
@@ -290,9 +305,17 @@ fn main() {
     let mut ours = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        run_in_process("loop.star", LOOP, &Map::new(), &limits, None)
-            .outcome
-            .unwrap();
+        run_in_process(
+            Script {
+                filename: "loop.star",
+                source: LOOP,
+                arguments: &Map::new(),
+                limits: &limits,
+            },
+            None,
+        )
+        .outcome
+        .unwrap();
         ours.push(t.elapsed());
     }
     let ours = median(ours);

@@ -26,4 +26,6 @@ pub mod worker;
 pub use bindings::{Blocking, Host, ToolRefused};
 pub use entry::{EntryPoint, ScriptError, dialect, entry_point, parse};
 pub use parent::{WorkerCommand, WorkerPool, Workers, kill_all, run_in_worker};
-pub use run::{RunError, RunOutput, RunReport, RunUsage, ScriptLimits, Tools, run_in_process};
+pub use run::{
+    RunError, RunOutput, RunReport, RunUsage, Script, ScriptLimits, Tools, run_in_process,
+};

@@ -6,14 +6,14 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use larkgate_binding::{Map, from_json, map_to_json};
+use larkgate_binding::{from_json, map_to_json};
 use larkgate_caller::{CallError, Caller, Code, Target};
 use tokio::process::{Child, Command};
 use tracing::Instrument;
 
 use crate::pipe::{DeadlinePipe, write_frame};
 pub use crate::pipe::{FrameError, read_frame};
-use crate::run::{RunError, RunReport, RunUsage, ScriptLimits};
+use crate::run::{RunError, RunReport, RunUsage, Script, ScriptLimits};
 use crate::worker::{
     ADDRESS_SPACE_ENV, CallAnswer, DEFAULT_ADDRESS_SPACE, FromWorker, MAX_FRAME, Start, WORKER_ARG,
 };
@@ -206,14 +206,11 @@ impl WorkerPool {
     pub async fn run<C: Caller>(
         self: &std::sync::Arc<Self>,
         caller: &C,
-        filename: &str,
-        source: &str,
-        arguments: &Map,
-        limits: &ScriptLimits,
+        script: Script<'_>,
         draft: bool,
     ) -> RunReport {
         Workers::Pool(std::sync::Arc::clone(self))
-            .run(caller, filename, source, arguments, limits, draft)
+            .run(caller, script, draft)
             .await
     }
 }
@@ -230,15 +227,7 @@ pub enum Workers {
 impl Workers {
     /// Runs a script in a worker from here, its host calls going through `caller`; `draft`
     /// says the run is a draft's (see [`run_in_worker`]).
-    pub async fn run<C: Caller>(
-        &self,
-        caller: &C,
-        filename: &str,
-        source: &str,
-        arguments: &Map,
-        limits: &ScriptLimits,
-        draft: bool,
-    ) -> RunReport {
+    pub async fn run<C: Caller>(&self, caller: &C, script: Script<'_>, draft: bool) -> RunReport {
         let worker = match self {
             Workers::Pool(pool) => pool.take(),
             Workers::Fresh(command) => command.spawn(),
@@ -247,7 +236,7 @@ impl Workers {
             Ok(worker) => worker,
             Err(e) => return cannot_start(&e),
         };
-        let report = drive(worker, caller, filename, source, arguments, limits, draft).await;
+        let report = drive(worker, caller, script, draft).await;
         if let Workers::Pool(pool) = self {
             // Replace the worker once the run is answered: starting a process while the run
             // is still going would compete with it for the CPU.
@@ -262,14 +251,11 @@ impl Workers {
 pub async fn run_in_worker<C: Caller>(
     command: &WorkerCommand,
     caller: &C,
-    filename: &str,
-    source: &str,
-    arguments: &Map,
-    limits: &ScriptLimits,
+    script: Script<'_>,
     draft: bool,
 ) -> RunReport {
     Workers::Fresh(command.clone())
-        .run(caller, filename, source, arguments, limits, draft)
+        .run(caller, script, draft)
         .await
 }
 
@@ -283,12 +269,10 @@ fn cannot_start(error: &std::io::Error) -> RunReport {
 async fn drive<C: Caller>(
     worker: Worker,
     caller: &C,
-    filename: &str,
-    source: &str,
-    arguments: &Map,
-    limits: &ScriptLimits,
+    script: Script<'_>,
     draft: bool,
 ) -> RunReport {
+    let limits = script.limits;
     let failed = RunReport::failed;
     let handle = tokio::runtime::Handle::current();
     if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
@@ -327,9 +311,9 @@ async fn drive<C: Caller>(
     // One read usually brings a whole frame, length and body.
     let mut stdout = std::io::BufReader::new(stdout);
     let start = Start {
-        filename: filename.to_owned(),
-        source: source.to_owned(),
-        arguments: serde_json::Value::Object(map_to_json(arguments)),
+        filename: script.filename.to_owned(),
+        source: script.source.to_owned(),
+        arguments: serde_json::Value::Object(map_to_json(script.arguments)),
         limits: *limits,
         draft,
         listing: listing.clone(),
@@ -439,7 +423,7 @@ async fn drive<C: Caller>(
 /// worker can write no more than a pipe holds (its stderr does not block).
 const LAST_WORDS: usize = 64 * 1024;
 
-/// Re-binds a worker's call against the tool's shape and makes it.
+/// Makes a worker's host call through `caller` and answers it in the worker's terms.
 async fn answer<C: Caller>(
     caller: &C,
     target: Target,

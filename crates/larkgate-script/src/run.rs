@@ -222,29 +222,29 @@ impl std::fmt::Debug for Tools {
     }
 }
 
-/// Runs `source`'s `main` with `arguments`, in this process, with `tools` (or none). See the
-/// module documentation.
-pub fn run_in_process(
-    filename: &str,
-    source: &str,
-    arguments: &Map,
-    limits: &ScriptLimits,
-    tools: Option<Tools>,
-) -> RunReport {
-    run_with_globals(&globals(), filename, source, arguments, limits, tools)
+/// A script to run: its `main` called with `arguments`, within `limits`.
+#[derive(Clone, Copy, Debug)]
+pub struct Script<'a> {
+    /// The file name its messages and tracebacks name.
+    pub filename: &'a str,
+    /// The Starlark source.
+    pub source: &'a str,
+    /// `main`'s arguments.
+    pub arguments: &'a Map,
+    /// The run's limits.
+    pub limits: &'a ScriptLimits,
+}
+
+/// Runs `script` in this process, with `tools` (or none). See the module documentation.
+pub fn run_in_process(script: Script<'_>, tools: Option<Tools>) -> RunReport {
+    run_with_globals(&globals(), script, tools)
 }
 
 /// [`run_in_process`] with globals built beforehand (see [`globals`]).
-pub fn run_with_globals(
-    globals: &Globals,
-    filename: &str,
-    source: &str,
-    arguments: &Map,
-    limits: &ScriptLimits,
-    tools: Option<Tools>,
-) -> RunReport {
+pub fn run_with_globals(globals: &Globals, script: Script<'_>, tools: Option<Tools>) -> RunReport {
+    let limits = script.limits;
     let deadline = Instant::now() + limits.max_wall_time;
-    let (ast, bound, state) = match prepare(filename, source, arguments, limits, tools, deadline) {
+    let (ast, bound, state) = match prepare(script, tools, deadline) {
         Ok(prepared) => prepared,
         Err(error) => return RunReport::failed(error),
     };
@@ -316,13 +316,16 @@ pub fn run_with_globals(
 /// Everything a run needs before the interpreter starts: the parsed script, the arguments
 /// bound to `main`, and the run's tools.
 fn prepare(
-    filename: &str,
-    source: &str,
-    arguments: &Map,
-    limits: &ScriptLimits,
+    script: Script<'_>,
     tools: Option<Tools>,
     deadline: Instant,
 ) -> Result<(starlark::syntax::AstModule, Map, Option<RunState>), RunError> {
+    let Script {
+        filename,
+        source,
+        arguments,
+        limits,
+    } = script;
     let ast = parse(filename, source)?;
     let entry = entry_point(&ast)?;
     let bound = entry

@@ -30,7 +30,9 @@ use larkgate_caller::{CallError, Code, RefusalError, Target, ToolInfo};
 use serde::{Deserialize, Serialize};
 
 use crate::bindings::Host;
-use crate::run::{RunError, RunReport, RunUsage, ScriptLimits, Tools, globals, run_with_globals};
+use crate::run::{
+    RunError, RunReport, RunUsage, Script, ScriptLimits, Tools, globals, run_with_globals,
+};
 
 /// The argument that makes the program a worker.
 pub const WORKER_ARG: &str = "__larkgate-worker";
@@ -352,12 +354,15 @@ pub fn worker_main() -> std::process::ExitCode {
         listing: start.listing,
         limits: start.limits.values,
     });
+    let script = Script {
+        filename: &start.filename,
+        source: &start.source,
+        arguments: &arguments,
+        limits: &start.limits,
+    };
     let result = run_with_globals(
         &globals,
-        &start.filename,
-        &start.source,
-        &arguments,
-        &start.limits,
+        script,
         Some(Tools {
             host: host.clone(),
             draft: start.draft,

@@ -59,7 +59,12 @@ impl Scripts {
         let findings = self.lint(actor, name, source)?;
         let draft = self
             .store
-            .save_draft(name, source, &actor.id, now_ms())
+            .save_draft(Draft {
+                name: name.to_owned(),
+                source: source.to_owned(),
+                author: actor.id.clone(),
+                updated_at_ms: now_ms(),
+            })
             .await
             .map_err(|e| match e {
                 StoreError::Conflict(_) => Refusal::new(

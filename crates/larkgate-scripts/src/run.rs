@@ -9,7 +9,7 @@ use larkgate_binding::{Limits, Value};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::review::ReviewRecord;
 use larkgate_platform::{RunContext, RunKind};
-use larkgate_script::RunError;
+use larkgate_script::{RunError, Script};
 use larkgate_store::{Run, RunStats, RunStatus, now_ms};
 use tracing::Instrument;
 
@@ -172,10 +172,12 @@ impl Scripts {
             .workers
             .run(
                 &caller,
-                &filename,
-                &request.source,
-                &request.arguments,
-                &self.limits,
+                Script {
+                    filename: &filename,
+                    source: &request.source,
+                    arguments: &request.arguments,
+                    limits: &self.limits,
+                },
                 draft,
             )
             .await;

@@ -48,10 +48,7 @@ where
     I: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
     O: Serialize + JsonSchema + Send + 'static,
 {
-    let declared = Declared::new(info).map_err(|e| RegistryError::InvalidShape {
-        name: info.name.to_owned(),
-        reason: e.to_string(),
-    })?;
+    let declared = Declared::new(info).map_err(RegistryError::shape(info.name))?;
     Ok(TypedCapability::new(declared, handler)
         .platform(roles)
         .into_tool())

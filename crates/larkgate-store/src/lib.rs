@@ -22,15 +22,17 @@
 pub mod chain;
 mod model;
 pub mod postgres;
+mod publishing;
 mod rows;
 mod sqlite;
 
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
-    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, AuditHead, AuditKind, AuditQuery,
-    AuditRecord, CallChain, Draft, ForwardedAudit, NewSession, PinStatus, Principal, PrincipalKind,
-    Publication, Resolution, Run, RunQuery, RunStats, RunStatus, ScriptPin, ScriptVersion,
-    SessionCapReached, SharedSession, TokenRecord, ToolPin, UpstreamRecord, UpstreamStatusRecord,
+    Approval, ApprovalDetails, ApprovalFor, ApprovalRequest, ApprovalStatus, AuditHead, AuditKind,
+    AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit, KvQuery, NewSession, PinStatus,
+    Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats, RunStatus,
+    ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
+    UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
 pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
@@ -226,6 +228,33 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// An approval's call as the approvals table keys it: its four parts, the chain as the JSON
+/// of the runs it came through.
+struct CallKey {
+    principal: String,
+    tool: String,
+    args_hash: String,
+    through: String,
+}
+
+impl Resolution<'_> {
+    /// The status the decision gives a pending approval, as the approvals table keeps it.
+    fn status(&self) -> &'static str {
+        if self.approve { "approved" } else { "denied" }
+    }
+}
+
+impl ApprovalFor<'_> {
+    fn key(&self) -> CallKey {
+        CallKey {
+            principal: self.principal.to_owned(),
+            tool: self.tool.to_owned(),
+            args_hash: self.args_hash.to_owned(),
+            through: chain_column(&self.chain.through),
+        }
+    }
+}
+
 /// An approval's call chain as stored: a JSON array (the same text for the same chain, so it
 /// is matched by equality).
 fn chain_column(names: &[String]) -> String {
@@ -311,14 +340,8 @@ pub trait PrincipalStore: Send + Sync {
 pub trait KvStore: Send + Sync {
     /// The value of `key`.
     async fn kv_get(&self, key: &str) -> Result<Option<String>>;
-    /// Up to `limit` entries in key order, with keys starting with `prefix` and sorting after
-    /// `after`.
-    async fn kv_list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>>;
+    /// The entries `query` selects, as (key, value) in key order.
+    async fn kv_list(&self, query: KvQuery<'_>) -> Result<Vec<(String, String)>>;
     /// Sets `key`; returns whether it was created.
     async fn kv_set(&self, key: &str, value: &str) -> Result<bool>;
     /// Deletes `key`; returns whether it existed.
@@ -328,14 +351,9 @@ pub trait KvStore: Send + Sync {
 /// Approvals: one pending request per call, resolved once, consumed once.
 #[async_trait::async_trait]
 pub trait ApprovalStore: Send + Sync {
-    /// The pending approval for `call`, created (with the chain's authors and `details`) if
-    /// there is none, so repeated refused calls share one record.
-    async fn pending_approval(
-        &self,
-        call: ApprovalFor<'_>,
-        details: &ApprovalDetails,
-        now_ms: i64,
-    ) -> Result<Approval>;
+    /// The pending approval for the request's call, created (with the chain's authors and the
+    /// request's details) if there is none, so repeated refused calls share one record.
+    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Approval>;
     /// Marks every approval still pending that was created before `created_before_ms`
     /// expired; returns how many.
     async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64>;
@@ -357,15 +375,10 @@ pub trait ApprovalStore: Send + Sync {
 /// Script drafts, published versions, and run records.
 #[async_trait::async_trait]
 pub trait ScriptStore: Send + Sync {
-    /// Saves a draft as `author`: creates it, or replaces its source if `author` wrote it.
-    /// [`StoreError::Conflict`] if another principal owns a draft of that name.
-    async fn save_draft(
-        &self,
-        name: &str,
-        source: &str,
-        author: &str,
-        now_ms: i64,
-    ) -> Result<Draft>;
+    /// Saves `draft` as its author, updated at its `updated_at_ms`: creates it, or replaces its
+    /// source if that author wrote it. [`StoreError::Conflict`] if another principal owns a
+    /// draft of that name.
+    async fn save_draft(&self, draft: Draft) -> Result<Draft>;
     /// One draft.
     async fn draft(&self, name: &str) -> Result<Option<Draft>>;
     /// All drafts, by name.
@@ -421,12 +434,7 @@ pub trait UpstreamStore: Send + Sync {
     /// them in the clear).
     async fn upstream_credentials(&self, alias: &str) -> Result<Option<Vec<u8>>>;
     /// Saves an upstream's sealed credentials, replacing what it had.
-    async fn save_upstream_credentials(
-        &self,
-        alias: &str,
-        sealed: Vec<u8>,
-        now_ms: i64,
-    ) -> Result<()>;
+    async fn save_upstream_credentials(&self, credentials: UpstreamCredentials) -> Result<()>;
     /// Forgets an upstream's credentials; `false` if it had none. Removing a stored upstream
     /// forgets them too.
     async fn remove_upstream_credentials(&self, alias: &str) -> Result<bool>;
@@ -474,7 +482,14 @@ pub trait AuditStore: Send + Sync {
         &self,
         records: Vec<AuditRecord>,
         adopted: Vec<i64>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        if records.is_empty() && adopted.is_empty() {
+            return Ok(());
+        }
+        self.write_audit(records, adopted).await
+    }
+    /// What [`AuditStore::append_audit_adopting`] writes, given something to write.
+    async fn write_audit(&self, records: Vec<AuditRecord>, adopted: Vec<i64>) -> Result<()>;
     /// Chains a replica's journaled records, in its local order, after the chain's head: the
     /// global sequences and hashes are assigned under the store's lock on the chain, in one
     /// transaction that also moves the head and deletes the inbox entries the batch adopts.

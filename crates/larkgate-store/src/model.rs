@@ -160,6 +160,18 @@ pub struct ApprovalFor<'a> {
     pub chain: &'a CallChain,
 }
 
+/// A person's approval asked for one call: the call, what the approver is shown of it, and
+/// when it was asked.
+#[derive(Clone, Copy, Debug)]
+pub struct ApprovalRequest<'a> {
+    /// The call the approval is for.
+    pub call: ApprovalFor<'a>,
+    /// What the approver is shown, kept with a new record.
+    pub details: &'a ApprovalDetails,
+    /// When it was asked (Unix ms): a new record's creation time.
+    pub now_ms: i64,
+}
+
 /// An approver's decision on a pending approval.
 #[derive(Clone, Copy, Debug)]
 pub struct Resolution<'a> {
@@ -316,6 +328,17 @@ pub struct AuditHead {
     pub seq: u64,
     /// Its hash.
     pub hash: String,
+}
+
+/// Which key-value entries [`crate::KvStore::kv_list`] answers, in key order.
+#[derive(Clone, Copy, Debug)]
+pub struct KvQuery<'a> {
+    /// Only keys starting with this.
+    pub prefix: &'a str,
+    /// Only keys sorting after this one (the last key of the previous page).
+    pub after: Option<&'a str>,
+    /// At most this many.
+    pub limit: usize,
 }
 
 /// Which audit records to read.
@@ -485,6 +508,18 @@ pub struct Run {
     /// to tools that may write, in order (arguments redacted as approvers see them), and every
     /// tool it called.
     pub review: Option<String>,
+}
+
+/// An OAuth-protected upstream's credentials as larkgate sealed them: the store keeps the
+/// sealed bytes only, never the credentials in the clear.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamCredentials {
+    /// The upstream's alias.
+    pub alias: String,
+    /// The sealed credentials.
+    pub sealed: Vec<u8>,
+    /// When they were saved (Unix ms).
+    pub updated_at_ms: i64,
 }
 
 /// An upstream added with `larkgate upstream add` (those in the configuration file are not

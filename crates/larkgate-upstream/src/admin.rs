@@ -90,32 +90,6 @@ pub struct RemoveOutput {
     pub removed: String,
 }
 
-fn info(
-    name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    read_only: bool,
-) -> CapabilityInfo {
-    CapabilityInfo {
-        name,
-        title,
-        description,
-        annotations: Annotations {
-            read_only,
-            destructive: name == "upstream_remove",
-            idempotent: read_only,
-            open_world: name == "upstream_add",
-        },
-    }
-}
-
-fn invalid(e: larkgate_binding::Error) -> RegistryError {
-    RegistryError::InvalidShape {
-        name: "upstream tool".into(),
-        reason: e.to_string(),
-    }
-}
-
 /// What a change is refused with: the caller's mistake or the server's state in plain words;
 /// a failure of larkgate's own only as a correlation id (the detail goes to the log).
 fn refused(error: ManageError) -> Refusal {
@@ -139,12 +113,13 @@ where
     I: DeserializeOwned + JsonSchema + Send + 'static,
     O: Serialize + JsonSchema + Send + 'static,
 {
-    Ok(
-        TypedCapability::new(Declared::new(info).map_err(invalid)?, handler)
-            .platform(ADMINS)
-            .people_only()
-            .into_tool(),
+    Ok(TypedCapability::new(
+        Declared::new(info).map_err(RegistryError::shape("upstream tool"))?,
+        handler,
     )
+    .platform(ADMINS)
+    .people_only()
+    .into_tool())
 }
 
 /// The four tools, bound to `federation` (served by `larkgate serve` and `larkgate stdio`).
@@ -156,12 +131,12 @@ pub fn tools(
     let mut tools = Vec::new();
     let f = Arc::clone(federation);
     tools.push(admin_tool(
-        info(
+        CapabilityInfo::new(
             "upstream_list",
             "List upstreams",
             "Every federated MCP server: connected (server, protocol, tools) or down and why, \
                  its quarantined tools, and tools dropped over limits or for their names.",
-            true,
+            Annotations::READ,
         ),
         Arc::new(move |_ctx: CallContext, _input: ListInput| {
             let f = Arc::clone(&f);
@@ -174,13 +149,18 @@ pub fn tools(
     )?);
     let f = Arc::clone(federation);
     tools.push(admin_tool(
-        info(
+        CapabilityInfo::new(
             "upstream_add",
             "Add an upstream",
             "Connects to an MCP server at a public Streamable HTTP URL, lists its tools, pins \
                  their definitions and federates them as <alias>__<tool>. Programs, headers and \
                  private networks are added by the operator on the host (larkgate upstream add).",
-            false,
+            Annotations {
+                read_only: false,
+                destructive: false,
+                idempotent: false,
+                open_world: true,
+            },
         ),
         Arc::new(move |ctx: CallContext, input: AddInput| {
             let f = Arc::clone(&f);
@@ -218,13 +198,18 @@ pub fn tools(
     )?);
     let f = Arc::clone(federation);
     tools.push(admin_tool(
-        info(
+        CapabilityInfo::new(
             "upstream_review",
             "Review quarantined upstream tools",
             "Shows what changed in an upstream's quarantined tools (a unified diff of the \
                  approved and the served definition); with approve, the served definitions \
                  become the pins and the tools are served.",
-            false,
+            Annotations {
+                read_only: false,
+                destructive: false,
+                idempotent: false,
+                open_world: false,
+            },
         ),
         Arc::new(move |ctx: CallContext, input: ReviewInput| {
             let f = Arc::clone(&f);
@@ -249,13 +234,18 @@ pub fn tools(
     )?);
     let f = Arc::clone(federation);
     tools.push(admin_tool(
-        info(
+        CapabilityInfo::new(
             "upstream_remove",
             "Remove an upstream",
             "Removes an upstream added at run time, and its pins: its tools leave the listing \
                  and its connection is closed. Upstreams of the configuration file are removed \
                  there.",
-            false,
+            Annotations {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: false,
+            },
         ),
         Arc::new(move |ctx: CallContext, input: RemoveInput| {
             let f = Arc::clone(&f);

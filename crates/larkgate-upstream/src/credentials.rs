@@ -30,7 +30,7 @@ use std::sync::Arc;
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use base64::Engine;
-use larkgate_store::Store;
+use larkgate_store::{Store, UpstreamCredentials};
 use rmcp::transport::auth::{AuthError, CredentialStore, StoredCredentials};
 
 /// The environment variable that holds the credential key.
@@ -257,7 +257,11 @@ impl CredentialStore for SealedCredentials {
         let plain = serde_json::to_vec(&credentials).map_err(internal)?;
         let sealed = self.key.seal(&self.alias, &plain).map_err(internal)?;
         self.store
-            .save_upstream_credentials(&self.alias, sealed, larkgate_store::now_ms())
+            .save_upstream_credentials(UpstreamCredentials {
+                alias: self.alias.clone(),
+                sealed,
+                updated_at_ms: larkgate_store::now_ms(),
+            })
             .await
             .map_err(internal)
     }

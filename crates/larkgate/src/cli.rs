@@ -218,9 +218,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             let result = match cli.command {
                 Command::Token(command) => token::run(command, &context, out).await,
                 Command::Principal(command) => principal::run(command, &context, out).await,
-                Command::Approvals(command) => approvals::run(command, &context, out).await,
-                Command::Runs(command) => runs::run(command, &context, out).await,
-                Command::Upstream(command) => upstream::run(command, &context, out).await,
+                Command::Approvals(command) => command.run(&context, out).await,
+                Command::Runs(command) => command.run(&context, out).await,
+                Command::Upstream(command) => command.run(&context, out).await,
                 Command::Audit(command) => {
                     audit::note_running_owner(&context);
                     audit::run(command, context.store.as_ref(), out).await

@@ -103,31 +103,11 @@ pub struct ApprovalResolved {
     pub approval: ApprovalView,
 }
 
-fn info(
-    name: &'static str,
-    title: &'static str,
-    description: &'static str,
-    read_only: bool,
-) -> CapabilityInfo {
-    CapabilityInfo {
-        name,
-        title,
-        description,
-        annotations: Annotations {
-            read_only,
-            destructive: false,
-            idempotent: true,
-            open_world: false,
-        },
-    }
-}
-
-fn invalid(e: larkgate_binding::Error) -> RegistryError {
-    RegistryError::InvalidShape {
-        name: "platform tool".into(),
-        reason: e.to_string(),
-    }
-}
+/// A decision on an approval: a write of larkgate's own state, the same if repeated.
+const DECIDE: Annotations = Annotations {
+    read_only: false,
+    ..Annotations::READ
+};
 
 fn resolver(approve: bool) -> HandlerFn<ApprovalIdInput, ApprovalResolved> {
     Arc::new(move |ctx: CallContext, input: ApprovalIdInput| {
@@ -152,16 +132,17 @@ fn resolver(approve: bool) -> HandlerFn<ApprovalIdInput, ApprovalResolved> {
 
 /// Registers the platform tools.
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    let invalid = RegistryError::shape("platform tool");
     TypedCapability::new(
-        Declared::new(info(
+        Declared::new(CapabilityInfo::new(
             "approvals_list",
             "List approvals",
             "Lists approval requests, newest first: pending ones by default. Each shows the \
              tool, who asked and through which runs, the script, and the call's arguments \
              (redacted fields as <redacted>).",
-            true,
+            Annotations::READ,
         ))
-        .map_err(invalid)?,
+        .map_err(&invalid)?,
         Arc::new(|ctx: CallContext, input: ApprovalsListInput| {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
@@ -178,28 +159,28 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     .people_only()
     .register(registry)?;
     TypedCapability::new(
-        Declared::new(info(
+        Declared::new(CapabilityInfo::new(
             "approvals_approve",
             "Approve a call",
             "Approves a pending request: the requesting principal may then make that one call, \
              with exactly those arguments, once, before the approval expires. Nobody approves \
              their own call.",
-            false,
+            DECIDE,
         ))
-        .map_err(invalid)?,
+        .map_err(&invalid)?,
         resolver(true),
     )
     .platform(APPROVERS)
     .people_only()
     .register(registry)?;
     TypedCapability::new(
-        Declared::new(info(
+        Declared::new(CapabilityInfo::new(
             "approvals_deny",
             "Deny a call",
             "Denies a pending request: the call is refused with approval_denied.",
-            false,
+            DECIDE,
         ))
-        .map_err(invalid)?,
+        .map_err(&invalid)?,
         resolver(false),
     )
     .platform(APPROVERS)

@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use larkgate_store::AuditKind;
@@ -55,13 +54,7 @@ where
     S: Service<CallRequest, Response = CallResponse, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
 {
-    type Response = CallResponse;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
+    call_service!();
 
     fn call(&mut self, request: CallRequest) -> Self::Future {
         let services = Arc::clone(&self.services);

@@ -6,9 +6,7 @@
 //! records it in the run's ledger, writes one `review` record (if that fails, the call is
 //! refused as `internal`, as an intent would be), and answers the placeholder.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
 use larkgate_binding::{Map, canonical_map_json};
@@ -39,13 +37,7 @@ impl Journal {
 }
 
 impl Service<CallRequest> for Journal {
-    type Response = CallResponse;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
+    call_service!();
 
     fn call(&mut self, request: CallRequest) -> Self::Future {
         let services = Arc::clone(&self.services);

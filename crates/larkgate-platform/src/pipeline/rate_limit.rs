@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::envelope::{Code, Refusal};
 use crate::policy::TargetKind;
-use crate::ratelimit::Refused;
+use crate::ratelimit::{Counted, Refused};
 use crate::services::Services;
 
 use super::{CallRequest, Step};
@@ -33,7 +33,12 @@ impl Step for RateLimit {
         };
         self.services
             .limiter
-            .check_target(&principal, request.kind, &request.target, key)
+            .check_target(Counted {
+                principal: &principal,
+                kind: request.kind,
+                name: &request.target,
+                key,
+            })
             .await
             .map_err(|refused| match refused {
                 Refused::Budget(limited) => Refusal {

@@ -32,9 +32,9 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use sha2::Digest;
 
-use super::{Key, Limited, RateLimiter, Refused};
+use super::{Counted, Key, Limited, RateLimiter, Refused};
 use crate::failing::Failing;
-use crate::policy::{RateLimitRule, TargetKind};
+use crate::policy::RateLimitRule;
 
 /// What a check does when Redis cannot be reached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,14 +163,8 @@ impl SharedLimiter {
     }
 
     /// [`super::RateLimiter::check_target`], in Redis.
-    pub async fn check_target(
-        &self,
-        principal: &str,
-        kind: TargetKind,
-        name: &str,
-        key: &str,
-    ) -> Result<(), Refused> {
-        let matching = self.local.matching(principal, kind, name, key);
+    pub async fn check_target(&self, call: Counted<'_>) -> Result<(), Refused> {
+        let matching = self.local.matching(call);
         if matching.is_empty() {
             return Ok(());
         }
@@ -220,10 +214,9 @@ impl SharedLimiter {
                     WhenUnreachable::FailClosed => Err(Refused::Unreachable(Limited {
                         retry_after: Duration::from_secs(1),
                     })),
-                    WhenUnreachable::Local => self
-                        .local
-                        .check_target(principal, kind, name, key)
-                        .map_err(Refused::Budget),
+                    WhenUnreachable::Local => {
+                        self.local.check_target(call).map_err(Refused::Budget)
+                    }
                 }
             }
         }

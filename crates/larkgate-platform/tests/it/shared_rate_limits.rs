@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use larkgate_platform::policy::{Pattern, RateLimitRule, RateScope, TargetKind};
 use larkgate_platform::ratelimit::shared::{SharedLimiter, SharedSettings, WhenUnreachable};
-use larkgate_platform::ratelimit::{Limited, RateLimiter, Refused, TokioClock};
+use larkgate_platform::ratelimit::{Counted, Limited, RateLimiter, Refused, TokioClock};
 
 fn redis_url() -> String {
     std::env::var("LARKGATE_TEST_REDIS_URL")
@@ -105,7 +105,12 @@ fn limiter(
 
 async fn call(limiter: &SharedLimiter, principal: &str, tool: &str) -> Result<(), Refused> {
     limiter
-        .check_target(principal, TargetKind::Tool, tool, tool)
+        .check_target(Counted {
+            principal,
+            kind: TargetKind::Tool,
+            name: tool,
+            key: tool,
+        })
         .await
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use larkgate_binding::{Limits, Map};
 use larkgate_platform::{RunContext, RunKind};
-use larkgate_script::{RunError, ScriptLimits, WorkerCommand, run_in_worker};
+use larkgate_script::{RunError, Script, ScriptLimits, WorkerCommand, run_in_worker};
 use larkgate_store::KvStore;
 
 use crate::tools::Scripted;
@@ -68,10 +68,12 @@ write({"Done": {"result": {"Ok": {"answer": answer}}, "printed": "", "usage": {"
     let out = run_in_worker(
         &command,
         &caller,
-        "f.star",
-        "def main():\n    pass\n",
-        &Map::new(),
-        &limits(),
+        Script {
+            filename: "f.star",
+            source: "def main():\n    pass\n",
+            arguments: &Map::new(),
+            limits: &limits(),
+        },
         false,
     )
     .await
@@ -115,10 +117,12 @@ time.sleep(30)
     let result = run_in_worker(
         &command,
         &caller,
-        "f.star",
-        "def main():\n    pass\n",
-        &Map::new(),
-        &limits(),
+        Script {
+            filename: "f.star",
+            source: "def main():\n    pass\n",
+            arguments: &Map::new(),
+            limits: &limits(),
+        },
         false,
     )
     .await
@@ -164,10 +168,12 @@ async fn death_of(command: &WorkerCommand) -> (&'static str, String) {
     let result = run_in_worker(
         command,
         &Scripted::default(),
-        "d.star",
-        "def main():\n    pass\n",
-        &Map::new(),
-        &limits(),
+        Script {
+            filename: "d.star",
+            source: "def main():\n    pass\n",
+            arguments: &Map::new(),
+            limits: &limits(),
+        },
         false,
     )
     .await

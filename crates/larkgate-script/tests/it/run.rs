@@ -3,7 +3,7 @@
 //! the process, like `[0] * 2000000000`, need the worker process and are not run here.)
 
 use larkgate_binding::{Limits, Map, Value};
-use larkgate_script::{RunError, ScriptLimits, run_in_process};
+use larkgate_script::{RunError, Script, ScriptLimits, run_in_process};
 
 fn small() -> ScriptLimits {
     ScriptLimits {
@@ -21,7 +21,16 @@ fn run(source: &str, args: &[(&str, Value)]) -> Result<larkgate_script::RunOutpu
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
-    run_in_process("test.star", source, &args, &small(), None).into_result()
+    run_in_process(
+        Script {
+            filename: "test.star",
+            source,
+            arguments: &args,
+            limits: &small(),
+        },
+        None,
+    )
+    .into_result()
 }
 
 fn limit_of(source: &str) -> &'static str {
@@ -102,7 +111,17 @@ fn a_growing_heap_stops_on_the_heap_limit() {
         max_ticks: 100_000_000,
         ..small()
     };
-    match run_in_process("heap.star", source, &Map::new(), &limits, None).into_result() {
+    match run_in_process(
+        Script {
+            filename: "heap.star",
+            source,
+            arguments: &Map::new(),
+            limits: &limits,
+        },
+        None,
+    )
+    .into_result()
+    {
         Err(RunError::Limit {
             limit: "memory", ..
         }) => {}
@@ -133,7 +152,15 @@ fn results_over_the_value_limits_or_outside_the_matrix_are_refused() {
 #[test]
 fn a_run_stopped_by_a_limit_keeps_what_it_printed() {
     let source = "def main():\n    print('before')\n    for i in range(2000000000):\n        for j in range(2000000000):\n            pass\n";
-    let report = run_in_process("p.star", source, &Map::new(), &small(), None);
+    let report = run_in_process(
+        Script {
+            filename: "p.star",
+            source,
+            arguments: &Map::new(),
+            limits: &small(),
+        },
+        None,
+    );
     assert_eq!(report.printed, "before\n");
     assert!(
         matches!(report.outcome, Err(RunError::Limit { limit: "ticks", .. })),

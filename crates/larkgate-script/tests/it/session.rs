@@ -6,7 +6,7 @@ use std::sync::Arc;
 use larkgate_binding::{Limits, Map, Value};
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind};
-use larkgate_script::{Blocking, RunError, ScriptLimits, Tools, run_in_process};
+use larkgate_script::{Blocking, RunError, Script, ScriptLimits, Tools, run_in_process};
 use larkgate_store::{
     AuditKind, AuditQuery, AuditStore, KvStore, Principal, PrincipalKind, PrincipalStore,
     SqliteStore,
@@ -79,10 +79,12 @@ async fn run(setup: &Setup, kind: RunKind) -> Result<larkgate_script::RunOutput,
     let draft = kind == RunKind::Draft;
     let output = tokio::task::spawn_blocking(move || {
         run_in_process(
-            "s.star",
-            SCRIPT,
-            &args,
-            &ScriptLimits::default(),
+            Script {
+                filename: "s.star",
+                source: SCRIPT,
+                arguments: &args,
+                limits: &ScriptLimits::default(),
+            },
             Some(Tools { host, draft }),
         )
         .into_result()
@@ -165,10 +167,12 @@ def main():
 "#;
     let out = tokio::task::spawn_blocking(move || {
         run_in_process(
-            "d.star",
-            source,
-            &Map::new(),
-            &ScriptLimits::default(),
+            Script {
+                filename: "d.star",
+                source,
+                arguments: &Map::new(),
+                limits: &ScriptLimits::default(),
+            },
             Some(Tools { host, draft: true }),
         )
         .into_result()

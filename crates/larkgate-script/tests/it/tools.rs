@@ -8,7 +8,7 @@ use larkgate_binding::{FieldShape, Limits, Map, Value};
 use larkgate_caller::{
     Annotations, CallError, Caller, Code, Origin, RefusalError, Source, ToolInfo,
 };
-use larkgate_script::{Blocking, RunError, ScriptLimits, Tools, run_in_process};
+use larkgate_script::{Blocking, RunError, Script, ScriptLimits, Tools, run_in_process};
 
 /// A caller with a fixed listing that records calls and answers from a script of replies.
 #[derive(Default)]
@@ -128,10 +128,12 @@ fn run_with(
 ) -> Result<larkgate_script::RunOutput, RunError> {
     let host = Arc::new(Blocking(ArcCaller(caller)));
     run_in_process(
-        "tools.star",
-        source,
-        &Map::new(),
-        &limits(),
+        Script {
+            filename: "tools.star",
+            source,
+            arguments: &Map::new(),
+            limits: &limits(),
+        },
         Some(Tools { host, draft }),
     )
     .into_result()

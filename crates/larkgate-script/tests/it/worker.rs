@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use larkgate_binding::{Limits, Map};
 use larkgate_caller::{CallError, Caller, ToolInfo};
-use larkgate_script::{RunError, ScriptLimits, WorkerCommand, run_in_worker};
+use larkgate_script::{RunError, Script, ScriptLimits, WorkerCommand, run_in_worker};
 
 use crate::tools::Scripted;
 
@@ -30,10 +30,12 @@ async fn run(caller: &impl Caller, source: &str) -> Result<larkgate_script::RunO
     run_in_worker(
         &command(),
         caller,
-        "w.star",
-        source,
-        &Map::new(),
-        &limits(),
+        Script {
+            filename: "w.star",
+            source,
+            arguments: &Map::new(),
+            limits: &limits(),
+        },
         false,
     )
     .await
@@ -62,15 +64,12 @@ async fn a_worker_runs_main_and_its_tool_calls_go_through_the_parent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_run_keeps_what_it_printed_and_a_worker_reports_its_peak_memory() {
     let caller = Scripted::default();
-    let report = run_in_worker(
-        &command(),
-        &caller,
-        "f.star",
-        "def main():\n    print('step 1')\n    xs = [0] * 1000000\n    print('step 2')\n    fail('gave up after', len(xs))\n",
-        &Map::new(),
-        &limits(),
-        false,
-    )
+    let report = run_in_worker(&command(), &caller, Script {
+filename: "f.star",
+source: "def main():\n    print('step 1')\n    xs = [0] * 1000000\n    print('step 2')\n    fail('gave up after', len(xs))\n",
+arguments: &Map::new(),
+limits: &limits(),
+}, false)
     .await;
     assert_eq!(report.printed, "step 1\nstep 2\n");
     match &report.outcome {
@@ -114,10 +113,12 @@ async fn limit_in(
     let result = run_in_worker(
         command,
         &Scripted::default(),
-        "hostile.star",
-        source,
-        &Map::new(),
-        limits,
+        Script {
+            filename: "hostile.star",
+            source,
+            arguments: &Map::new(),
+            limits,
+        },
         false,
     )
     .await
@@ -277,10 +278,12 @@ async fn a_run_past_its_deadline_is_killed() {
     let result = run_in_worker(
         &command(),
         &Slow,
-        "slow.star",
-        "def main():\n    return kv_get(key = 'k')\n",
-        &Map::new(),
-        &limits,
+        Script {
+            filename: "slow.star",
+            source: "def main():\n    return kv_get(key = 'k')\n",
+            arguments: &Map::new(),
+            limits: &limits,
+        },
         false,
     )
     .await
@@ -297,7 +300,16 @@ async fn a_pool_keeps_workers_started_and_uses_each_once() {
     for i in 0..5 {
         let source = format!("def main():\n    return {i}\n");
         let out = pool
-            .run(&caller, "p.star", &source, &Map::new(), &limits(), false)
+            .run(
+                &caller,
+                Script {
+                    filename: "p.star",
+                    source: &source,
+                    arguments: &Map::new(),
+                    limits: &limits(),
+                },
+                false,
+            )
             .await
             .into_result()
             .unwrap();
@@ -307,10 +319,12 @@ async fn a_pool_keeps_workers_started_and_uses_each_once() {
     let boom = pool
         .run(
             &caller,
-            "b.star",
-            "def main():\n    return len([0] * 2000000000)\n",
-            &Map::new(),
-            &limits(),
+            Script {
+                filename: "b.star",
+                source: "def main():\n    return len([0] * 2000000000)\n",
+                arguments: &Map::new(),
+                limits: &limits(),
+            },
             false,
         )
         .await
@@ -335,10 +349,19 @@ async fn concurrent_runs_never_overfill_the_pool() {
         let caller = &caller;
         async move {
             let source = format!("def main():\n    return {i}\n");
-            pool.run(caller, "c.star", &source, &Map::new(), &limits(), false)
-                .await
-                .into_result()
-                .unwrap()
+            pool.run(
+                caller,
+                Script {
+                    filename: "c.star",
+                    source: &source,
+                    arguments: &Map::new(),
+                    limits: &limits(),
+                },
+                false,
+            )
+            .await
+            .into_result()
+            .unwrap()
         }
     });
     let results = futures::future::join_all(runs).await;
@@ -370,10 +393,12 @@ async fn a_single_threaded_runtime_is_refused_with_a_reason() {
     let report = run_in_worker(
         &command(),
         &Scripted::default(),
-        "s.star",
-        "def main():\n    return 1\n",
-        &Map::new(),
-        &limits(),
+        Script {
+            filename: "s.star",
+            source: "def main():\n    return 1\n",
+            arguments: &Map::new(),
+            limits: &limits(),
+        },
         false,
     )
     .await;
@@ -434,10 +459,12 @@ async fn a_worker_that_died_while_idle_is_passed_over() {
     let out = pool
         .run(
             &Scripted::default(),
-            "p.star",
-            "def main():\n    return 7\n",
-            &Map::new(),
-            &limits(),
+            Script {
+                filename: "p.star",
+                source: "def main():\n    return 7\n",
+                arguments: &Map::new(),
+                limits: &limits(),
+            },
             false,
         )
         .await

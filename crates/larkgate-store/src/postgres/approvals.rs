@@ -1,12 +1,13 @@
 //! Approvals in PostgreSQL: one pending request per {principal, tool, arguments hash, chain}
 //! (a partial unique index), resolved once and consumed once (conditional updates).
 
+use deadpool_postgres::GenericClient;
+
 use super::PostgresStore;
-use crate::ApprovalStore;
-use crate::chain_column;
 use crate::rows::{self, APPROVAL_COLUMNS};
 use crate::{
-    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, Resolution, Result, StoreError,
+    Approval, ApprovalFor, ApprovalRequest, ApprovalStatus, ApprovalStore, Resolution, Result,
+    StoreError, chain_column,
 };
 
 /// A new approval's id: 64 random bits in hex, as the SQLite store makes them.
@@ -17,17 +18,29 @@ fn new_id() -> Result<String> {
     Ok(hex::encode(bytes))
 }
 
+async fn approval_by_id(client: &impl GenericClient, id: &str) -> Result<Option<Approval>> {
+    client
+        .query_opt(
+            &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
+            &[&id],
+        )
+        .await?
+        .as_ref()
+        .map(rows::approval)
+        .transpose()
+}
+
 #[async_trait::async_trait]
 impl ApprovalStore for PostgresStore {
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
         let Resolution {
             approver,
-            approve,
             reason,
             now_ms,
             expires_at_ms,
+            ..
         } = resolution;
-        let status = if approve { "approved" } else { "denied" };
+        let status = resolution.status();
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let changed = tx
@@ -39,15 +52,8 @@ impl ApprovalStore for PostgresStore {
                 &[&id, &status, &approver, &now_ms, &expires_at_ms, &reason],
             )
             .await?;
-        let approval = tx
-            .query_opt(
-                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
-                &[&id],
-            )
+        let approval = approval_by_id(&tx, id)
             .await?
-            .as_ref()
-            .map(rows::approval)
-            .transpose()?
             .ok_or_else(|| StoreError::Missing(format!("approval {id:?}")))?;
         if changed == 0 {
             return Err(StoreError::Invalid(format!(
@@ -59,20 +65,14 @@ impl ApprovalStore for PostgresStore {
         Ok(approval)
     }
 
-    async fn pending_approval(
-        &self,
-        call: ApprovalFor<'_>,
-        details: &ApprovalDetails,
-        now_ms: i64,
-    ) -> Result<Approval> {
-        let ApprovalFor {
-            principal,
-            tool,
-            args_hash,
-            chain,
-        } = call;
-        let through = chain_column(&chain.through);
-        let authors = chain_column(&chain.authors);
+    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Approval> {
+        let ApprovalRequest {
+            call,
+            details,
+            now_ms,
+        } = request;
+        let key = call.key();
+        let authors = chain_column(&call.chain.authors);
         let client = self.client().await?;
         // The partial unique index keeps one pending record per call across every process sharing
         // the database. An insert that finds one pending does nothing; the select that follows is
@@ -90,11 +90,11 @@ impl ApprovalStore for PostgresStore {
                     ),
                     &[
                         &new_id()?,
-                        &principal,
-                        &tool,
-                        &args_hash,
+                        &key.principal,
+                        &key.tool,
+                        &key.args_hash,
                         &now_ms,
-                        &through,
+                        &key.through,
                         &authors,
                         &details.arguments,
                         &details.run_id,
@@ -112,7 +112,7 @@ impl ApprovalStore for PostgresStore {
                      WHERE principal = $1 AND tool = $2 AND args_hash = $3 \
                        AND chain_through = $4 AND status = 'pending'"
                     ),
-                    &[&principal, &tool, &args_hash, &through],
+                    &[&key.principal, &key.tool, &key.args_hash, &key.through],
                 )
                 .await?;
             if let Some(row) = pending {
@@ -136,12 +136,7 @@ impl ApprovalStore for PostgresStore {
     }
 
     async fn resolved_approval(&self, call: ApprovalFor<'_>) -> Result<Option<Approval>> {
-        let ApprovalFor {
-            principal,
-            tool,
-            args_hash,
-            chain,
-        } = call;
+        let key = call.key();
         let client = self.client().await?;
         let statement = client
             .prepare_cached(&format!(
@@ -154,7 +149,7 @@ impl ApprovalStore for PostgresStore {
         client
             .query_opt(
                 &statement,
-                &[&principal, &tool, &args_hash, &chain_column(&chain.through)],
+                &[&key.principal, &key.tool, &key.args_hash, &key.through],
             )
             .await?
             .as_ref()
@@ -175,16 +170,7 @@ impl ApprovalStore for PostgresStore {
     }
 
     async fn approval(&self, id: &str) -> Result<Option<Approval>> {
-        let client = self.client().await?;
-        client
-            .query_opt(
-                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"),
-                &[&id],
-            )
-            .await?
-            .as_ref()
-            .map(rows::approval)
-            .transpose()
+        approval_by_id(&self.client().await?, id).await
     }
 
     async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>> {

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use deadpool_postgres::GenericClient;
 use tokio_postgres::{NoTls, Row};
 
 use super::PostgresStore;
@@ -14,6 +15,19 @@ use crate::rows::{self, AUDIT_COLUMNS, AUDIT_HEAD_COLUMNS, FORWARDED_COLUMNS};
 use crate::{
     AuditChainClaim, AuditHead, AuditQuery, AuditRecord, ForwardedAudit, Result, StoreError, signed,
 };
+
+/// The chain's head as last written.
+async fn read_head(client: &impl GenericClient) -> Result<Option<AuditHead>> {
+    client
+        .query_opt(
+            &format!("SELECT {AUDIT_HEAD_COLUMNS} FROM audit_head WHERE id = 1"),
+            &[],
+        )
+        .await?
+        .as_ref()
+        .map(rows::audit_head)
+        .transpose()
+}
 
 /// Inserts chained records in one statement (a record already stored under its sequence is a
 /// replay, unless it differs: see [`refuse_a_fork`]) and moves the head forward.
@@ -221,15 +235,7 @@ impl AuditStore for PostgresStore {
             .map(|row| row.try_get(0))
             .collect::<std::result::Result<_, _>>()?
         };
-        let head = tx
-            .query_opt(
-                &format!("SELECT {AUDIT_HEAD_COLUMNS} FROM audit_head WHERE id = 1"),
-                &[],
-            )
-            .await?
-            .as_ref()
-            .map(rows::audit_head)
-            .transpose()?;
+        let head = read_head(&tx).await?;
         let records = chain::link(head, replica, entries, &chained, &deleted);
         insert(&tx, &records).await?;
         tx.commit().await?;
@@ -248,15 +254,7 @@ impl AuditStore for PostgresStore {
         Ok(last.map_or(0, |l| u64::try_from(l).unwrap_or(0)))
     }
 
-    async fn append_audit_adopting(
-        &self,
-        records: Vec<AuditRecord>,
-        adopted: Vec<i64>,
-    ) -> Result<()> {
-        if records.is_empty() && adopted.is_empty() {
-            return Ok(());
-        }
-
+    async fn write_audit(&self, records: Vec<AuditRecord>, adopted: Vec<i64>) -> Result<()> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         if !adopted.is_empty() {
@@ -326,16 +324,7 @@ impl AuditStore for PostgresStore {
     }
 
     async fn audit_head(&self) -> Result<Option<AuditHead>> {
-        let client = self.client().await?;
-        client
-            .query_opt(
-                &format!("SELECT {AUDIT_HEAD_COLUMNS} FROM audit_head WHERE id = 1"),
-                &[],
-            )
-            .await?
-            .as_ref()
-            .map(rows::audit_head)
-            .transpose()
+        read_head(&self.client().await?).await
     }
 
     async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>> {

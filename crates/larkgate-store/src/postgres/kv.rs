@@ -1,7 +1,7 @@
 //! The built-in key-value data in PostgreSQL.
 
 use super::PostgresStore;
-use crate::{KvStore, Result, signed};
+use crate::{KvQuery, KvStore, Result, signed};
 
 #[async_trait::async_trait]
 impl KvStore for PostgresStore {
@@ -17,12 +17,12 @@ impl KvStore for PostgresStore {
             .transpose()?)
     }
 
-    async fn kv_list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
+    async fn kv_list(&self, query: KvQuery<'_>) -> Result<Vec<(String, String)>> {
+        let KvQuery {
+            prefix,
+            after,
+            limit,
+        } = query;
         let limit = signed(limit as u64);
         let client = self.client().await?;
         // `key >= prefix` lets the primary key index find the start; `left` keeps only keys that

@@ -4,9 +4,10 @@ use tokio_postgres::error::SqlState;
 
 use super::PostgresStore;
 use crate::ScriptStore;
+use crate::publishing::Publishing;
 use crate::rows::{self, DRAFT_COLUMNS, RUN_COLUMNS, VERSION_COLUMNS};
+use crate::signed;
 use crate::{Draft, Publication, Result, Run, RunQuery, ScriptVersion, StoreError};
-use crate::{join_roles, signed, split_roles};
 
 async fn write_run(store: &PostgresStore, run: &Run, insert: bool) -> Result<u64> {
     let sql = if insert {
@@ -51,13 +52,13 @@ async fn write_run(store: &PostgresStore, run: &Run, insert: bool) -> Result<u64
 
 #[async_trait::async_trait]
 impl ScriptStore for PostgresStore {
-    async fn save_draft(
-        &self,
-        name: &str,
-        source: &str,
-        author: &str,
-        now_ms: i64,
-    ) -> Result<Draft> {
+    async fn save_draft(&self, draft: Draft) -> Result<Draft> {
+        let Draft {
+            name,
+            source,
+            author,
+            updated_at_ms,
+        } = &draft;
         let client = self.client().await?;
         // One statement: the draft is replaced only if `author` wrote it.
         let saved = client
@@ -68,12 +69,12 @@ impl ScriptStore for PostgresStore {
                  updated_at_ms = excluded.updated_at_ms \
              WHERE script_drafts.author = excluded.author \
              RETURNING name",
-                &[&name, &source, &author, &now_ms],
+                &[name, source, author, updated_at_ms],
             )
             .await?;
         if saved.is_none() {
             let owner: Option<String> = client
-                .query_opt("SELECT author FROM script_drafts WHERE name = $1", &[&name])
+                .query_opt("SELECT author FROM script_drafts WHERE name = $1", &[name])
                 .await?
                 .map(|row| row.try_get(0))
                 .transpose()?;
@@ -82,12 +83,7 @@ impl ScriptStore for PostgresStore {
                 owner.unwrap_or_else(|| "another principal".to_owned())
             )));
         }
-        Ok(Draft {
-            name: name.to_owned(),
-            source: source.to_owned(),
-            author: author.to_owned(),
-            updated_at_ms: now_ms,
-        })
+        Ok(draft)
     }
 
     async fn draft(&self, name: &str) -> Result<Option<Draft>> {
@@ -115,92 +111,60 @@ impl ScriptStore for PostgresStore {
     }
 
     async fn publish(&self, publication: Publication<'_>) -> Result<ScriptVersion> {
-        let Publication {
-            name,
-            source,
-            hash,
-            publisher,
-            pins,
-            now_ms,
-        } = publication;
+        let mut publishing = Publishing::new(&publication);
+        let name = publication.name;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // The draft's row lock makes concurrent publishes of one script take turns, so each
         // numbers its version after the last one committed.
         let draft = tx
             .query_opt(
-                &format!(
-                    "SELECT {DRAFT_COLUMNS} FROM script_drafts \
-             WHERE name = $1 FOR UPDATE"
-                ),
+                &format!("SELECT {DRAFT_COLUMNS} FROM script_drafts WHERE name = $1 FOR UPDATE"),
                 &[&name],
             )
             .await?
             .as_ref()
             .map(rows::draft)
-            .transpose()?
-            .ok_or_else(|| StoreError::Missing(format!("a draft named {name:?}")))?;
-        if draft.source != source {
-            return Err(StoreError::Invalid(format!(
-                "the draft {name:?} changed while it was being published; publish again"
-            )));
-        }
+            .transpose()?;
+        let author = publishing.draft(draft)?;
         // The author's roles as they are now, locked until this commits.
-        let roles: String = tx
+        let roles: Option<String> = tx
             .query_opt(
                 "SELECT roles FROM principals WHERE id = $1 FOR SHARE",
-                &[&draft.author],
+                &[&author],
             )
             .await?
             .map(|row| row.try_get(0))
-            .transpose()?
-            .ok_or_else(|| {
-                StoreError::Invalid(format!(
-                    "the draft's author {:?} is no longer a registered principal, so there are no \
-                 roles to capture",
-                    draft.author
-                ))
-            })?;
-        let version: i64 = tx
+            .transpose()?;
+        let number: i64 = tx
             .query_one(
                 "SELECT COALESCE(MAX(version), 0) + 1 FROM script_versions WHERE name = $1",
                 &[&name],
             )
             .await?
             .try_get(0)?;
-        let roles = join_roles(split_roles(&roles))?;
-        let pins_json = serde_json::to_string(pins)
-            .map_err(|e| StoreError::Invalid(format!("the script's pins cannot be stored: {e}")))?;
+        let numbered = publishing.numbered(roles, number)?;
+        let version = numbered.version;
         tx.execute(
             &format!(
                 "INSERT INTO script_versions ({VERSION_COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
             ),
             &[
-                &name,
-                &version,
-                &source,
-                &hash,
-                &draft.author,
-                &roles,
-                &publisher,
-                &now_ms,
-                &pins_json,
+                &version.name,
+                &i64::from(version.version),
+                &version.source,
+                &version.hash,
+                &version.author,
+                &numbered.roles,
+                &version.publisher,
+                &version.published_at_ms,
+                &numbered.pins,
             ],
         )
         .await?;
         tx.commit().await?;
-        Ok(ScriptVersion {
-            name: name.to_owned(),
-            version: u32::try_from(version).unwrap_or(u32::MAX),
-            source: source.to_owned(),
-            hash: hash.to_owned(),
-            author: draft.author,
-            author_roles: split_roles(&roles),
-            publisher: publisher.to_owned(),
-            published_at_ms: now_ms,
-            pins: Some(pins.to_vec()),
-        })
+        Ok(version)
     }
 
     async fn versions(&self, name: &str) -> Result<Vec<ScriptVersion>> {

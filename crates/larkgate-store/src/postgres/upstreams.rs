@@ -4,7 +4,7 @@
 use super::PostgresStore;
 use crate::UpstreamStore;
 use crate::rows::{self, PIN_COLUMNS, UPSTREAM_COLUMNS, UPSTREAM_STATUS_COLUMNS};
-use crate::{Result, ToolPin, UpstreamRecord, UpstreamStatusRecord};
+use crate::{Result, ToolPin, UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord};
 
 #[async_trait::async_trait]
 impl UpstreamStore for PostgresStore {
@@ -160,20 +160,18 @@ impl UpstreamStore for PostgresStore {
             .transpose()?)
     }
 
-    async fn save_upstream_credentials(
-        &self,
-        alias: &str,
-        sealed: Vec<u8>,
-        now_ms: i64,
-    ) -> Result<()> {
-        let sealed = &sealed;
+    async fn save_upstream_credentials(&self, credentials: UpstreamCredentials) -> Result<()> {
         let client = self.client().await?;
         client
         .execute(
             "INSERT INTO upstream_credentials (alias, sealed, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (alias) DO UPDATE SET sealed = excluded.sealed, \
                  updated_at_ms = excluded.updated_at_ms",
-            &[&alias, &sealed, &now_ms],
+            &[
+                &credentials.alias,
+                &credentials.sealed,
+                &credentials.updated_at_ms,
+            ],
         )
         .await?;
         Ok(())

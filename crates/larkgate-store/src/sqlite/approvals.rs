@@ -6,7 +6,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use super::SqliteStore;
 use crate::rows::{self, APPROVAL_COLUMNS};
 use crate::{
-    Approval, ApprovalDetails, ApprovalFor, ApprovalStatus, ApprovalStore, Resolution, Result,
+    Approval, ApprovalFor, ApprovalRequest, ApprovalStatus, ApprovalStore, Resolution, Result,
     StoreError, chain_column,
 };
 
@@ -22,23 +22,10 @@ fn approval_by_id(connection: &Connection, id: &str) -> Result<Option<Approval>>
 
 #[async_trait::async_trait]
 impl ApprovalStore for SqliteStore {
-    async fn pending_approval(
-        &self,
-        call: ApprovalFor<'_>,
-        details: &ApprovalDetails,
-        now_ms: i64,
-    ) -> Result<Approval> {
-        let ApprovalFor {
-            principal,
-            tool,
-            args_hash,
-            chain,
-        } = call;
-        let (principal, tool, args_hash) =
-            (principal.to_owned(), tool.to_owned(), args_hash.to_owned());
-        let through = chain_column(&chain.through);
-        let authors = chain_column(&chain.authors);
-        let details = details.clone();
+    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Approval> {
+        let key = request.call.key();
+        let authors = chain_column(&request.call.chain.authors);
+        let (details, now_ms) = (request.details.clone(), request.now_ms);
         self.with(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             // The partial unique index keeps one pending record per call, even across
@@ -50,11 +37,11 @@ impl ApprovalStore for SqliteStore {
                  VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9) \
                  ON CONFLICT DO NOTHING",
                 params![
-                    principal,
-                    tool,
-                    args_hash,
+                    key.principal,
+                    key.tool,
+                    key.args_hash,
                     now_ms,
-                    through,
+                    key.through,
                     authors,
                     details.arguments,
                     details.run_id,
@@ -67,9 +54,10 @@ impl ApprovalStore for SqliteStore {
                      WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 \
                        AND chain_through = ?4 AND status = 'pending'"
                 ))?
-                .query_and_then(params![principal, tool, args_hash, through], |r| {
-                    rows::approval(r)
-                })?
+                .query_and_then(
+                    params![key.principal, key.tool, key.args_hash, key.through],
+                    |r| rows::approval(r),
+                )?
                 .next()
                 .transpose()?
                 .ok_or_else(|| StoreError::Missing("the pending approval just made".into()))?;
@@ -92,15 +80,7 @@ impl ApprovalStore for SqliteStore {
     }
 
     async fn resolved_approval(&self, call: ApprovalFor<'_>) -> Result<Option<Approval>> {
-        let ApprovalFor {
-            principal,
-            tool,
-            args_hash,
-            chain,
-        } = call;
-        let (principal, tool, args_hash) =
-            (principal.to_owned(), tool.to_owned(), args_hash.to_owned());
-        let through = chain_column(&chain.through);
+        let key = call.key();
         self.with(move |c| {
             c.prepare(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals \
@@ -108,9 +88,10 @@ impl ApprovalStore for SqliteStore {
                    AND status IN ('approved', 'denied') \
                  ORDER BY resolved_at_ms DESC, rowid DESC LIMIT 1"
             ))?
-            .query_and_then(params![principal, tool, args_hash, through], |r| {
-                rows::approval(r)
-            })?
+            .query_and_then(
+                params![key.principal, key.tool, key.args_hash, key.through],
+                |r| rows::approval(r),
+            )?
             .next()
             .transpose()
         })
@@ -131,16 +112,10 @@ impl ApprovalStore for SqliteStore {
     }
 
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
-        let Resolution {
-            approver,
-            approve,
-            reason,
-            now_ms,
-            expires_at_ms,
-        } = resolution;
-        let (id, approver) = (id.to_owned(), approver.to_owned());
-        let reason = reason.map(str::to_owned);
-        let status = if approve { "approved" } else { "denied" };
+        let (id, approver) = (id.to_owned(), resolution.approver.to_owned());
+        let reason = resolution.reason.map(str::to_owned);
+        let (status, now_ms) = (resolution.status(), resolution.now_ms);
+        let expires_at_ms = resolution.expires_at_ms;
         self.with(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let changed = tx.execute(

@@ -64,14 +64,7 @@ fn audit_head(c: &Connection) -> Result<Option<AuditHead>> {
 
 #[async_trait::async_trait]
 impl AuditStore for SqliteStore {
-    async fn append_audit_adopting(
-        &self,
-        records: Vec<AuditRecord>,
-        adopted: Vec<i64>,
-    ) -> Result<()> {
-        if records.is_empty() && adopted.is_empty() {
-            return Ok(());
-        }
+    async fn write_audit(&self, records: Vec<AuditRecord>, adopted: Vec<i64>) -> Result<()> {
         self.with(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             {

@@ -3,7 +3,7 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::SqliteStore;
-use crate::{KvStore, Result, signed};
+use crate::{KvQuery, KvStore, Result, signed};
 
 #[async_trait::async_trait]
 impl KvStore for SqliteStore {
@@ -20,15 +20,10 @@ impl KvStore for SqliteStore {
         .await
     }
 
-    async fn kv_list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, String)>> {
-        let prefix = prefix.to_owned();
-        let after = after.map(str::to_owned);
-        let limit = signed(limit as u64);
+    async fn kv_list(&self, query: KvQuery<'_>) -> Result<Vec<(String, String)>> {
+        let prefix = query.prefix.to_owned();
+        let after = query.after.map(str::to_owned);
+        let limit = signed(query.limit as u64);
         self.with(move |c| {
             // `key >= prefix` lets the primary key index find the start; `substr` keeps only
             // keys that really start with the prefix (both count characters, not bytes).

@@ -3,10 +3,10 @@
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::SqliteStore;
+use crate::publishing::Publishing;
 use crate::rows::{self, DRAFT_COLUMNS, RUN_COLUMNS, VERSION_COLUMNS};
 use crate::{
-    Draft, Publication, Result, Run, RunQuery, ScriptStore, ScriptVersion, StoreError, join_roles,
-    signed, split_roles,
+    Draft, Publication, Result, Run, RunQuery, ScriptStore, ScriptVersion, StoreError, signed,
 };
 
 /// Inserts `run`, or updates the run of its id; returns how many rows changed.
@@ -50,19 +50,7 @@ fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize> {
 
 #[async_trait::async_trait]
 impl ScriptStore for SqliteStore {
-    async fn save_draft(
-        &self,
-        name: &str,
-        source: &str,
-        author: &str,
-        now_ms: i64,
-    ) -> Result<Draft> {
-        let draft = Draft {
-            name: name.to_owned(),
-            source: source.to_owned(),
-            author: author.to_owned(),
-            updated_at_ms: now_ms,
-        };
+    async fn save_draft(&self, draft: Draft) -> Result<Draft> {
         self.with(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let owner: Option<String> = tx
@@ -117,88 +105,51 @@ impl ScriptStore for SqliteStore {
     }
 
     async fn publish(&self, publication: Publication<'_>) -> Result<ScriptVersion> {
-        let Publication {
-            name,
-            source,
-            hash,
-            publisher,
-            pins,
-            now_ms,
-        } = publication;
-        let (name, source, hash, publisher) = (
-            name.to_owned(),
-            source.to_owned(),
-            hash.to_owned(),
-            publisher.to_owned(),
-        );
-        let pins = pins.to_vec();
+        let mut publishing = Publishing::new(&publication);
         self.with(move |c| {
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let name = publishing.name().to_owned();
             let draft = tx
                 .prepare(&format!(
                     "SELECT {DRAFT_COLUMNS} FROM script_drafts WHERE name = ?1"
                 ))?
                 .query_and_then(params![name], |r| rows::draft(r))?
                 .next()
-                .transpose()?
-                .ok_or_else(|| StoreError::Missing(format!("a draft named {name:?}")))?;
-            if draft.source != source {
-                return Err(StoreError::Invalid(format!(
-                    "the draft {name:?} changed while it was being published; publish again"
-                )));
-            }
-            let roles: String = tx
+                .transpose()?;
+            let author = publishing.draft(draft)?;
+            let roles: Option<String> = tx
                 .query_row(
                     "SELECT roles FROM principals WHERE id = ?1",
-                    params![draft.author],
+                    params![author],
                     |r| r.get(0),
                 )
-                .optional()?
-                .ok_or_else(|| {
-                    StoreError::Invalid(format!(
-                        "the draft's author {:?} is no longer a registered principal, so there \
-                         are no roles to capture",
-                        draft.author
-                    ))
-                })?;
-            let version: i64 = tx.query_row(
+                .optional()?;
+            let number: i64 = tx.query_row(
                 "SELECT COALESCE(MAX(version), 0) + 1 FROM script_versions WHERE name = ?1",
                 params![name],
                 |r| r.get(0),
             )?;
-            let roles = join_roles(split_roles(&roles))?;
-            let pins_json = serde_json::to_string(&pins).map_err(|e| {
-                StoreError::Invalid(format!("the script's pins cannot be stored: {e}"))
-            })?;
+            let numbered = publishing.numbered(roles, number)?;
+            let version = numbered.version;
             tx.execute(
                 &format!(
                     "INSERT INTO script_versions ({VERSION_COLUMNS}) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
                 ),
                 params![
-                    name,
-                    version,
-                    source,
-                    hash,
-                    draft.author,
-                    roles,
-                    publisher,
-                    now_ms,
-                    pins_json
+                    version.name,
+                    version.version,
+                    version.source,
+                    version.hash,
+                    version.author,
+                    numbered.roles,
+                    version.publisher,
+                    version.published_at_ms,
+                    numbered.pins
                 ],
             )?;
             tx.commit()?;
-            Ok(ScriptVersion {
-                name,
-                version: u32::try_from(version).unwrap_or(u32::MAX),
-                source,
-                hash,
-                author: draft.author,
-                author_roles: split_roles(&roles),
-                publisher,
-                published_at_ms: now_ms,
-                pins: Some(pins),
-            })
+            Ok(version)
         })
         .await
     }

@@ -5,7 +5,9 @@ use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::SqliteStore;
 use crate::rows::{self, PIN_COLUMNS, UPSTREAM_COLUMNS, UPSTREAM_STATUS_COLUMNS};
-use crate::{Result, ToolPin, UpstreamRecord, UpstreamStatusRecord, UpstreamStore};
+use crate::{
+    Result, ToolPin, UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord, UpstreamStore,
+};
 
 #[async_trait::async_trait]
 impl UpstreamStore for SqliteStore {
@@ -155,20 +157,19 @@ impl UpstreamStore for SqliteStore {
         .await
     }
 
-    async fn save_upstream_credentials(
-        &self,
-        alias: &str,
-        sealed: Vec<u8>,
-        now_ms: i64,
-    ) -> Result<()> {
-        let alias = alias.to_owned();
+    async fn save_upstream_credentials(&self, credentials: UpstreamCredentials) -> Result<()> {
+        let UpstreamCredentials {
+            alias,
+            sealed,
+            updated_at_ms,
+        } = credentials;
         self.with(move |c| {
             c.execute(
                 "INSERT INTO upstream_credentials (alias, sealed, updated_at_ms) \
                  VALUES (?1, ?2, ?3) \
                  ON CONFLICT (alias) DO UPDATE SET sealed = excluded.sealed, \
                      updated_at_ms = excluded.updated_at_ms",
-                params![alias, sealed, now_ms],
+                params![alias, sealed, updated_at_ms],
             )?;
             Ok(())
         })

@@ -2,7 +2,7 @@ use larkgate_store::{
     ApprovalFor, ApprovalStatus, ApprovalStore, CallChain, Resolution, StoreError,
 };
 
-use crate::{Place, on_both};
+use crate::{Place, asked, on_both};
 
 /// A call made directly, not inside a script run.
 fn direct() -> CallChain {
@@ -17,7 +17,7 @@ fn through(starter: &str, author: &str) -> CallChain {
 async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
     let store = place.open().await;
     let for_p1 = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "script:w",
                 tool: "kv_set",
@@ -26,14 +26,14 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(for_p1.chain, through("p1", "ada"));
     assert!(for_p1.chain.involves("p1") && for_p1.chain.involves("ada"));
     assert!(!for_p1.chain.involves("p2"));
     let for_p2 = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "script:w",
                 tool: "kv_set",
@@ -42,11 +42,11 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     let direct_call = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "script:w",
                 tool: "kv_set",
@@ -55,7 +55,7 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     assert_ne!(for_p1.id, for_p2.id);
@@ -111,7 +111,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     {
         let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
         store
-            .pending_approval(
+            .pending_approval(asked(
                 ApprovalFor {
                     principal: "alice",
                     tool: "kv_set",
@@ -120,7 +120,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
                 },
                 &Default::default(),
                 0,
-            )
+            ))
             .await
             .unwrap();
     }
@@ -156,7 +156,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].chain, direct());
     let again = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -165,7 +165,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
             },
             &Default::default(),
             1,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(again.id, pending[0].id);
@@ -174,7 +174,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
 async fn an_unreadable_chain_makes_the_approval_unreadable(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "script:w",
                 tool: "kv_set",
@@ -183,7 +183,7 @@ async fn an_unreadable_chain_makes_the_approval_unreadable(place: Place) {
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     place
@@ -198,7 +198,7 @@ async fn an_unreadable_chain_makes_the_approval_unreadable(place: Place) {
 async fn repeated_refused_calls_share_one_pending_record(place: Place) {
     let store = place.open().await;
     let a = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -207,11 +207,11 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             },
             &Default::default(),
             1_000,
-        )
+        ))
         .await
         .unwrap();
     let b = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -220,13 +220,13 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             },
             &Default::default(),
             2_000,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(a.id, b.id);
     assert_eq!(a.status, ApprovalStatus::Pending);
     let other_args = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -235,11 +235,11 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             },
             &Default::default(),
             2_000,
-        )
+        ))
         .await
         .unwrap();
     let other_principal = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "bob",
                 tool: "kv_set",
@@ -248,7 +248,7 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             },
             &Default::default(),
             2_000,
-        )
+        ))
         .await
         .unwrap();
     assert_ne!(a.id, other_args.id);
@@ -266,7 +266,7 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
 async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -275,7 +275,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     assert!(
@@ -320,7 +320,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
 
     // A new refused call after use opens a new pending record.
     let again = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -329,7 +329,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
             },
             &Default::default(),
             600,
-        )
+        ))
         .await
         .unwrap();
     assert_ne!(again.id, pending.id);
@@ -355,7 +355,7 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
 async fn concurrent_consumers_get_one_success(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_set",
@@ -364,7 +364,7 @@ async fn concurrent_consumers_get_one_success(place: Place) {
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     store
@@ -404,7 +404,7 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
         let store = handles[i % 2].clone();
         tasks.push(tokio::spawn(async move {
             store
-                .pending_approval(
+                .pending_approval(asked(
                     ApprovalFor {
                         principal: "alice",
                         tool: "kv_set",
@@ -413,7 +413,7 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
                     },
                     &Default::default(),
                     5,
-                )
+                ))
                 .await
                 .unwrap()
                 .id
@@ -434,7 +434,7 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
 async fn only_a_pending_approval_can_be_resolved(place: Place) {
     let store = place.open().await;
     let pending = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "t",
@@ -443,7 +443,7 @@ async fn only_a_pending_approval_can_be_resolved(place: Place) {
             },
             &Default::default(),
             0,
-        )
+        ))
         .await
         .unwrap();
     let denied = store
@@ -514,7 +514,7 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
         script: Some("cleanup v2".into()),
     };
     let pending = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_delete",
@@ -523,7 +523,7 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
             },
             &details,
             0,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(pending.details, details);
@@ -533,7 +533,7 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
         ..Default::default()
     };
     let again = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_delete",
@@ -542,7 +542,7 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
             },
             &other,
             5,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -572,7 +572,7 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
 async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
     let store = place.open().await;
     let old = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_delete",
@@ -581,11 +581,11 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
             },
             &Default::default(),
             1_000,
-        )
+        ))
         .await
         .unwrap();
     let young = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "bob",
                 tool: "kv_delete",
@@ -594,7 +594,7 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
             },
             &Default::default(),
             5_000,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(store.expire_approvals(2_000).await.unwrap(), 1);
@@ -620,7 +620,7 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
         .unwrap_err();
     assert!(error.to_string().contains("already expired"), "{error}");
     let renewed = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "alice",
                 tool: "kv_delete",
@@ -629,7 +629,7 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
             },
             &Default::default(),
             6_000,
-        )
+        ))
         .await
         .unwrap();
     assert_ne!(renewed.id, old.id);
@@ -646,7 +646,7 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
     let (old, resolved) = {
         let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
         let old = store
-            .pending_approval(
+            .pending_approval(asked(
                 ApprovalFor {
                     principal: "alice",
                     tool: "kv_set",
@@ -655,11 +655,11 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
                 },
                 &Default::default(),
                 0,
-            )
+            ))
             .await
             .unwrap();
         let other = store
-            .pending_approval(
+            .pending_approval(asked(
                 ApprovalFor {
                     principal: "bob",
                     tool: "kv_set",
@@ -668,7 +668,7 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
                 },
                 &Default::default(),
                 0,
-            )
+            ))
             .await
             .unwrap();
         let resolved = store
@@ -728,7 +728,7 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
         ApprovalStatus::Expired
     );
     let first = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "dee",
                 tool: "kv_set",
@@ -737,11 +737,11 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
             },
             &Default::default(),
             5,
-        )
+        ))
         .await
         .unwrap();
     let again = store
-        .pending_approval(
+        .pending_approval(asked(
             ApprovalFor {
                 principal: "dee",
                 tool: "kv_set",
@@ -750,7 +750,7 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
             },
             &Default::default(),
             6,
-        )
+        ))
         .await
         .unwrap();
     assert_eq!(first.id, again.id);

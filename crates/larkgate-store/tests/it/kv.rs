@@ -1,4 +1,14 @@
+use larkgate_store::KvQuery;
+
 use crate::{Place, on_both};
+
+fn page<'a>(prefix: &'a str, after: Option<&'a str>, limit: usize) -> KvQuery<'a> {
+    KvQuery {
+        prefix,
+        after,
+        limit,
+    }
+}
 
 async fn set_get_and_delete_report_what_happened(place: Place) {
     let store = place.open().await;
@@ -16,24 +26,27 @@ async fn listing_pages_by_prefix_in_key_order(place: Place) {
     for key in ["user:b", "user:a", "user:c", "userx", "team:a", "user:é"] {
         store.kv_set(key, &format!("v-{key}")).await.unwrap();
     }
-    let page = store.kv_list("user:", None, 2).await.unwrap();
+    let first = store.kv_list(page("user:", None, 2)).await.unwrap();
     assert_eq!(
-        page,
+        first,
         [
             ("user:a".into(), "v-user:a".into()),
             ("user:b".into(), "v-user:b".into())
         ]
     );
-    let next = store.kv_list("user:", Some("user:b"), 10).await.unwrap();
+    let next = store
+        .kv_list(page("user:", Some("user:b"), 10))
+        .await
+        .unwrap();
     let keys: Vec<&str> = next.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, ["user:c", "user:é"]);
-    let all = store.kv_list("", None, 100).await.unwrap();
+    let all = store.kv_list(page("", None, 100)).await.unwrap();
     assert_eq!(all.len(), 6);
     // Characters that are special in LIKE patterns are plain here.
     store.kv_set("50%_off", "x").await.unwrap();
     store.kv_set("50abc", "y").await.unwrap();
     let keys: Vec<String> = store
-        .kv_list("50%", None, 10)
+        .kv_list(page("50%", None, 10))
         .await
         .unwrap()
         .into_iter()

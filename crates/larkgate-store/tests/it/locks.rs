@@ -9,6 +9,8 @@ use larkgate_store::{
     ApprovalStore, DATABASE_FILE, KvStore, PrincipalStore, Resolution, ScriptStore,
 };
 
+use crate::draft;
+
 /// A SQLite store in a fresh temporary directory (kept alive by the returned guard).
 fn fresh() -> (tempfile::TempDir, larkgate_store::SqliteStore) {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -37,7 +39,7 @@ async fn writes_wait_out_a_write_lock_held_for_a_second() {
     let (dir, store) = fresh();
     store.kv_set("k", "0").await.unwrap();
     store
-        .save_draft("d", "def main():\n    pass\n", "ada", 1)
+        .save_draft(draft("d", "def main():\n    pass\n", "ada", 1))
         .await
         .unwrap();
 
@@ -57,7 +59,7 @@ async fn writes_wait_out_a_write_lock_held_for_a_second() {
 
     let holder = hold_write_lock(dir.path(), Duration::from_secs(1));
     store
-        .save_draft("d", "def main():\n    return 1\n", "ada", 2)
+        .save_draft(draft("d", "def main():\n    return 1\n", "ada", 2))
         .await
         .expect("save_draft waits for the lock");
     holder.join().unwrap();

@@ -18,7 +18,9 @@ mod upstreams;
 use std::sync::Arc;
 
 use larkgate_store::postgres::testing::TestSchema;
-use larkgate_store::{PostgresStore, SqliteStore, Store};
+use larkgate_store::{
+    ApprovalDetails, ApprovalFor, ApprovalRequest, Draft, PostgresStore, SqliteStore, Store,
+};
 
 /// Where a test's store lives. Opening it again is what another process sharing the store
 /// would see.
@@ -81,4 +83,27 @@ macro_rules! on_both {
             }
         )*
     };
+}
+
+/// A request for approval of `call`, asked at `now_ms`, with what the approver is shown.
+pub(crate) fn asked<'a>(
+    call: ApprovalFor<'a>,
+    details: &'a ApprovalDetails,
+    now_ms: i64,
+) -> ApprovalRequest<'a> {
+    ApprovalRequest {
+        call,
+        details,
+        now_ms,
+    }
+}
+
+/// A draft `name` by `author`, saved at `at_ms`.
+pub(crate) fn draft(name: &str, source: &str, author: &str, at_ms: i64) -> Draft {
+    Draft {
+        name: name.to_owned(),
+        source: source.to_owned(),
+        author: author.to_owned(),
+        updated_at_ms: at_ms,
+    }
 }

@@ -13,6 +13,7 @@ use larkgate_store::{
 };
 
 use crate::audit::record;
+use crate::draft;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_processes_migrating_at_once_apply_each_step_once() {
@@ -93,7 +94,10 @@ async fn an_older_schema_is_brought_forward_with_its_data() {
         })
         .await
         .unwrap();
-    older.save_draft("digest", "v1", "ada", 1).await.unwrap();
+    older
+        .save_draft(draft("digest", "v1", "ada", 1))
+        .await
+        .unwrap();
 
     let store = PostgresStore::connect(&schema.settings()).unwrap();
     assert_eq!(

@@ -5,7 +5,7 @@ use larkgate_store::{
     Principal, PrincipalKind, Publication, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
 };
 
-use crate::{Place, on_both};
+use crate::{Place, draft, on_both};
 
 async fn with_author(store: &dyn Store) {
     store
@@ -21,18 +21,18 @@ async fn with_author(store: &dyn Store) {
 async fn a_draft_belongs_to_its_author(place: Place) {
     let store = place.open().await;
     store
-        .save_draft("digest", "def main():\n    pass\n", "ada", 1)
+        .save_draft(draft("digest", "def main():\n    pass\n", "ada", 1))
         .await
         .unwrap();
     store
-        .save_draft("digest", "def main():\n    return 1\n", "ada", 2)
+        .save_draft(draft("digest", "def main():\n    return 1\n", "ada", 2))
         .await
         .unwrap();
-    let draft = store.draft("digest").await.unwrap().unwrap();
-    assert_eq!(draft.source, "def main():\n    return 1\n");
-    assert_eq!(draft.updated_at_ms, 2);
+    let saved = store.draft("digest").await.unwrap().unwrap();
+    assert_eq!(saved.source, "def main():\n    return 1\n");
+    assert_eq!(saved.updated_at_ms, 2);
     let err = store
-        .save_draft("digest", "x", "mallory", 3)
+        .save_draft(draft("digest", "x", "mallory", 3))
         .await
         .unwrap_err();
     assert!(
@@ -46,7 +46,10 @@ async fn a_draft_belongs_to_its_author(place: Place) {
 async fn publishing_numbers_versions_and_captures_the_authors_roles_then(place: Place) {
     let store = place.open().await;
     with_author(&*store).await;
-    store.save_draft("digest", "v1", "ada", 1).await.unwrap();
+    store
+        .save_draft(draft("digest", "v1", "ada", 1))
+        .await
+        .unwrap();
     let v1 = store
         .publish(Publication {
             name: "digest",
@@ -65,7 +68,10 @@ async fn publishing_numbers_versions_and_captures_the_authors_roles_then(place: 
     assert_eq!(v1.author_roles, ["author", "writer"]);
     // The author's roles change; a new version captures the new ones, the old one keeps its.
     store.set_roles("ada", vec!["author".into()]).await.unwrap();
-    store.save_draft("digest", "v2", "ada", 11).await.unwrap();
+    store
+        .save_draft(draft("digest", "v2", "ada", 11))
+        .await
+        .unwrap();
     let v2 = store
         .publish(Publication {
             name: "digest",
@@ -100,7 +106,7 @@ async fn concurrent_publishes_number_versions_one_after_another(place: Place) {
     let handles = [place.open().await, place.open().await];
     with_author(&*handles[0]).await;
     handles[0]
-        .save_draft("digest", "v", "ada", 1)
+        .save_draft(draft("digest", "v", "ada", 1))
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -163,11 +169,11 @@ async fn publishing_refuses_a_missing_draft_a_changed_draft_and_a_departed_autho
     ));
     with_author(&*store).await;
     store
-        .save_draft("digest", "checked", "ada", 1)
+        .save_draft(draft("digest", "checked", "ada", 1))
         .await
         .unwrap();
     store
-        .save_draft("digest", "changed since", "ada", 2)
+        .save_draft(draft("digest", "changed since", "ada", 2))
         .await
         .unwrap();
     let err = store
@@ -228,7 +234,10 @@ fn run(id: &str) -> Run {
 async fn a_version_keeps_the_upstream_tools_it_was_published_against(place: Place) {
     let store = place.open().await;
     with_author(&*store).await;
-    store.save_draft("digest", "v1", "ada", 1).await.unwrap();
+    store
+        .save_draft(draft("digest", "v1", "ada", 1))
+        .await
+        .unwrap();
     let pins = vec![ScriptPin {
         tool: "github__search_issues".into(),
         alias: "github".into(),

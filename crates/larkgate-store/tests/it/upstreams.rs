@@ -1,8 +1,16 @@
 //! Stored upstreams and tool pins survive a reopen; removing an upstream removes its pins.
 
-use larkgate_store::{PinStatus, ToolPin, UpstreamRecord};
+use larkgate_store::{PinStatus, ToolPin, UpstreamCredentials, UpstreamRecord};
 
 use crate::{Place, on_both};
+
+fn sealed(alias: &str, sealed: Vec<u8>, updated_at_ms: i64) -> UpstreamCredentials {
+    UpstreamCredentials {
+        alias: alias.to_owned(),
+        sealed,
+        updated_at_ms,
+    }
+}
 
 fn pin(tool: &str, status: PinStatus) -> ToolPin {
     ToolPin {
@@ -115,15 +123,15 @@ async fn sealed_credentials_persist_are_replaced_and_go_with_their_upstream(plac
         let store = place.open().await;
         assert_eq!(store.upstream_credentials("weather").await.unwrap(), None);
         store
-            .save_upstream_credentials("weather", vec![1, 2, 3], 5)
+            .save_upstream_credentials(sealed("weather", vec![1, 2, 3], 5))
             .await
             .unwrap();
         store
-            .save_upstream_credentials("weather", vec![4, 5], 6)
+            .save_upstream_credentials(sealed("weather", vec![4, 5], 6))
             .await
             .unwrap();
         store
-            .save_upstream_credentials("other", vec![9], 6)
+            .save_upstream_credentials(sealed("other", vec![9], 6))
             .await
             .unwrap();
     }

@@ -108,24 +108,24 @@ where
         request = match identity {
             ClientIdentity::Registered {
                 client_id,
-                client_secret,
-            } => {
-                let request = request.with_preregistered_client(client_id.clone());
-                match client_secret {
-                    Some(secret) => request.with_client_secret(secret.clone()),
-                    None => request,
-                }
-            }
+                client_secret: None,
+            } => request.with_preregistered_client(client_id.clone()),
+            ClientIdentity::Registered {
+                client_id,
+                client_secret: Some(secret),
+            } => request
+                .with_preregistered_client(client_id.clone())
+                .with_client_secret(secret.clone()),
             ClientIdentity::Dynamic {
                 client_name,
-                metadata_url,
-            } => {
-                let request = request.with_client_name(client_name.clone());
-                match metadata_url {
-                    Some(document) => request.with_client_metadata_url(document.clone()),
-                    None => request,
-                }
-            }
+                metadata_url: None,
+            } => request.with_client_name(client_name.clone()),
+            ClientIdentity::Dynamic {
+                client_name,
+                metadata_url: Some(document),
+            } => request
+                .with_client_name(client_name.clone())
+                .with_client_metadata_url(document.clone()),
         };
         if let Some(challenge) = challenge {
             request = request.with_challenge(challenge);
@@ -160,30 +160,22 @@ pub async fn client_credentials(
     scopes: &[String],
 ) -> Result<AuthorizationManager, SignInError> {
     let watch = http.clone();
-    client_credentials_grant(http, credentials, url, client_id, client_secret, scopes)
-        .await
-        .map_err(SignInError::of(&watch))
-}
-
-async fn client_credentials_grant(
-    http: GuardedOAuthHttp,
-    credentials: Option<SealedCredentials>,
-    url: &str,
-    client_id: &str,
-    client_secret: &str,
-    scopes: &[String],
-) -> Result<AuthorizationManager, AuthError> {
-    let mut state = unauthorized(http, credentials, url).await?;
-    let config = ClientCredentialsConfig::ClientSecret {
-        client_id: client_id.to_owned(),
-        client_secret: client_secret.to_owned(),
-        scopes: scopes.to_vec(),
-        resource: Some(url.to_owned()),
+    let granted = async move {
+        let mut state = unauthorized(http, credentials, url).await?;
+        let config = ClientCredentialsConfig::ClientSecret {
+            client_id: client_id.to_owned(),
+            client_secret: client_secret.to_owned(),
+            scopes: scopes.to_vec(),
+            resource: Some(url.to_owned()),
+        };
+        state.authenticate_client_credentials(config).await?;
+        state.into_authorization_manager().ok_or_else(|| {
+            AuthError::InternalError(
+                "the client credentials grant did not end authorized".to_owned(),
+            )
+        })
     };
-    state.authenticate_client_credentials(config).await?;
-    state.into_authorization_manager().ok_or_else(|| {
-        AuthError::InternalError("the client credentials grant did not end authorized".to_owned())
-    })
+    granted.await.map_err(SignInError::of(&watch))
 }
 
 /// rmcp's state machine for `url`, keeping what it obtains in `credentials` when given.

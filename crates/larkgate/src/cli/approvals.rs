@@ -4,6 +4,8 @@
 
 use std::io::Write;
 
+use anyhow::Result;
+
 use larkgate_platform::approvals::Decision;
 use larkgate_platform::approvals::tools::ApprovalView;
 
@@ -38,67 +40,69 @@ pub(crate) enum Command {
     },
 }
 
-pub(crate) async fn run(
-    command: Command,
-    context: &StoreContext,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    match command {
-        Command::List { status, json } => {
-            let pending_ttl = context.config.policy.approvals.pending_ttl_seconds;
-            let approvals =
-                larkgate_platform::approvals::list(context.store.as_ref(), pending_ttl, &status)
-                    .await
-                    .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
-            if json {
-                // The shape of the approvals_list tool's answer.
-                let views: Vec<ApprovalView> = approvals.into_iter().map(Into::into).collect();
-                serde_json::to_writer_pretty(&mut *out, &views)?;
-                writeln!(out)?;
-            } else if approvals.is_empty() {
-                writeln!(out, "no {status} approvals")?;
-            } else {
-                for a in approvals {
-                    // A call made inside script runs says whose runs they were.
-                    let via = if a.chain.through.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  via {}", a.chain.through.join(" > "))
-                    };
-                    let script = a
-                        .details
-                        .script
-                        .as_deref()
-                        .map(|s| format!("  in {s}"))
-                        .unwrap_or_default();
-                    writeln!(
-                        out,
-                        "{}  {:<8}  {:<16} {}({}){via}{script}",
-                        a.id,
-                        a.status.as_str(),
-                        a.principal,
-                        a.tool,
-                        shown_arguments(&a),
-                    )?;
+impl Command {
+    /// Carries the command out on the store, writing what it reports to `out`.
+    pub(crate) async fn run(self, context: &StoreContext, out: &mut impl Write) -> Result<()> {
+        match self {
+            Command::List { status, json } => {
+                let pending_ttl = context.config.policy.approvals.pending_ttl_seconds;
+                let approvals = larkgate_platform::approvals::list(
+                    context.store.as_ref(),
+                    pending_ttl,
+                    &status,
+                )
+                .await
+                .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+                if json {
+                    // The shape of the approvals_list tool's answer.
+                    let views: Vec<ApprovalView> = approvals.into_iter().map(Into::into).collect();
+                    serde_json::to_writer_pretty(&mut *out, &views)?;
+                    writeln!(out)?;
+                } else if approvals.is_empty() {
+                    writeln!(out, "no {status} approvals")?;
+                } else {
+                    for a in approvals {
+                        // A call made inside script runs says whose runs they were.
+                        let via = if a.chain.through.is_empty() {
+                            String::new()
+                        } else {
+                            format!("  via {}", a.chain.through.join(" > "))
+                        };
+                        let script = a
+                            .details
+                            .script
+                            .as_deref()
+                            .map(|s| format!("  in {s}"))
+                            .unwrap_or_default();
+                        writeln!(
+                            out,
+                            "{}  {:<8}  {:<16} {}({}){via}{script}",
+                            a.id,
+                            a.status.as_str(),
+                            a.principal,
+                            a.tool,
+                            shown_arguments(&a),
+                        )?;
+                    }
                 }
             }
+            Command::Approve { id, reason } => {
+                let decision = Decision {
+                    approve: true,
+                    reason: reason.as_deref(),
+                };
+                resolve(context, &id, decision, out).await?;
+            }
+            Command::Deny { id, reason } => {
+                let decision = Decision {
+                    approve: false,
+                    reason: reason.as_deref(),
+                };
+                resolve(context, &id, decision, out).await?;
+            }
         }
-        Command::Approve { id, reason } => {
-            let decision = Decision {
-                approve: true,
-                reason: reason.as_deref(),
-            };
-            resolve(context, &id, decision, out).await?;
-        }
-        Command::Deny { id, reason } => {
-            let decision = Decision {
-                approve: false,
-                reason: reason.as_deref(),
-            };
-            resolve(context, &id, decision, out).await?;
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// An approval's arguments as a call's: `key="important", token="<redacted>"`, or the start
@@ -125,7 +129,7 @@ async fn resolve(
     id: &str,
     decision: Decision<'_>,
     out: &mut impl Write,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let approve = decision.approve;
     // The platform's own rules (who may resolve, never one's own call, how long an approval
     // lasts), with the event recorded as any operator event is.

@@ -8,6 +8,8 @@
 
 use std::io::Write;
 
+use anyhow::Result;
+
 use larkgate_scripts::{RunView, RunsFilter};
 
 use super::context::StoreContext;
@@ -43,75 +45,79 @@ pub(crate) enum Command {
     },
 }
 
-pub(crate) async fn run(
-    command: Command,
-    context: &StoreContext,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    match command {
-        Command::List {
-            script,
-            principal,
-            status,
-            since,
-            limit,
-            json,
-        } => {
-            let since_ms = since.map(|since| {
-                let ago = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
-                larkgate_store::now_ms().saturating_sub(ago)
-            });
-            let filter = RunsFilter {
+impl Command {
+    /// Carries the command out on the store, writing what it reports to `out`.
+    pub(crate) async fn run(self, context: &StoreContext, out: &mut impl Write) -> Result<()> {
+        match self {
+            Command::List {
                 script,
                 principal,
                 status,
-                since_ms,
-                limit: Some(limit),
-            };
-            let runs =
-                larkgate_scripts::readable_runs(context.store.as_ref(), &context.actor, &filter)
-                    .await
-                    .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
-            let runs: Vec<RunView> = runs.into_iter().map(RunView::from).collect();
-            if json {
-                serde_json::to_writer_pretty(&mut *out, &runs)?;
-                writeln!(out)?;
-            } else if runs.is_empty() {
-                writeln!(out, "no runs match")?;
-            } else {
-                for run in runs {
-                    let script = match (&run.script, run.version) {
-                        (Some(name), Some(version)) => format!("{name} v{version}"),
-                        (Some(name), None) => format!("{name} (draft)"),
-                        (None, _) => "(unsaved draft)".to_owned(),
-                    };
-                    let outcome = run
-                        .error_code
-                        .as_deref()
-                        .map(|code| format!(" ({code})"))
-                        .unwrap_or_default();
-                    writeln!(
-                        out,
-                        "{}  {:<9}  {:<24} as {:<16} {} ms, {} tool calls{outcome}",
-                        run.run_id,
-                        run.status,
-                        script,
-                        run.principal,
-                        run.duration_ms,
-                        run.tool_calls,
-                    )?;
+                since,
+                limit,
+                json,
+            } => {
+                let since_ms = since.map(|since| {
+                    let ago = i64::try_from(since.as_millis()).unwrap_or(i64::MAX);
+                    larkgate_store::now_ms().saturating_sub(ago)
+                });
+                let filter = RunsFilter {
+                    script,
+                    principal,
+                    status,
+                    since_ms,
+                    limit: Some(limit),
+                };
+                let runs = larkgate_scripts::readable_runs(
+                    context.store.as_ref(),
+                    &context.actor,
+                    &filter,
+                )
+                .await
+                .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+                let runs: Vec<RunView> = runs.into_iter().map(RunView::from).collect();
+                if json {
+                    serde_json::to_writer_pretty(&mut *out, &runs)?;
+                    writeln!(out)?;
+                } else if runs.is_empty() {
+                    writeln!(out, "no runs match")?;
+                } else {
+                    for run in runs {
+                        let script = match (&run.script, run.version) {
+                            (Some(name), Some(version)) => format!("{name} v{version}"),
+                            (Some(name), None) => format!("{name} (draft)"),
+                            (None, _) => "(unsaved draft)".to_owned(),
+                        };
+                        let outcome = run
+                            .error_code
+                            .as_deref()
+                            .map(|code| format!(" ({code})"))
+                            .unwrap_or_default();
+                        writeln!(
+                            out,
+                            "{}  {:<9}  {:<24} as {:<16} {} ms, {} tool calls{outcome}",
+                            run.run_id,
+                            run.status,
+                            script,
+                            run.principal,
+                            run.duration_ms,
+                            run.tool_calls,
+                        )?;
+                    }
                 }
+                Ok(())
             }
-            Ok(())
-        }
-        Command::Show { run_id } => {
-            let record =
-                larkgate_scripts::readable_run(context.store.as_ref(), &context.actor, &run_id)
-                    .await
-                    .map_err(|_| anyhow::anyhow!("there is no run {run_id:?} that you may read"))?;
-            serde_json::to_writer_pretty(&mut *out, &RunView::from(record))?;
-            writeln!(out)?;
-            Ok(())
+            Command::Show { run_id } => {
+                let record =
+                    larkgate_scripts::readable_run(context.store.as_ref(), &context.actor, &run_id)
+                        .await
+                        .map_err(|_| {
+                            anyhow::anyhow!("there is no run {run_id:?} that you may read")
+                        })?;
+                serde_json::to_writer_pretty(&mut *out, &RunView::from(record))?;
+                writeln!(out)?;
+                Ok(())
+            }
         }
     }
 }

@@ -17,7 +17,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, Result, bail};
 use larkgate_platform::Platform;
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
@@ -146,222 +146,224 @@ pub(crate) enum ApprovalArg {
     Never,
 }
 
-pub(crate) async fn run(
-    command: Command,
-    context: &StoreContext,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
-    match command {
-        Command::Add(arguments) => {
-            let AddArgs {
-                name,
-                url,
-                command,
-                env,
-                inherit_env,
-                cwd,
-                start_timeout_ms,
-                headers,
-                allow,
-                approval,
-                legacy,
-                timeout_ms,
-                max_response_bytes,
-                max_tools,
-                oauth,
-                client_credentials,
-                client_id,
-                client_secret,
-                scopes,
-                client_metadata_url,
-            } = *arguments;
-            require_admin(&context.actor, "add an upstream")?;
-            let oauth = oauth_settings(
-                oauth,
-                client_credentials,
-                OAuthConfig {
+impl Command {
+    /// Carries the command out on the store, writing what it reports to `out`.
+    pub(crate) async fn run(self, context: &StoreContext, out: &mut impl Write) -> Result<()> {
+        match self {
+            Command::Add(arguments) => {
+                let AddArgs {
+                    name,
+                    url,
+                    command,
+                    env,
+                    inherit_env,
+                    cwd,
+                    start_timeout_ms,
+                    headers,
+                    allow,
+                    approval,
+                    legacy,
+                    timeout_ms,
+                    max_response_bytes,
+                    max_tools,
+                    oauth,
+                    client_credentials,
                     client_id,
                     client_secret,
                     scopes,
                     client_metadata_url,
-                    ..OAuthConfig::default()
-                },
-            )?;
-            let header_map = pairs(&headers, "--header")?;
-            if let Some(url) = &url
-                && command.is_empty()
-                && (url.contains(char::is_whitespace) || !url.contains("://"))
-            {
-                bail!(
-                    "{url:?} is not a URL: for a server reached over HTTP, write its URL \
+                } = *arguments;
+                require_admin(&context.actor, "add an upstream")?;
+                let oauth = oauth_settings(
+                    oauth,
+                    client_credentials,
+                    OAuthConfig {
+                        client_id,
+                        client_secret,
+                        scopes,
+                        client_metadata_url,
+                        ..OAuthConfig::default()
+                    },
+                )?;
+                let header_map = pairs(&headers, "--header")?;
+                if let Some(url) = &url
+                    && command.is_empty()
+                    && (url.contains(char::is_whitespace) || !url.contains("://"))
+                {
+                    bail!(
+                        "{url:?} is not a URL: for a server reached over HTTP, write its URL \
                      (https://...); to start a program, write `--command PROGRAM [ARG]...` last \
                      on the line, for example `larkgate upstream add {name} --command {url}`"
-                );
-            }
-            let env = pairs(&env, "--env")?;
-            let config = UpstreamConfig {
-                alias: name.clone(),
-                url,
-                command,
-                env,
-                inherit_env: (!inherit_env.is_empty()).then_some(inherit_env),
-                cwd,
-                headers: header_map,
-                allow,
-                approval: match approval {
-                    ApprovalArg::Always => Approval::Always,
-                    ApprovalArg::Never => Approval::Never,
-                },
-                revisions: if legacy {
-                    Revisions::Legacy
-                } else {
-                    Revisions::Latest
-                },
-                limits: LimitsConfig {
-                    call_timeout_ms: timeout_ms,
-                    max_response_bytes,
-                    max_tools,
-                    start_timeout_ms,
-                    ..LimitsConfig::default()
-                },
-                oauth,
-            };
-            add(context, config, out).await
-        }
-        Command::List { json } => {
-            let (statuses, beside) = statuses(context).await?;
-            if json {
-                serde_json::to_writer_pretty(&mut *out, &statuses)?;
-                writeln!(out)?;
-                return Ok(());
-            }
-            if statuses.is_empty() {
-                writeln!(
-                    out,
-                    "no upstreams; add one with `larkgate upstream add NAME URL` (or `--command \
-                     PROGRAM ARG...`)"
-                )?;
-            } else if beside {
-                writeln!(out, "as the running larkgate sees them:")?;
-            }
-            for s in statuses {
-                if s.connected {
-                    writeln!(
-                        out,
-                        "{}  {}  connected ({}, {}): {} tools{}{}{}{}",
-                        s.alias,
-                        s.url,
-                        s.server.as_deref().unwrap_or("unnamed server"),
-                        s.protocol.as_deref().unwrap_or("?"),
-                        s.tools,
-                        catalog_counts(&s),
-                        if s.quarantined.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", quarantined until reviewed: {}", s.quarantined.join(", "))
-                        },
-                        if s.dropped > 0 {
-                            format!(", {} dropped over max_tools", s.dropped)
-                        } else {
-                            String::new()
-                        },
-                        if s.invalid.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", dropped: {}", s.invalid.join("; "))
-                        },
-                    )?;
-                } else {
-                    writeln!(
-                        out,
-                        "{}  {}  down: {}{}",
-                        s.alias,
-                        s.url,
-                        s.down_because.as_deref().unwrap_or("not connected"),
-                        if s.tools > 0 {
-                            format!(
-                                "; its {} pinned tools are listed and answer upstream_unavailable",
-                                s.tools
-                            )
-                        } else {
-                            String::new()
-                        }
-                    )?;
+                    );
                 }
-            }
-            Ok(())
-        }
-        Command::Review {
-            name,
-            tool,
-            approve: approving,
-        } => {
-            if approving {
-                require_admin(&context.actor, "approve a changed tool")?;
-            }
-            let reviewed = manage::review(
-                &platform(context)?,
-                &name,
-                tool.as_deref(),
-                approving,
-                &context.actor.id,
-            )
-            .await?;
-            if reviewed.is_empty() {
-                writeln!(out, "{name}: nothing is quarantined")?;
-                return Ok(());
-            }
-            for tool in &reviewed {
-                let what = if tool.new {
-                    "a new tool"
-                } else {
-                    "a changed tool"
+                let env = pairs(&env, "--env")?;
+                let config = UpstreamConfig {
+                    alias: name.clone(),
+                    url,
+                    command,
+                    env,
+                    inherit_env: (!inherit_env.is_empty()).then_some(inherit_env),
+                    cwd,
+                    headers: header_map,
+                    allow,
+                    approval: match approval {
+                        ApprovalArg::Always => Approval::Always,
+                        ApprovalArg::Never => Approval::Never,
+                    },
+                    revisions: if legacy {
+                        Revisions::Legacy
+                    } else {
+                        Revisions::Latest
+                    },
+                    limits: LimitsConfig {
+                        call_timeout_ms: timeout_ms,
+                        max_response_bytes,
+                        max_tools,
+                        start_timeout_ms,
+                        ..LimitsConfig::default()
+                    },
+                    oauth,
                 };
-                writeln!(out, "{} ({what}):", tool.name)?;
-                if !tool.suspends.is_empty() {
+                add(context, config, out).await
+            }
+            Command::List { json } => {
+                let (statuses, beside) = statuses(context).await?;
+                if json {
+                    serde_json::to_writer_pretty(&mut *out, &statuses)?;
+                    writeln!(out)?;
+                    return Ok(());
+                }
+                if statuses.is_empty() {
                     writeln!(
                         out,
-                        "suspends, until approved or reverted: {}",
-                        tool.suspends.join(", ")
+                        "no upstreams; add one with `larkgate upstream add NAME URL` (or `--command \
+                     PROGRAM ARG...`)"
+                    )?;
+                } else if beside {
+                    writeln!(out, "as the running larkgate sees them:")?;
+                }
+                for s in statuses {
+                    if s.connected {
+                        writeln!(
+                            out,
+                            "{}  {}  connected ({}, {}): {} tools{}{}{}{}",
+                            s.alias,
+                            s.url,
+                            s.server.as_deref().unwrap_or("unnamed server"),
+                            s.protocol.as_deref().unwrap_or("?"),
+                            s.tools,
+                            catalog_counts(&s),
+                            if s.quarantined.is_empty() {
+                                String::new()
+                            } else {
+                                format!(
+                                    ", quarantined until reviewed: {}",
+                                    s.quarantined.join(", ")
+                                )
+                            },
+                            if s.dropped > 0 {
+                                format!(", {} dropped over max_tools", s.dropped)
+                            } else {
+                                String::new()
+                            },
+                            if s.invalid.is_empty() {
+                                String::new()
+                            } else {
+                                format!(", dropped: {}", s.invalid.join("; "))
+                            },
+                        )?;
+                    } else {
+                        writeln!(
+                            out,
+                            "{}  {}  down: {}{}",
+                            s.alias,
+                            s.url,
+                            s.down_because.as_deref().unwrap_or("not connected"),
+                            if s.tools > 0 {
+                                format!(
+                                    "; its {} pinned tools are listed and answer upstream_unavailable",
+                                    s.tools
+                                )
+                            } else {
+                                String::new()
+                            }
+                        )?;
+                    }
+                }
+                Ok(())
+            }
+            Command::Review {
+                name,
+                tool,
+                approve: approving,
+            } => {
+                if approving {
+                    require_admin(&context.actor, "approve a changed tool")?;
+                }
+                let reviewed = manage::review(
+                    &platform(context)?,
+                    &name,
+                    tool.as_deref(),
+                    approving,
+                    &context.actor.id,
+                )
+                .await?;
+                if reviewed.is_empty() {
+                    writeln!(out, "{name}: nothing is quarantined")?;
+                    return Ok(());
+                }
+                for tool in &reviewed {
+                    let what = if tool.new {
+                        "a new tool"
+                    } else {
+                        "a changed tool"
+                    };
+                    writeln!(out, "{} ({what}):", tool.name)?;
+                    if !tool.suspends.is_empty() {
+                        writeln!(
+                            out,
+                            "suspends, until approved or reverted: {}",
+                            tool.suspends.join(", ")
+                        )?;
+                    }
+                    write!(out, "{}", tool.diff)?;
+                }
+                if approving {
+                    let count = reviewed.iter().filter(|t| t.approved).count();
+                    writeln!(out, "approved {count}; {}", takes_effect(context))?;
+                } else {
+                    writeln!(
+                        out,
+                        "approve with `larkgate upstream review {name} --approve`"
                     )?;
                 }
-                write!(out, "{}", tool.diff)?;
+                Ok(())
             }
-            if approving {
-                let count = reviewed.iter().filter(|t| t.approved).count();
-                writeln!(out, "approved {count}; {}", takes_effect(context))?;
-            } else {
+            Command::Login { name } => {
+                require_admin(&context.actor, "sign in to an upstream")?;
+                let config = configured(context, &name).await?;
+                sign_in(&platform(context)?, context, &config, out).await?;
                 writeln!(
                     out,
-                    "approve with `larkgate upstream review {name} --approve`"
-                )?;
-            }
-            Ok(())
-        }
-        Command::Login { name } => {
-            require_admin(&context.actor, "sign in to an upstream")?;
-            let config = configured(context, &name).await?;
-            sign_in(&platform(context)?, context, &config, out).await?;
-            writeln!(
-                out,
-                "signed in to {name}; the tokens are stored sealed; {}",
-                takes_effect(context)
-            )?;
-            Ok(())
-        }
-        Command::Remove { name } => {
-            require_admin(&context.actor, "remove an upstream")?;
-            if manage::remove(&platform(context)?, &name, &context.actor.id).await? {
-                writeln!(
-                    out,
-                    "removed {name} and its pins; {}",
+                    "signed in to {name}; the tokens are stored sealed; {}",
                     takes_effect(context)
                 )?;
                 Ok(())
-            } else if context.config.upstreams.iter().any(|u| u.alias == name) {
-                bail!("{name} is configured in the configuration file; remove it there")
-            } else {
-                bail!("there is no upstream {name:?}")
+            }
+            Command::Remove { name } => {
+                require_admin(&context.actor, "remove an upstream")?;
+                if manage::remove(&platform(context)?, &name, &context.actor.id).await? {
+                    writeln!(
+                        out,
+                        "removed {name} and its pins; {}",
+                        takes_effect(context)
+                    )?;
+                    Ok(())
+                } else if context.config.upstreams.iter().any(|u| u.alias == name) {
+                    bail!("{name} is configured in the configuration file; remove it there")
+                } else {
+                    bail!("there is no upstream {name:?}")
+                }
             }
         }
     }
@@ -369,7 +371,7 @@ pub(crate) async fn run(
 
 /// The configuration of upstream `name`: from the configuration file, else as `upstream add`
 /// stored it.
-async fn configured(context: &StoreContext, name: &str) -> anyhow::Result<UpstreamConfig> {
+async fn configured(context: &StoreContext, name: &str) -> Result<UpstreamConfig> {
     if let Some(config) = context.config.upstreams.iter().find(|u| u.alias == name) {
         return Ok(config.clone());
     }
@@ -392,7 +394,7 @@ fn takes_effect(context: &StoreContext) -> &'static str {
 
 /// A platform on the command's store whose audit events go where the command's do (forwarded
 /// to a running gateway that owns the chain, or into the chain).
-fn platform(context: &StoreContext) -> anyhow::Result<Platform> {
+fn platform(context: &StoreContext) -> Result<Platform> {
     Ok(
         Platform::builder(context.store.clone(), context.events.clone())?
             .policy(context.config.policy.clone())
@@ -401,7 +403,7 @@ fn platform(context: &StoreContext) -> anyhow::Result<Platform> {
 }
 
 /// Every upstream's status, and whether it is a running gateway's view (else connected here).
-async fn statuses(context: &StoreContext) -> anyhow::Result<(Vec<UpstreamStatus>, bool)> {
+async fn statuses(context: &StoreContext) -> Result<(Vec<UpstreamStatus>, bool)> {
     if context.log.is_none() {
         let saved = context.store.upstream_statuses().await?;
         let statuses = saved

@@ -1,0 +1,26 @@
+# What the scripts/bench-*.sh benchmarks share; sourced by them, not run. It makes $work, a
+# fresh temporary directory, and at exit kills every process whose pid is in $pids, runs
+# $bench_cleanup (a command a benchmark sets before sourcing this, if it has more to undo) and
+# removes $work. `start DIR [BIN]` starts `larkgate serve` in DIR.
+work=$(mktemp -d)
+pids=()
+bench_cleanup=${bench_cleanup:-}
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    if [[ -n $bench_cleanup ]]; then eval "$bench_cleanup" || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Starts BIN (default: this tree's release build) as `larkgate serve` on a free port, in DIR
+# (its data directory is DIR/larkgate-data); sets $served_url and $served_token.
+start() {
+    local dir=$1 bin=${2:-$PWD/target/release/larkgate}
+    (cd "$dir" && exec "$bin" serve --listen 127.0.0.1:0 > "$dir/serve.out" 2> "$dir/serve.err") &
+    pids+=($!)
+    for _ in $(seq 100); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
+    served_url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")
+    served_token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)
+    [[ -n $served_url && -n $served_token ]] || { cat "$dir/serve.err" >&2; exit 1; }
+}
