@@ -11,18 +11,16 @@
 //! not absorb reaches the script author in the tool's words. The engine acts on exactly one
 //! code, [`Code::RateLimited`], and passes every other refusal through unchanged.
 //!
-//! The wire types every crate shares live here too ([`wire`]): the refusal [`Code`], the
-//! [`Envelope`] and the [`RunKind`]; and the one table from a [`Code`] to the JSON-RPC error
-//! code and HTTP status every edge answers with ([`answer`]); and the write barrier's one
-//! decision ([`barrier`]). [`Origin`], [`Source`] and [`Annotations`] are also the platform's
+//! The wire types every crate shares are re-exported here ([`wire`], from `larkgate-wire`): the
+//! refusal [`Code`], the [`Envelope`] and the [`RunKind`], and the one table from a [`Code`] to
+//! the JSON-RPC error code and HTTP status every edge answers with ([`answer`]). The write
+//! barrier's one decision is here ([`barrier`]). [`Origin`], [`Source`] and [`Annotations`] are also the platform's
 //! own types for what it writes into a listing's `_meta`: one definition for the writer and
 //! the reader.
 
 #![forbid(unsafe_code)]
 
-pub mod answer;
 pub mod barrier;
-pub mod wire;
 
 use std::fmt;
 use std::future::Future;
@@ -31,7 +29,9 @@ use std::time::Duration;
 use larkgate_binding::{FieldShape, Map};
 use serde::{Deserialize, Serialize};
 
-pub use wire::{Category, Code, ENVELOPE_META_KEY, Envelope, RunKind};
+pub use larkgate_wire::{
+    self as wire, Category, Code, ENVELOPE_META_KEY, Envelope, RunKind, answer,
+};
 
 /// The key a result arrives under when the tool returned no structured content: its text,
 /// verbatim.

@@ -75,7 +75,7 @@ impl Scripts {
             script: request.saved.then(|| request.name.clone()),
             version: request.version,
             hash: source_hash(&request.source),
-            kind: request.kind.as_str().to_owned(),
+            kind: request.kind,
             principal: request.principal.id.clone(),
             status: RunStatus::Running,
             result: None,
@@ -128,7 +128,7 @@ impl Scripts {
             }
             Err(error) => {
                 record.status = RunStatus::Failed;
-                record.error_code = Some(error.code().as_str().to_owned());
+                record.error_code = Some(error.code());
                 record.error = Some(error.to_string());
             }
         }
@@ -210,7 +210,7 @@ impl Scripts {
                 continue;
             };
             run.status = RunStatus::Failed;
-            run.error_code = Some(Code::Internal.as_str().to_owned());
+            run.error_code = Some(Code::Internal);
             run.error = Some(format!("the script failed: {CANCELLED}"));
             run.finished_at_ms = Some(now_ms());
             if let Err(error) = self.store.finish_run(run).await {

@@ -1,5 +1,6 @@
 //! The records a [`Store`](crate::Store) keeps.
 
+use larkgate_wire::{Code, RunKind};
 use serde::{Deserialize, Serialize};
 
 /// What kind of party a principal is.
@@ -483,8 +484,8 @@ pub struct Run {
     pub version: Option<u32>,
     /// SHA-256 (hex) of the source that ran.
     pub hash: String,
-    /// `draft`, `review` or `published`.
-    pub kind: String,
+    /// A draft's run, a review run, or a published version's run.
+    pub kind: RunKind,
     /// Who the run ran as.
     pub principal: String,
     /// Where it stands.
@@ -492,7 +493,7 @@ pub struct Run {
     /// The result, as JSON, when it succeeded.
     pub result: Option<String>,
     /// The refusal or error code, when it failed.
-    pub error_code: Option<String>,
+    pub error_code: Option<Code>,
     /// The error's message, when it failed.
     pub error: Option<String>,
     /// What it used.

@@ -4,7 +4,10 @@
 //! bytes), so a decoder reads a row of either through [`Columns`]. A value that does not read
 //! as what it should be fails closed where a wrong reading could admit a call: an unknown
 //! approval status reads as denied, an unknown pin status as quarantined, an unknown run status
-//! as failed, and an approval whose call chain does not parse cannot be read at all.
+//! as failed, an unknown run kind as a draft's, and an approval whose call chain does not
+//! parse cannot be read at all.
+
+use larkgate_wire::{Code, RunKind};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditRecord, CallChain, Draft,
@@ -154,18 +157,23 @@ pub(crate) const RUN_COLUMNS: &str = "id, script, version, hash, kind, principal
      finished_at_ms, started_by, review";
 
 pub(crate) fn run(row: &impl Columns) -> Result<Run> {
+    let kind: String = row.get(4)?;
     let status: String = row.get(6)?;
     Ok(Run {
         id: row.get(0)?,
         script: row.get(1)?,
         version: row.get::<Option<i64>>(2)?.map(version_number),
         hash: row.get(3)?,
-        kind: row.get(4)?,
+        // An unknown kind reads as a draft's run: the kind with the least authority.
+        kind: RunKind::parse(&kind).unwrap_or(RunKind::Draft),
         principal: row.get(5)?,
         // An unknown status reads as failed: never as a success.
         status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
         result: row.get(7)?,
-        error_code: row.get(8)?,
+        // An unknown code (written by a later larkgate) reads as larkgate's own failure.
+        error_code: row
+            .get::<Option<String>>(8)?
+            .map(|code| Code::parse(&code).unwrap_or(Code::Internal)),
         error: row.get(9)?,
         stats: RunStats {
             tool_calls: unsigned(row.get(10)?),
@@ -276,4 +284,34 @@ pub(crate) fn session(row: &impl Columns) -> Result<SharedSession> {
         state: row.get(1)?,
         expires_at_ms: row.get(2)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run row as a later larkgate might have written it: a kind and a code this one does not
+    /// know.
+    fn run_with(kind: &str, code: &str) -> Run {
+        let connection = rusqlite::Connection::open_in_memory().unwrap();
+        connection
+            .query_row(
+                "SELECT 'r', NULL, NULL, 'h', ?1, 'ada', 'failed', NULL, ?2, 'why', 0, 0, 0, NULL, \
+                 1, 2, NULL, NULL",
+                rusqlite::params![kind, code],
+                |row| Ok(run(row)),
+            )
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_unknown_run_kind_reads_as_a_drafts_and_an_unknown_code_as_internal() {
+        let known = run_with("published", "rate_limited");
+        assert_eq!(known.kind, RunKind::Published);
+        assert_eq!(known.error_code, Some(Code::RateLimited));
+        let unknown = run_with("scheduled", "quota_spent");
+        assert_eq!(unknown.kind, RunKind::Draft);
+        assert_eq!(unknown.error_code, Some(Code::Internal));
+    }
 }

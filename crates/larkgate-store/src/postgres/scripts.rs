@@ -2,6 +2,8 @@
 
 use tokio_postgres::error::SqlState;
 
+use larkgate_wire::Code;
+
 use super::PostgresStore;
 use crate::ScriptStore;
 use crate::publishing::Publishing;
@@ -31,11 +33,11 @@ async fn write_run(store: &PostgresStore, run: &Run, insert: bool) -> Result<u64
                 &run.script,
                 &run.version.map(i64::from),
                 &run.hash,
-                &run.kind,
+                &run.kind.as_str(),
                 &run.principal,
                 &run.status.as_str(),
                 &run.result,
-                &run.error_code,
+                &run.error_code.map(Code::as_str),
                 &run.error,
                 &signed(run.stats.tool_calls),
                 &signed(run.stats.paces),

@@ -2,6 +2,8 @@
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use larkgate_wire::Code;
+
 use super::SqliteStore;
 use crate::publishing::Publishing;
 use crate::rows::{self, DRAFT_COLUMNS, RUN_COLUMNS, VERSION_COLUMNS};
@@ -30,11 +32,11 @@ fn write_run(c: &Connection, run: &Run, insert: bool) -> Result<usize> {
             run.script,
             run.version.map(i64::from),
             run.hash,
-            run.kind,
+            run.kind.as_str(),
             run.principal,
             run.status.as_str(),
             run.result,
-            run.error_code,
+            run.error_code.map(Code::as_str),
             run.error,
             signed(run.stats.tool_calls),
             signed(run.stats.paces),

@@ -4,6 +4,7 @@
 use larkgate_store::{
     Principal, PrincipalKind, Publication, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
 };
+use larkgate_wire::{Code, RunKind};
 
 use crate::{Place, draft, on_both};
 
@@ -217,7 +218,7 @@ fn run(id: &str) -> Run {
         script: Some("digest".into()),
         version: Some(1),
         hash: "h".into(),
-        kind: "published".into(),
+        kind: RunKind::Published,
         principal: "script:digest".into(),
         status: RunStatus::Running,
         result: None,
@@ -263,7 +264,7 @@ async fn a_version_keeps_the_upstream_tools_it_was_published_against(place: Plac
 async fn the_newest_successful_review_of_exactly_a_source_is_found(place: Place) {
     let store = place.open().await;
     let review = |id: &str, hash: &str, status: RunStatus, started: i64| Run {
-        kind: "review".into(),
+        kind: RunKind::Review,
         hash: hash.into(),
         status,
         started_at_ms: started,
@@ -280,7 +281,7 @@ async fn the_newest_successful_review_of_exactly_a_source_is_found(place: Place)
         review("failed", "h", RunStatus::Failed, 3),
         review("other-source", "h2", RunStatus::Succeeded, 4),
         Run {
-            kind: "draft".into(),
+            kind: RunKind::Draft,
             started_at_ms: 5,
             ..run("not-a-review")
         },
@@ -335,6 +336,29 @@ async fn runs_are_recorded_when_they_start_and_when_they_end(place: Place) {
     assert_eq!(store.run("ghost").await.unwrap(), None);
 }
 
+async fn a_failed_runs_kind_and_code_read_back_as_they_were_written(place: Place) {
+    let store = place.open().await;
+    for (id, kind, code) in [
+        ("d", RunKind::Draft, Code::ScriptFailed),
+        ("p", RunKind::Published, Code::LimitExceeded),
+        ("r", RunKind::Review, Code::ApprovalRequired),
+    ] {
+        let failed = Run {
+            kind,
+            status: RunStatus::Failed,
+            error_code: Some(code),
+            error: Some("why".into()),
+            finished_at_ms: Some(9),
+            ..run(id)
+        };
+        store.start_run(run(id)).await.unwrap();
+        store.finish_run(failed.clone()).await.unwrap();
+        let read = store.run(id).await.unwrap().unwrap();
+        assert_eq!((read.kind, read.error_code), (kind, Some(code)), "{id}");
+        assert_eq!(read, failed);
+    }
+}
+
 on_both!(
     concurrent_publishes_number_versions_one_after_another,
     a_draft_belongs_to_its_author,
@@ -343,4 +367,5 @@ on_both!(
     a_version_keeps_the_upstream_tools_it_was_published_against,
     the_newest_successful_review_of_exactly_a_source_is_found,
     runs_are_recorded_when_they_start_and_when_they_end,
+    a_failed_runs_kind_and_code_read_back_as_they_were_written,
 );

@@ -1,10 +1,16 @@
 //! The wire types every crate shares: the refusal [`Code`], the [`Envelope`] a refusal carries
-//! in a tool result's `_meta` (under [`ENVELOPE_META_KEY`]), and the [`RunKind`] a session's
-//! calls come from.
+//! in a tool result's `_meta` (under [`ENVELOPE_META_KEY`]), the [`RunKind`] a session's calls
+//! come from, and the one table from a code to the JSON-RPC error code and HTTP status every
+//! edge answers with ([`answer`]).
 //!
 //! One definition each: the platform writes envelopes with these types, the session reads them
-//! back with the same ones (serde, not a second hand-written parser), and the engine branches on
-//! the typed code.
+//! back with the same ones (serde, not a second hand-written parser), the engine branches on the
+//! typed code, and the store keeps a run's kind and code as these types. The crate depends on
+//! nothing of larkgate's, so that every other crate can.
+
+#![forbid(unsafe_code)]
+
+pub mod answer;
 
 use std::fmt;
 
@@ -240,6 +246,19 @@ pub enum RunKind {
 }
 
 impl RunKind {
+    /// Every kind.
+    pub const ALL: [RunKind; 4] = [
+        RunKind::Direct,
+        RunKind::Draft,
+        RunKind::Published,
+        RunKind::Review,
+    ];
+
+    /// The kind named `name` (as [`RunKind::as_str`] names it), if there is one.
+    pub fn parse(name: &str) -> Option<RunKind> {
+        RunKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The name recorded in audit.
     pub fn as_str(self) -> &'static str {
         match self {

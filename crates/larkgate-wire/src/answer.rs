@@ -24,7 +24,7 @@
 
 use std::borrow::Cow;
 
-use crate::wire::Code;
+use crate::Code;
 
 /// The body is not JSON.
 pub const PARSE_ERROR: i64 = -32700;
