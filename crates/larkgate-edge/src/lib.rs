@@ -48,6 +48,7 @@ pub mod auth;
 pub mod console;
 pub mod error;
 pub mod json_rpc;
+pub mod routes;
 pub mod server;
 pub mod service_url;
 pub mod sessions;

@@ -9,8 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use axum::body::Body;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::{PlatformServer, tokens};
@@ -289,26 +288,7 @@ pub(crate) async fn run(
     );
     let metrics = Arc::new(Scrape::new(context, registry));
     let ops = ops_routes(metrics);
-    let mcp = axum::Router::new()
-        .route_service("/mcp", service)
-        .layer(axum::middleware::from_fn_with_state(
-            server.bodies(),
-            http::json_rpc_shape,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            auth.clone(),
-            http::authenticate,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&policy),
-            http::address::check_address,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            http::access::AccessLog {
-                lines: server.access_log,
-            },
-            http::access::observe,
-        ));
+    let mcp = http::routes::mcp(service, server, auth.clone(), Arc::clone(&policy));
     // The operational endpoints live on `ops_listen` when there is one, else beside `/mcp`.
     let ops_listener = match server.ops_listen {
         Some(address) => Some(
@@ -322,10 +302,6 @@ pub(crate) async fn run(
         Some(listener) => (mcp, Some((listener, ops))),
         None => (mcp.merge(ops), None),
     };
-    let app = match &sign_in {
-        Some(sign_in) => app.merge(metadata_routes(sign_in, &public_url)),
-        None => app,
-    };
     // The admin console, for browsers (its own Origin rules: see `larkgate_edge::console`).
     let console = larkgate_edge::console::Console::new(
         context.platform.clone(),
@@ -335,21 +311,7 @@ pub(crate) async fn run(
         auth,
         public_url.starts_with("https://"),
     );
-    let app = app
-        .merge(
-            larkgate_edge::console::router(console).layer(axum::middleware::from_fn_with_state(
-                http::access::AccessLog {
-                    lines: server.access_log,
-                },
-                http::access::observe,
-            )),
-        )
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                Body::from("not found; MCP is at /mcp, the admin console at /admin\n"),
-            )
-        });
+    let app = http::routes::beside_mcp(app, server, sign_in.as_ref(), &public_url, console);
     let connections = register_connection_metrics(context, "");
     crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
     crate::logging::say(&context.scripts.memory_budget());
@@ -466,22 +428,6 @@ fn follow_changes(context: &Context) -> Option<tokio::task::JoinHandle<()>> {
             }
         }
     }))
-}
-
-/// The protected resource metadata (RFC 9728) at each path a client looks for it, without a
-/// token and without the `Origin` check of `/mcp`: it is public, and browser clients read it.
-fn metadata_routes(sign_in: &Arc<http::sign_in::SignIn>, public_url: &str) -> axum::Router {
-    let mut router = axum::Router::new();
-    for path in http::sign_in::metadata::paths(public_url) {
-        let sign_in = Arc::clone(sign_in);
-        router = router.route(
-            &path,
-            axum::routing::any(move |method: axum::http::Method| {
-                http::sign_in::metadata::serve(Arc::clone(&sign_in), method)
-            }),
-        );
-    }
-    router
 }
 
 /// Connections the operational listener keeps open at once.
