@@ -216,6 +216,25 @@ pub trait Caller: Send + Sync {
             }
         }
     }
+
+    /// [`Caller::request`] with arguments that arrive as JSON, as a script worker's host call
+    /// does. The default converts them to a map within `limits` and makes the request; a
+    /// caller that sends JSON on (a session) passes them through unconverted, since whoever
+    /// receives them converts and binds them again, with authority.
+    fn request_json(
+        &self,
+        target: Target,
+        name: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        limits: larkgate_binding::Limits,
+    ) -> impl Future<Output = Result<Map, CallError>> + Send {
+        async move {
+            let map = larkgate_binding::from_json_object(&arguments, limits).map_err(|e| {
+                CallError::Refused(RefusalError::new(Code::InvalidArguments, e.to_string()))
+            })?;
+            self.request(target, name, map).await
+        }
+    }
 }
 
 #[cfg(test)]
@@ -223,7 +242,7 @@ mod tests {
     use larkgate_binding::{Limits, Map, Value};
     use serde_json::json;
 
-    use super::{CONTENT_RESULT_KEY, add_content};
+    use super::{CONTENT_RESULT_KEY, CallError, Caller, Code, Target, ToolInfo, add_content};
 
     fn text_value() -> Map {
         Map::from([("text".to_owned(), Value::from("a caption"))])
@@ -270,5 +289,53 @@ mod tests {
         let error = add_content(&mut value, &[image], small).unwrap_err();
         assert!(error.to_string().contains("bytes"), "{error}");
         assert_eq!(value, text_value(), "nothing was added");
+    }
+
+    /// A caller that answers every request with the arguments it was given.
+    struct Echo;
+
+    impl Caller for Echo {
+        async fn tools(&self) -> Result<Vec<ToolInfo>, CallError> {
+            Ok(Vec::new())
+        }
+
+        async fn call_tool(&self, _name: &str, arguments: Map) -> Result<Map, CallError> {
+            Ok(arguments)
+        }
+    }
+
+    /// Runs a future that never waits (the callers here answer at once).
+    fn now<F: std::future::Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("the future waited"),
+        }
+    }
+
+    #[test]
+    fn json_arguments_reach_a_caller_of_values_converted_within_the_limits() {
+        let arguments = json!({"city": "Oslo", "days": [1, 2, 3]});
+        let serde_json::Value::Object(object) = arguments.clone() else {
+            unreachable!()
+        };
+        let answer = now(Echo.request_json(Target::Tool, "weather", object, Limits::default()));
+        assert_eq!(
+            serde_json::Value::Object(larkgate_binding::map_to_json(&answer.unwrap())),
+            arguments
+        );
+
+        let serde_json::Value::Object(deep) = json!({"a": {"b": {"c": {"d": 1}}}}) else {
+            unreachable!()
+        };
+        let shallow = Limits::new(2, 1000, 1024).unwrap();
+        match now(Echo.request_json(Target::Tool, "weather", deep, shallow)) {
+            Err(CallError::Refused(refusal)) => {
+                assert_eq!(refusal.code, Code::InvalidArguments);
+                assert!(refusal.text.contains("deep"), "{}", refusal.text);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -345,7 +345,7 @@ async fn drive<C: Caller>(
                         // A slow tool is bounded by the run's deadline like the worker is.
                         // One timer for the whole run: registering one per call would wake
                         // the runtime's timer driver every time.
-                        let call = answer(caller, target, &name, &arguments, limits);
+                        let call = answer(caller, target, &name, arguments, limits);
                         handle
                             .block_on(async {
                                 tokio::select! {
@@ -428,7 +428,7 @@ async fn answer<C: Caller>(
     caller: &C,
     target: Target,
     name: &str,
-    arguments: &serde_json::Value,
+    arguments: serde_json::Value,
     limits: &ScriptLimits,
 ) -> CallAnswer {
     let refused = |code: Code, text: String| CallAnswer::Refused {
@@ -436,21 +436,22 @@ async fn answer<C: Caller>(
         text,
         retry_after_ms: None,
     };
-    // Conversion 2 of 4 on a host call's way (JSON to value, within the run's value limits):
-    // the caller takes values. The arguments are not bound to the tool's input shape here:
-    // the worker bound them for the author's message, and the pipeline binds them, with
-    // authority, whatever the worker sent.
-    let map = match from_json(arguments, limits.values) {
-        Ok(larkgate_binding::Value::Map(map)) => map,
-        Ok(_) => return refused(Code::InvalidArguments, "arguments must be an object".into()),
-        Err(e) => return refused(Code::InvalidArguments, e.to_string()),
+    // No conversion here: the arguments go on as the JSON the worker sent (conversion 1 of 2,
+    // in the worker), and the pipeline converts them (2 of 2) and binds them, with authority.
+    // A caller that takes values converts them within the run's value limits.
+    let serde_json::Value::Object(arguments) = arguments else {
+        return refused(Code::InvalidArguments, "arguments must be an object".into());
     };
     let span = tracing::info_span!(
         "script.host_call",
         otel.name = format!("host call {name}"),
         gen_ai.tool.name = name,
     );
-    match caller.request(target, name, map).instrument(span).await {
+    match caller
+        .request_json(target, name, arguments, limits.values)
+        .instrument(span)
+        .await
+    {
         Ok(result) => CallAnswer::Ok(serde_json::Value::Object(map_to_json(&result))),
         Err(CallError::Refused(r)) => CallAnswer::Refused {
             code: r.code,

@@ -230,7 +230,8 @@ impl Host for PipeHost {
     fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
         let mut pipes = self.pipes.lock().unwrap_or_else(|p| p.into_inner());
         let Pipes { input, output } = &mut *pipes;
-        // Conversion 1 of 4 on a host call's way (value to JSON): a frame is JSON.
+        // Conversion 1 of 2 on a host call's way (value to JSON): a frame is JSON. The parent and
+        // its session pass it on; the pipeline makes the second (JSON to value) and binds it.
         let call = FromWorker::Call {
             target,
             name: name.to_owned(),

@@ -239,28 +239,57 @@ impl Caller for SessionCaller {
     }
 
     async fn call_tool(&self, name: &str, arguments: Map) -> Result<Map, CallError> {
-        let mut params = CallToolRequestParams::new(name.to_owned());
-        // Conversion 3 of 4 on a script's host call (value to JSON): an MCP request carries
-        // JSON. The pipeline makes the fourth (JSON to value) and binds the arguments there.
-        params.arguments = Some(larkgate_binding::map_to_json(&arguments));
-        // The platform's spans for this call are children of the caller's (a host call's).
-        if let Some((parent, state)) = trace_context::traceparent_of(&tracing::Span::current()) {
-            params.set_traceparent(&parent);
-            if let Some(state) = state {
-                params.set_tracestate(&state);
-            }
-        }
-        let result = self
-            .peer
-            .call_tool(params)
-            .await
-            .map_err(|e| CallError::Transport(e.to_string()))?;
-        read_result(result, self.limits)
+        self.request(Target::Tool, name, arguments).await
     }
 
     async fn request(&self, target: Target, name: &str, arguments: Map) -> Result<Map, CallError> {
+        // Conversion 1 of 2 on an in-process run's host call (value to JSON): an MCP request
+        // carries JSON. The pipeline makes the second (JSON to value) and binds the arguments.
+        self.send(target, name, larkgate_binding::map_to_json(&arguments))
+            .await
+    }
+
+    async fn request_json(
+        &self,
+        target: Target,
+        name: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        _limits: Limits,
+    ) -> Result<Map, CallError> {
+        // No conversion: a worker's host call arrives as JSON and goes on as it came.
+        self.send(target, name, arguments).await
+    }
+}
+
+impl SessionCaller {
+    /// Sends one host call on the session and reads its answer within the session's limits.
+    async fn send(
+        &self,
+        target: Target,
+        name: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Map, CallError> {
         let answer = match target {
-            Target::Tool => return self.call_tool(name, arguments).await,
+            Target::Tool => {
+                let mut params = CallToolRequestParams::new(name.to_owned());
+                params.arguments = Some(arguments);
+                // The platform's spans for this call are children of the caller's (a host
+                // call's).
+                if let Some((parent, state)) =
+                    trace_context::traceparent_of(&tracing::Span::current())
+                {
+                    params.set_traceparent(&parent);
+                    if let Some(state) = state {
+                        params.set_tracestate(&state);
+                    }
+                }
+                let result = self
+                    .peer
+                    .call_tool(params)
+                    .await
+                    .map_err(|e| CallError::Transport(e.to_string()))?;
+                return read_result(result, self.limits);
+            }
             Target::Resource => {
                 let params = ReadResourceRequestParams::new(name);
                 let result = self.peer.read_resource(params).await.map_err(refusal_of)?;
@@ -268,7 +297,7 @@ impl Caller for SessionCaller {
             }
             Target::Prompt => {
                 let mut params = GetPromptRequestParams::new(name);
-                params.arguments = Some(larkgate_binding::map_to_json(&arguments));
+                params.arguments = Some(arguments);
                 let result = self.peer.get_prompt(params).await.map_err(refusal_of)?;
                 serde_json::to_value(result)
             }

@@ -37,8 +37,9 @@ impl Step for Arguments {
             )
             .with_hint("send less data per call, or store it and pass a key"));
         }
-        // The last conversion on a call's way (JSON to value; a script's host call made three
-        // before, in its worker, parent and session), and the one authoritative binding.
+        // The last conversion on a call's way (JSON to value; a script's host call made one
+        // before, value to JSON, in its worker or, for an in-process run, its session), and
+        // the one authoritative binding.
         let map = from_json_object(raw, limits.values).map_err(|e| refuse_arguments(&e))?;
         let tool = request.resolved.as_ref().map(Arc::clone);
         let canonical = match tool.as_ref().and_then(|t| t.input.as_ref()) {
