@@ -313,6 +313,10 @@ pub(crate) async fn run(
     );
     let app = http::routes::beside_mcp(app, server, sign_in.as_ref(), &public_url, console);
     let connections = register_connection_metrics(context, "");
+    // `larkgate stdio` and `larkgate client` started beside this process find it here (removed
+    // when it stops). Written before the line below, which says the server is ready.
+    let _announced = super::endpoint::announce(&context.data_dir, listen)
+        .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
     crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
     crate::logging::say(&context.scripts.memory_budget());
     crate::logging::say(&worker_threads(
@@ -346,9 +350,6 @@ pub(crate) async fn run(
         }
         None => None,
     };
-    // `larkgate stdio` started beside this process relays to it (removed when it stops).
-    let _announced = super::endpoint::announce(&context.data_dir, listen)
-        .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
     let grace = std::time::Duration::from_millis(server.shutdown_grace_ms);
     let calls = context.platform.services().metrics.active_calls.clone();
     let served = http::accept::serve(

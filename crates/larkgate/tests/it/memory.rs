@@ -108,11 +108,13 @@ fn metric(text: &str, name: &str) -> Option<u64> {
 
 #[test]
 fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_server_serves() {
-    // The default limits; a budget of 1 GiB, room for three runs' reservations (256 MiB and a
-    // worker's 32 MiB each): the others wait their turn.
+    // The default memory limit; a budget of 1 GiB, room for three runs' reservations (256 MiB
+    // and a worker's 32 MiB each): the others wait their turn. The memory limit is what must
+    // stop each run, so the wall time limit is far off: on a busy machine a run takes longer to
+    // reach its memory limit, never less memory.
     let budget = 1024 * MIB;
     let (_dir, server, token) = admin_gateway(&format!(
-        "[scripts]\nmemory_budget_bytes = {budget}\nstart_wait_ms = 120000\n"
+        "[scripts]\nmemory_budget_bytes = {budget}\nstart_wait_ms = 600000\nmax_wall_time_ms = 600000\n"
     ));
     let url = server.url.clone();
     let base = url.trim_end_matches("/mcp").to_owned();
@@ -128,7 +130,7 @@ fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_se
                     // A run may wait its turn up to start_wait_ms, then run: the client waits
                     // as long (its default round trip of 30 s is not what is tested here).
                     let limits = larkgate_upstream::client::UpstreamLimits {
-                        call_timeout: Duration::from_secs(240),
+                        call_timeout: Duration::from_secs(1200),
                         ..Default::default()
                     };
                     let c = client_with(&url, &token, Revisions::Latest, limits)
@@ -210,14 +212,35 @@ fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_se
         probes.iter().all(|(_, _, answered)| *answered),
         "{probes:?}"
     );
-    let during = probes.iter().filter(|(at, _, _)| *at < last_ended).count();
-    assert!(
-        during as u128 >= last_ended.as_millis() / 1000,
-        "{during} probes answered in {last_ended:?}"
-    );
-    // A liveness bound, not a speed target: no probe waited on the runs.
+    // Bounds measured against the runs themselves, so a slow machine moves both: the first run
+    // to end took one run's time; no probe took half of that (none waited on a run), and while
+    // runs went, probes kept being answered, never as much as a run's time apart.
+    let first_ended = outcomes.iter().map(|(_, at)| *at).min().unwrap();
     let slowest = probes.iter().map(|(_, took, _)| *took).max().unwrap();
-    assert!(slowest < Duration::from_secs(5), "a probe took {slowest:?}");
+    assert!(
+        slowest < first_ended / 2,
+        "a probe took {slowest:?}; the first run ended after {first_ended:?}"
+    );
+    let during: Vec<Duration> = probes
+        .iter()
+        .filter(|(at, _, _)| *at < last_ended)
+        .map(|(at, _, _)| *at)
+        .collect();
+    assert!(
+        during.len() >= 4,
+        "{} probes answered in {last_ended:?}",
+        during.len()
+    );
+    let widest = during
+        .windows(2)
+        .map(|pair| pair[1] - pair[0])
+        .chain([during[0], last_ended - during[during.len() - 1]])
+        .max()
+        .unwrap();
+    assert!(
+        widest < first_ended,
+        "no probe was answered for {widest:?} while runs went; the first run ended after {first_ended:?}"
+    );
     eprintln!("probes: {} answered, slowest {slowest:?}", probes.len());
 }
 
@@ -246,7 +269,9 @@ fn a_run_that_does_not_get_its_turn_in_time_is_refused_saying_why_and_is_not_rec
             })
         };
         let mut going = false;
-        for _ in 0..200 {
+        // Readiness, however long a busy machine takes to start a worker.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
             let text = metrics(&base).await;
             if metric(&text, "larkgate_active_runs") == Some(1) {
                 assert_eq!(

@@ -23,6 +23,8 @@ pub(crate) struct Server {
     before_url: Vec<String>,
     /// What it has written to stderr since the line naming its URL.
     stderr: std::sync::mpsc::Receiver<String>,
+    /// Its stdout, held open (serve writes nothing there after the first-start banner).
+    _stdout: std::process::ChildStdout,
 }
 
 impl Server {
@@ -59,28 +61,22 @@ impl Server {
                 let _ = errors.send(line);
             }
         });
-        // The first-start banner, when there is one, was written to stdout before the line
-        // above; collect whatever is there.
-        let (lines, received) = std::sync::mpsc::channel();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut first_start = String::new();
-        while let Ok(line) = received.recv_timeout(std::time::Duration::from_millis(500)) {
-            first_start.push_str(&line);
-            first_start.push('\n');
+        // The first-start banner, when there is one, was written to stdout and flushed before
+        // the line above: all of it is in the pipe now. Read what is there without waiting.
+        let mut stdout = child.stdout.take().unwrap();
+        rustix::io::ioctl_fionbio(&stdout, true).unwrap();
+        let mut banner = Vec::new();
+        if let Err(error) = std::io::Read::read_to_end(&mut stdout, &mut banner) {
+            assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock, "{error}");
         }
+        let first_start = String::from_utf8(banner).unwrap();
         Server {
             child,
             url,
             first_start,
             before_url,
             stderr: stderr_lines,
+            _stdout: stdout,
         }
     }
 
@@ -98,6 +94,23 @@ impl Server {
                 .unwrap_or_else(|_| panic!("serve wrote no line starting {prefix:?}"));
             if let Some(rest) = line.trim().strip_prefix(prefix) {
                 return rest.to_owned();
+            }
+        }
+    }
+
+    /// Every line it writes to stderr from now until one containing `needle`, that one
+    /// included (each within 30 s of the last).
+    pub(crate) fn stderr_until(&self, needle: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let line = self
+                .stderr
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("serve wrote no line containing {needle:?}: {lines:?}"));
+            let found = line.contains(needle);
+            lines.push(line);
+            if found {
+                return lines;
             }
         }
     }

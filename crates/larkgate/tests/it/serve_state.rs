@@ -264,7 +264,9 @@ impl RunInFlight {
             .await
         });
         runtime.block_on(async {
-            for _ in 0..200 {
+            // Readiness, however long a busy machine takes to start a worker.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while std::time::Instant::now() < deadline {
                 let metrics = reqwest::get(format!("{base}/metrics"))
                     .await
                     .unwrap()
