@@ -33,7 +33,7 @@ pub mod tools;
 use larkgate_binding::{Map, Value, canonical_map_json};
 use larkgate_store::{
     Approval, ApprovalDetails, ApprovalFor, ApprovalRequest, ApprovalStatus, CallChain, Principal,
-    Resolution, Store, StoreError, now_ms,
+    Resolution, Store, StoreError,
 };
 
 use crate::access::{APPROVERS, has_any_role};
@@ -118,11 +118,15 @@ pub fn shown_arguments(arguments: &Map, redact: &[String]) -> String {
     canonical_map_json(&hide(arguments, redact))
 }
 
-/// Expires requests that have waited longer than `pending_ttl_seconds`.
-async fn expire_pending(store: &dyn Store, pending_ttl_seconds: u64) -> Result<(), Refusal> {
+/// Expires requests that have waited longer than `pending_ttl_seconds` at `now_ms`.
+async fn expire_pending(
+    store: &dyn Store,
+    pending_ttl_seconds: u64,
+    now_ms: i64,
+) -> Result<(), Refusal> {
     let ttl_ms = i64::try_from(pending_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     store
-        .expire_approvals(now_ms().saturating_sub(ttl_ms))
+        .expire_approvals(now_ms.saturating_sub(ttl_ms))
         .await
         .map(drop)
         .map_err(|e| Refusal::store("approvals could not be read", e))
@@ -139,7 +143,8 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
         chain,
         ..
     } = *call;
-    expire_pending(store, services.policy.approvals.pending_ttl_seconds).await?;
+    let now_ms = services.clock.now_ms();
+    expire_pending(store, services.policy.approvals.pending_ttl_seconds, now_ms).await?;
     let resolved = store
         .resolved_approval(ApprovalFor {
             principal,
@@ -152,7 +157,7 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
     match resolved {
         Some(a)
             if a.status == ApprovalStatus::Approved
-                && a.expires_at_ms.is_some_and(|t| t > now_ms()) =>
+                && a.expires_at_ms.is_some_and(|t| t > now_ms) =>
         {
             Ok(a.id)
         }
@@ -181,7 +186,7 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
                         chain,
                     },
                     details: &details,
-                    now_ms: now_ms(),
+                    now_ms,
                 })
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
@@ -225,9 +230,9 @@ fn expired(id: &str, while_pending: bool) -> Refusal {
     }
 }
 
-/// Consumes approval `id` at dispatch: once, and only while it is unexpired.
-pub async fn consume(store: &dyn Store, id: &str) -> Result<(), Refusal> {
-    match store.consume_approval(id, now_ms()).await {
+/// Consumes approval `id` at dispatch (at `now_ms`): once, and only while it is unexpired.
+pub async fn consume(store: &dyn Store, id: &str, now_ms: i64) -> Result<(), Refusal> {
+    match store.consume_approval(id, now_ms).await {
         Ok(true) => Ok(()),
         Ok(false) => {
             let approval = store.approval(id).await.ok().flatten();
@@ -273,8 +278,8 @@ impl Decision<'static> {
 
 /// Resolves pending approval `id` as `approver`: approved for the policy's `ttl_seconds`, or
 /// denied. Only `approver` and `admin` principals resolve approvals, and none its own call's;
-/// a request older than `pending_ttl_seconds` is `approval_expired`. The resolution is
-/// recorded on `audit` as an event, with the reason.
+/// a request older than `pending_ttl_seconds` at `now_ms` is `approval_expired`. The
+/// resolution is recorded on `audit` as an event, with the reason.
 pub async fn resolve(
     store: &dyn Store,
     audit: &dyn AuditSink,
@@ -282,6 +287,7 @@ pub async fn resolve(
     approver: &Principal,
     id: &str,
     decision: Decision<'_>,
+    now_ms: i64,
 ) -> Result<Approval, Refusal> {
     let Decision { approve, reason } = decision;
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
@@ -345,12 +351,11 @@ pub async fn resolve(
     let pending_ttl_ms =
         i64::try_from(rules.pending_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let waited_too_long = approval.status == ApprovalStatus::Pending
-        && approval.created_at_ms < now_ms().saturating_sub(pending_ttl_ms);
+        && approval.created_at_ms < now_ms.saturating_sub(pending_ttl_ms);
     if waited_too_long || approval.status == ApprovalStatus::Expired {
-        expire_pending(store, rules.pending_ttl_seconds).await?;
+        expire_pending(store, rules.pending_ttl_seconds, now_ms).await?;
         return Err(expired(id, true));
     }
-    let now = now_ms();
     let ttl_ms = i64::try_from(rules.ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
     let resolved = store
         .resolve_approval(
@@ -359,8 +364,8 @@ pub async fn resolve(
                 approver: &approver.id,
                 approve,
                 reason,
-                now_ms: now,
-                expires_at_ms: now.saturating_add(ttl_ms),
+                now_ms,
+                expires_at_ms: now_ms.saturating_add(ttl_ms),
             },
         )
         .await
@@ -393,7 +398,8 @@ pub async fn resolve(
     Ok(resolved)
 }
 
-/// [`resolve`] on a platform's services: its store, its audit sink and its policy's lifetime.
+/// [`resolve`] on a platform's services: its store, its audit sink, its policy's lifetime and
+/// its clock.
 pub async fn resolve_in(
     services: &Services,
     approver: &Principal,
@@ -407,18 +413,21 @@ pub async fn resolve_in(
         approver,
         id,
         decision,
+        services.clock.now_ms(),
     )
     .await
 }
 
 /// The approvals with `status` (`pending`, `approved`, `denied`, `used`, `expired`; `all` for
-/// every one), newest first; requests that waited past `pending_ttl_seconds` are expired first.
+/// every one), newest first; requests that waited past `pending_ttl_seconds` at `now_ms` are
+/// expired first.
 pub async fn list(
     store: &dyn Store,
     pending_ttl_seconds: u64,
     status: &str,
+    now_ms: i64,
 ) -> Result<Vec<Approval>, Refusal> {
-    expire_pending(store, pending_ttl_seconds).await?;
+    expire_pending(store, pending_ttl_seconds, now_ms).await?;
     let filter = match status {
         "all" => None,
         other => Some(ApprovalStatus::parse(other).ok_or_else(|| {

@@ -14,6 +14,7 @@
 //! | [`registry`] | tool names, origins, classification, MCP listings |
 //! | [`catalog`] | upstreams' resources and prompts under larkgate's names; their dispatch |
 //! | [`policy`] | roles, approval requirements, rate limits, as the operator writes them |
+//! | [`clock`] | the injected clocks: monotonic for rate limits, the time of day for approvals |
 //! | [`ratelimit`] | GCRA with a bounded key table, in the process or shared in Redis |
 //! | [`review`] | review runs: the intended writes they record instead of making them |
 //! | [`audit`] | the journaled hash chain and its verification |
@@ -39,6 +40,7 @@ pub mod audit;
 pub mod bounded;
 pub mod capabilities;
 pub mod catalog;
+pub mod clock;
 pub mod envelope;
 pub mod failing;
 pub mod identity;

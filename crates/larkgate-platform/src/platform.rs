@@ -7,12 +7,13 @@ use larkgate_store::Store;
 
 use crate::audit::AuditSink;
 use crate::catalog::Catalog;
+use crate::clock::{Clock, SystemClock, TokioClock, WallClock};
 use crate::envelope::Refusal;
 use crate::identity::SessionIdentity;
 use crate::pipeline::{self, CallRequest, Pipeline};
 use crate::policy::Policy;
 use crate::policy::TargetKind;
-use crate::ratelimit::{Clock, DEFAULT_MAX_KEYS, RateLimiter, TokioClock};
+use crate::ratelimit::{DEFAULT_MAX_KEYS, RateLimiter};
 use crate::registry::{Registry, RegistryError, ToolTable};
 use crate::services::{CallLimits, Services};
 use crate::{access, approvals, capabilities};
@@ -35,6 +36,7 @@ pub struct PlatformBuilder {
     limits: CallLimits,
     record_arguments: bool,
     clock: Box<dyn Clock>,
+    wall_clock: Arc<dyn WallClock>,
     max_rate_keys: usize,
     shared_rate_limits: Option<crate::ratelimit::shared::SharedSettings>,
     registry: Registry,
@@ -75,6 +77,12 @@ impl PlatformBuilder {
         self
     }
 
+    /// Sets the time of day approvals go by (default: the system's).
+    pub fn wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.wall_clock = clock;
+        self
+    }
+
     /// Registers an extra tool (upstream, script, or a test's).
     pub fn tool(
         mut self,
@@ -109,6 +117,7 @@ impl PlatformBuilder {
             record_arguments: self.record_arguments,
             metrics: crate::metrics::Metrics::default(),
             reviews: crate::review::Reviews::default(),
+            clock: self.wall_clock,
         });
         let registry = Arc::new(ToolTable::new(self.registry));
         let catalog = Arc::new(Catalog::default());
@@ -141,6 +150,7 @@ impl Platform {
             limits: CallLimits::default(),
             record_arguments: false,
             clock: Box::new(TokioClock::default()),
+            wall_clock: Arc::new(SystemClock),
             max_rate_keys: DEFAULT_MAX_KEYS,
             shared_rate_limits: None,
             registry,

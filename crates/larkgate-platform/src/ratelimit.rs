@@ -22,31 +22,7 @@ use crate::policy::{RateLimitRule, RateScope, TargetKind};
 
 pub mod shared;
 
-/// A monotonic time source: the time since some fixed start.
-pub trait Clock: Send + Sync + std::fmt::Debug {
-    /// The time since the clock's start.
-    fn now(&self) -> Duration;
-}
-
-/// Tokio's clock (pausable and advanceable in tests).
-#[derive(Debug)]
-pub struct TokioClock {
-    start: tokio::time::Instant,
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        TokioClock {
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> Duration {
-        self.start.elapsed()
-    }
-}
+pub use crate::clock::{Clock, TokioClock};
 
 /// The default cap on keys per rule.
 pub const DEFAULT_MAX_KEYS: usize = 100_000;

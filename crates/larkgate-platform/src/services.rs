@@ -1,5 +1,5 @@
 //! The handles every pipeline step and handler shares: the store, the policy, the audit sink,
-//! the rate limiter, the call limits and the metrics. Built once by
+//! the rate limiter, the call limits, the metrics and the clock. Built once by
 //! [`PlatformBuilder`](crate::PlatformBuilder); read, never changed, for the platform's life.
 
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use larkgate_binding::Limits;
 use larkgate_store::Store;
 
 use crate::audit::AuditSink;
+use crate::clock::WallClock;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::ratelimit::Limiter;
@@ -50,4 +51,6 @@ pub struct Services {
     pub metrics: Metrics,
     /// The ledgers of review runs going on in this process.
     pub reviews: Reviews,
+    /// The time of day approvals are requested, resolved and expire by.
+    pub clock: Arc<dyn WallClock>,
 }

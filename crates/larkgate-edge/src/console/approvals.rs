@@ -43,6 +43,7 @@ pub(super) async fn approvals_page(
         services.store.as_ref(),
         services.policy.approvals.pending_ttl_seconds,
         status,
+        services.clock.now_ms(),
     )
     .await;
     let approvals = match listed {

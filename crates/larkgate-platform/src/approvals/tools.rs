@@ -147,8 +147,13 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
                 let pending_ttl = ctx.services.policy.approvals.pending_ttl_seconds;
-                let approvals =
-                    super::list(ctx.services.store.as_ref(), pending_ttl, status).await?;
+                let approvals = super::list(
+                    ctx.services.store.as_ref(),
+                    pending_ttl,
+                    status,
+                    ctx.services.clock.now_ms(),
+                )
+                .await?;
                 Ok(ApprovalsListOutput {
                     approvals: approvals.into_iter().map(Into::into).collect(),
                 })

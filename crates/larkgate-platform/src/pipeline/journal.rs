@@ -142,10 +142,13 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
     );
     let result = async {
         match &request.approval_id {
-            Some(id) => match approvals::consume(services.store.as_ref(), id).await {
-                Ok(()) => run(&services, &identity, &tool, arguments).await,
-                Err(refusal) => Err(refusal),
-            },
+            Some(id) => {
+                match approvals::consume(services.store.as_ref(), id, services.clock.now_ms()).await
+                {
+                    Ok(()) => run(&services, &identity, &tool, arguments).await,
+                    Err(refusal) => Err(refusal),
+                }
+            }
             None => run(&services, &identity, &tool, arguments).await,
         }
     }

@@ -152,17 +152,21 @@ async fn an_expired_approval_does_not_admit_the_call() {
     let h = Harness::with(|b| {
         let mut policy: larkgate_platform::policy::Policy =
             toml::from_str(crate::harness::POLICY).unwrap();
-        policy.approvals.ttl_seconds = 0;
+        policy.approvals.ttl_seconds = 60;
         b.policy(policy)
     })
     .await;
     let (wes, _t) = h.session("wes").await;
     let id = ask(&wes, "k").await;
     approve(&h, "alice", &id).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    assert_eq!(
-        refusal(&wes, "kv_delete", delete("k")).await.code,
-        "approval_required"
+    // An approval lasts ttl_seconds from its resolution, and not a millisecond more.
+    h.clock.advance(Duration::from_secs(60));
+    let again = refusal(&wes, "kv_delete", delete("k")).await;
+    assert_eq!(again.code, "approval_required");
+    assert_ne!(
+        again.approval_id.as_deref(),
+        Some(id.as_str()),
+        "a new request"
     );
     let stored = h.store.approval(&id).await.unwrap().unwrap();
     assert_eq!(
@@ -318,4 +322,53 @@ async fn an_approval_from_inside_a_run_lists_its_chain_and_binds_to_it() {
     assert_eq!(direct.code, "approval_required");
     assert_ne!(direct.approval_id.as_deref(), Some(id.as_str()));
     in_run.call_tool("kv_delete", delete("k")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_request_nobody_decides_in_time_expires_and_the_next_call_asks_anew() {
+    let h = Harness::with(|b| {
+        let mut policy: larkgate_platform::policy::Policy =
+            toml::from_str(crate::harness::POLICY).unwrap();
+        policy.approvals.pending_ttl_seconds = 120;
+        b.policy(policy)
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    let decided = ask(&wes, "decided").await;
+    let undecided = ask(&wes, "undecided").await;
+    // Up to its last second a request may be decided.
+    h.clock.advance(Duration::from_secs(120));
+    approve(&h, "alice", &decided).await.unwrap();
+
+    h.clock.advance(Duration::from_millis(1));
+    let late = match approve(&h, "alice", &undecided).await {
+        Err(larkgate_caller::CallError::Refused(refusal)) => refusal,
+        other => panic!("an approval past its time: {other:?}"),
+    };
+    assert_eq!(late.code, "approval_expired", "{late:?}");
+    assert!(
+        late.text.contains("expired before anyone decided"),
+        "{late:?}"
+    );
+    let stored = h.store.approval(&undecided).await.unwrap().unwrap();
+    assert_eq!(stored.status, larkgate_store::ApprovalStatus::Expired);
+    let expired = larkgate_platform::approvals::list(
+        h.store.as_ref(),
+        120,
+        "expired",
+        larkgate_platform::clock::WallClock::now_ms(&h.clock),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        expired.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+        [undecided.as_str()]
+    );
+    // The caller's next call is a request of its own, which an approver may decide.
+    let anew = ask(&wes, "undecided").await;
+    assert_ne!(anew, undecided);
+    approve(&h, "alice", &anew).await.unwrap();
+    // The decided one still stands: expiry of requests is not expiry of approvals.
+    let stored = h.store.approval(&decided).await.unwrap().unwrap();
+    assert_eq!(stored.status, larkgate_store::ApprovalStatus::Approved);
 }

@@ -1,33 +1,15 @@
 //! A platform on a temporary data directory, with principals and helpers to open sessions.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use larkgate_binding::{Limits, Map, Value};
 use larkgate_caller::{CallError, Caller, RefusalError};
 use larkgate_platform::audit::{AuditLog, AuditOptions, AuditSink};
+use larkgate_platform::clock::ManualClock;
 use larkgate_platform::policy::Policy;
-use larkgate_platform::ratelimit::Clock;
 use larkgate_platform::{Platform, PlatformBuilder, RunContext, RunKind};
 use larkgate_session::{SessionCaller, Teardown, connect};
 use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore};
-
-/// A clock the test moves by hand.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct ManualClock(Arc<AtomicU64>);
-
-impl ManualClock {
-    pub(crate) fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::SeqCst))
-    }
-}
 
 /// The test policy: `admin` everything; `viewer` sees everything but calls only reads;
 /// `writer` calls the kv tools; approvals on `kv_delete`; a rate limit on `clock_now`.
@@ -58,6 +40,7 @@ pub(crate) struct Harness {
     pub(crate) store: Arc<SqliteStore>,
     pub(crate) audit: Arc<AuditLog>,
     pub(crate) platform: Platform,
+    /// The platform's clocks, both: rate limits and approvals wait for it, not for time.
     pub(crate) clock: ManualClock,
 }
 
@@ -104,7 +87,8 @@ impl Harness {
         let builder = Platform::builder(store.clone(), sink)
             .unwrap()
             .policy(policy)
-            .clock(Box::new(clock.clone()));
+            .clock(Box::new(clock.clone()))
+            .wall_clock(Arc::new(clock.clone()));
         let platform = configure(builder).build();
         Harness {
             dir,

@@ -18,7 +18,7 @@ use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::credentials::{CredentialKey, SealedCredentials};
 use larkgate_upstream::oauth::{self, ClientIdentity, GuardedOAuthHttp};
 use larkgate_upstream::{Allowed, Resolve, SystemResolver, UrlGuard};
-use rmcp::transport::auth::AuthError;
+use rmcp::transport::auth::{AuthError, CredentialStore};
 
 /// The one way the peer misbehaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,11 +33,12 @@ enum Fault {
     /// The protected resource names an authorization server whose name resolves to a private
     /// address.
     PrivateServer,
-    /// Tokens live two seconds and come with a refresh token (not a fault: a short life).
-    ShortLived,
-    /// As `ShortLived`, but the refresh token is refused (`invalid_grant`).
+    /// Tokens live an hour and come with a refresh token (not a fault). A test spends the
+    /// hour with [`age_sign_in`], not by waiting.
+    Refreshable,
+    /// As `Refreshable`, but the refresh token is refused (`invalid_grant`).
     RefreshRefused,
-    /// As `ShortLived`, for a confidential client: a refresh without its secret (HTTP Basic,
+    /// As `Refreshable`, for a confidential client: a refresh without its secret (HTTP Basic,
     /// `registered:s3cret`) is refused (`invalid_client`).
     Confidential,
 }
@@ -270,10 +271,10 @@ async fn token(State(peer): State<Peer>, headers: HeaderMap, form: String) -> Re
     peer.grants.lock().unwrap().push(grant);
     let body = match peer.fault {
         Fault::MalformedToken => serde_json::json!({"access_token": 5, "token_type": "Bearer"}),
-        Fault::ShortLived | Fault::RefreshRefused | Fault::Confidential => serde_json::json!({
+        Fault::Refreshable | Fault::RefreshRefused | Fault::Confidential => serde_json::json!({
             "access_token": "the-access-token",
             "token_type": "Bearer",
-            "expires_in": 2,
+            "expires_in": TOKEN_LIFE_SECS,
             "refresh_token": "the-refresh-token",
         }),
         _ => serde_json::json!({
@@ -283,6 +284,25 @@ async fn token(State(peer): State<Peer>, headers: HeaderMap, form: String) -> Re
         }),
     };
     axum::Json(body).into_response()
+}
+
+/// How long the peer's refreshable tokens live.
+const TOKEN_LIFE_SECS: u64 = 3600;
+
+/// Moves upstream `vault`'s stored sign-in a token's life into the past, as if it had been
+/// made an hour ago: its token is then due for refresh at the next use (rmcp decides that from
+/// the stored time of receipt), without a test waiting for the hour. Returns the time of
+/// receipt it stored.
+async fn age_sign_in(store: &Arc<dyn Store>) -> u64 {
+    let key = Arc::new(CredentialKey::from_base64(KEY).unwrap());
+    let stored = SealedCredentials::new(Arc::clone(store), "vault", key);
+    let mut credentials = stored.load().await.unwrap().expect("a stored sign-in");
+    let received = credentials
+        .token_received_at
+        .expect("rmcp records when a token was received");
+    credentials.token_received_at = Some(received - TOKEN_LIFE_SECS);
+    stored.save(credentials).await.unwrap();
+    received - TOKEN_LIFE_SECS
 }
 
 /// The test's browser: follows nothing, returns where the authorization endpoint redirects.
@@ -743,7 +763,7 @@ fn oauth_settings_that_cannot_work_are_refused_before_connecting() {
 async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed() {
     let weather = crate::peer::weather(&["--json"]);
     let (other, _) = elsewhere().await;
-    let peer = serve_peer(Fault::ShortLived, &other, Some(weather.url.clone())).await;
+    let peer = serve_peer(Fault::Refreshable, &other, Some(weather.url.clone())).await;
     let config = oauth_upstream(&peer, Default::default());
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
@@ -756,9 +776,8 @@ async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed()
         .connect_keyed(None, Arc::clone(&resolver), &store, key())
         .await
         .unwrap();
-    // Past the refresh point of a two-second token (rmcp counts whole seconds, so wait past
-    // two of them: the token is then due, whatever second the sign-in fell in).
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    // The token's life spent while the client is connected: its next request refreshes.
+    let aged = age_sign_in(&store).await;
     client.list_tools().await.unwrap();
     let grants = peer.grants.lock().unwrap().clone();
     assert_eq!(
@@ -771,6 +790,13 @@ async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed()
     );
     let refreshed = store.upstream_credentials("vault").await.unwrap().unwrap();
     assert_ne!(refreshed, signed_in, "the refreshed tokens were stored");
+    let key = Arc::new(CredentialKey::from_base64(KEY).unwrap());
+    let stored = SealedCredentials::new(Arc::clone(&store), "vault", key);
+    let now = stored.load().await.unwrap().unwrap().token_received_at;
+    assert!(
+        now.unwrap() >= aged + TOKEN_LIFE_SECS,
+        "the stored token is the refreshed one, received now"
+    );
     assert!(
         !refreshed.windows(17).any(|w| w == b"the-refresh-token"),
         "the refresh token is stored in the clear"
@@ -789,7 +815,7 @@ async fn a_refused_refresh_says_to_sign_in_again() {
     let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
     let key = || Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
     login_as_a_person(&config, &resolver, &store).await;
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    age_sign_in(&store).await;
     let error = config
         .connect_keyed(None, Arc::clone(&resolver), &store, key())
         .await
@@ -828,7 +854,7 @@ async fn a_registered_confidential_client_refreshes_with_its_secret_after_a_rest
     let store: Arc<dyn Store> = Arc::new(larkgate_store::SqliteStore::open(dir.path()).unwrap());
     let resolver: Arc<dyn Resolve> = Arc::new(SystemResolver);
     login_as_a_person(&config, &resolver, &store).await;
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    age_sign_in(&store).await;
     // A later start: only the store and the configuration (the secret is never stored).
     let key = Ok(Arc::new(CredentialKey::from_base64(KEY).unwrap()));
     let client = config
@@ -846,7 +872,7 @@ async fn a_registered_confidential_client_refreshes_with_its_secret_after_a_rest
 
     // The secret gone from the configuration (its variable unset, say): the refresh is
     // refused, and the cause is in plain words, without a library's type names.
-    tokio::time::sleep(std::time::Duration::from_millis(2200)).await;
+    age_sign_in(&store).await;
     let without = oauth_upstream(
         &peer,
         larkgate_upstream::config::OAuthConfig {

@@ -50,6 +50,7 @@ impl Command {
                     context.store.as_ref(),
                     pending_ttl,
                     &status,
+                    larkgate_store::now_ms(),
                 )
                 .await
                 .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
@@ -140,6 +141,7 @@ async fn resolve(
         &context.actor,
         id,
         decision,
+        larkgate_store::now_ms(),
     )
     .await
     .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;

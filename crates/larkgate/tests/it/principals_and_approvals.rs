@@ -277,16 +277,16 @@ require = ["kv_set"]
 /// Issue 21, part 1: an approver sees what they approve. A pending approval shows the call's
 /// canonical arguments (a configured field as `<redacted>`, still bound by the hash) in the CLI,
 /// its JSON and the `approvals_list` tool; approve and deny take a reason, recorded with the
-/// approval and in the audit chain and told to a denied caller; a request nobody decides
-/// expires with `approval_expired`, and the next call asks anew.
+/// approval and in the audit chain and told to a denied caller. (That a request nobody decides
+/// expires is the platform's test, on a clock it moves.)
 #[test]
-fn approvers_see_the_arguments_give_reasons_and_undecided_requests_expire() {
+fn approvers_see_the_arguments_and_give_reasons_a_denied_caller_is_told() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(
         crate::config_path(d),
         "[policy.roles.writer]\ncall = [\"kv_*\"]\n\
-         [policy.approvals]\nrequire = [\"kv_set\"]\nredact = [\"value\"]\npending_ttl_seconds = 2\n",
+         [policy.approvals]\nrequire = [\"kv_set\"]\nredact = [\"value\"]\n",
     )
     .unwrap();
     ok(d, &["principal", "add", "wes", "--roles", "writer"]);
@@ -395,16 +395,8 @@ fn approvers_see_the_arguments_give_reasons_and_undecided_requests_expire() {
         .contains("at most 1000 bytes")
     );
 
-    // Nobody decides within pending_ttl_seconds: expired, not approvable, and asked anew.
-    std::thread::sleep(std::time::Duration::from_millis(2200));
-    let expired = fails(d, &["--as", "alice", "approvals", "approve", &third]);
-    assert!(
-        expired.contains("expired before anyone decided"),
-        "{expired}"
-    );
-    assert!(ok(d, &["approvals", "list", "--status", "expired"]).contains(&third));
-    let anew = crate::stderr(&set("k3", "v"));
-    assert_ne!(approval_id_in(&anew), third, "{anew}");
+    // (A request nobody decides in time expires: the platform's approvals tests move its
+    // clock past pending_ttl_seconds.)
     // A forged id is unknown, a used one is not approved twice.
     assert!(
         fails(
