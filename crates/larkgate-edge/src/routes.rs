@@ -3,6 +3,9 @@
 //! `[sign_in]`), the admin console, and a fallback that names both. The operational routes
 //! (`/healthz`, `/readyz`, `/metrics`) are the binary's, since they read its state; it merges
 //! them in or serves them on a listener of their own.
+//!
+//! [`assemble`] builds the whole edge from the services behind it: `larkgate serve` serves
+//! what it returns, and so do the tests that drive the edge in their own process.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -83,4 +86,126 @@ fn metadata(sign_in: &Arc<SignIn>, public_url: &str) -> Router {
         );
     }
     router
+}
+
+/// What the edge is assembled from: the services behind it, its configuration, and the
+/// address it listens on (the public URL and the address check are derived from it).
+#[derive(Debug)]
+pub struct EdgeParts<'a> {
+    /// The platform every call crosses.
+    pub platform: larkgate_platform::Platform,
+    /// Where tokens, principals and (across replicas) sessions are kept.
+    pub store: Arc<dyn larkgate_store::Store>,
+    /// Where refused authentications are recorded.
+    pub audit: Arc<dyn larkgate_platform::audit::AuditSink>,
+    /// The script service, for the console.
+    pub scripts: Arc<larkgate_scripts::Scripts>,
+    /// The federated upstreams, for the console.
+    pub federation: Arc<larkgate_upstream::federation::Federation>,
+    /// `[server]`.
+    pub server: &'a ServerConfig,
+    /// `[sign_in]`.
+    pub sign_in: &'a sign_in::SignInConfig,
+    /// The address the edge's listener is bound to.
+    pub listen: std::net::SocketAddr,
+}
+
+/// The assembled edge, ready to serve with [`crate::accept::serve`]: `/mcp` behind its
+/// layers, the protected resource metadata, the console and the fallback. `larkgate serve`
+/// merges its operational routes in; a test serves it as it is, on `127.0.0.1:0`.
+pub struct Edge {
+    /// Every route.
+    pub router: Router,
+    /// The 2025-11-25 sessions open.
+    pub sessions: Arc<crate::sessions::Registry>,
+    /// The `/mcp` URL clients are told.
+    pub public_url: String,
+    /// Ends every MCP stream: at shutdown, once the calls in flight have finished (ending
+    /// them at once would answer a call still running with an error).
+    pub end_streams: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Edge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Edge")
+            .field("public_url", &self.public_url)
+            .field("sessions", &self.sessions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Assembles the edge from `parts`, as `larkgate serve` serves it (in a tokio runtime: the
+/// identity providers' keys are fetched in the background from here). Fails with a sentence
+/// for the operator when `[server]` cannot work on this address.
+pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
+    let EdgeParts {
+        platform,
+        store,
+        audit,
+        scripts,
+        federation,
+        server,
+        sign_in,
+        listen,
+    } = parts;
+    let public_url = server.public_mcp_url(listen);
+    let policy = Arc::new(server.address_policy(listen)?);
+    let mut config = crate::mcp_config(&server.allowed_origins);
+    let streams = config.cancellation_token.clone();
+    let end_streams = Box::new(move || streams.cancel());
+    // Replicas sharing a store share their sessions through it too.
+    let shared = store.shared_by_replicas().then(|| Arc::clone(&store));
+    if let Some(store) = &shared {
+        config.session_store = Some(Arc::new(crate::sessions::SharedSessions::new(Arc::clone(
+            store,
+        ))));
+    }
+    let sessions = crate::sessions::Registry::new(server.sessions(), shared);
+    let served = platform.clone();
+    let service = rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        move || {
+            Ok(larkgate_platform::PlatformServer::per_request(
+                served.clone(),
+            ))
+        },
+        Arc::new(crate::sessions::RegisteredSessions::new(Arc::clone(
+            &sessions,
+        ))),
+        config,
+    );
+    // The identity providers, with `/mcp`'s public URL as the resource their tokens name.
+    let sign_in = SignIn::new(sign_in, &public_url);
+    if let Some(sign_in) = &sign_in {
+        let sign_in = Arc::clone(sign_in);
+        tokio::spawn(async move { sign_in.prefetch().await });
+    }
+    let auth = Auth::new(
+        Arc::clone(&store),
+        Arc::clone(&sessions),
+        crate::throttle::FailureThrottle::new(server.max_failed_authentications_per_minute),
+        audit,
+    )
+    .with_sign_in(sign_in.clone());
+    platform.services().metrics.register(
+        "failed_authentications",
+        "Requests to /mcp refused for a missing, unknown, revoked or expired token",
+        auth.failures(),
+    );
+    let app = mcp(service, server, auth.clone(), Arc::clone(&policy));
+    // The admin console, for browsers (its own Origin rules: see `crate::console`).
+    let console = Console::new(
+        platform,
+        scripts,
+        federation,
+        Arc::clone(&policy),
+        auth,
+        public_url.starts_with("https://"),
+    );
+    let router = beside_mcp(app, server, sign_in.as_ref(), &public_url, console);
+    Ok(Edge {
+        router,
+        sessions,
+        public_url,
+        end_streams,
+    })
 }

@@ -12,9 +12,8 @@ use anyhow::Context as _;
 use axum::http::header;
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::policy::ROLE_ADMIN;
-use larkgate_platform::{PlatformServer, tokens};
+use larkgate_platform::tokens;
 use larkgate_store::{AuditKind, Principal, PrincipalKind, now_ms};
-use rmcp::transport::streamable_http_server::StreamableHttpService;
 
 use super::context::Context;
 use larkgate_edge as http;
@@ -241,54 +240,23 @@ pub(crate) async fn run(
     let listen = listener.local_addr()?;
     let server = &context.server;
     http::accept::make_room_for(server.max_connections + OPS_MAX_CONNECTIONS);
-    let public_url = server.public_mcp_url(listen);
-    let policy = Arc::new(server.address_policy(listen).map_err(anyhow::Error::msg)?);
+    let edge = http::routes::assemble(http::routes::EdgeParts {
+        platform: context.platform.clone(),
+        store: Arc::clone(&context.store),
+        audit: context.audit.clone(),
+        scripts: Arc::clone(&context.scripts),
+        federation: Arc::clone(&context.federation),
+        server,
+        sign_in: &context.sign_in,
+        listen,
+    })
+    .map_err(anyhow::Error::msg)?;
+    let public_url = edge.public_url.clone();
     bootstrap(context, &public_url, out).await?;
     let maintenance = context.federation.maintain().await;
     let following = follow_changes(context);
-
-    let mut config = http::mcp_config(&server.allowed_origins);
-    let cancel = config.cancellation_token.clone();
-    let platform = context.platform.clone();
-    // Replicas sharing a store share their sessions through it too.
-    let shared = context
-        .store
-        .shared_by_replicas()
-        .then(|| Arc::clone(&context.store));
-    if let Some(store) = &shared {
-        config.session_store = Some(Arc::new(http::sessions::SharedSessions::new(Arc::clone(
-            store,
-        ))));
-    }
-    let registry = http::sessions::Registry::new(server.sessions(), shared);
-    let service = StreamableHttpService::new(
-        move || Ok(PlatformServer::per_request(platform.clone())),
-        Arc::new(http::sessions::RegisteredSessions::new(Arc::clone(
-            &registry,
-        ))),
-        config,
-    );
-    // The identity providers, with `/mcp`'s public URL as the resource their tokens name.
-    let sign_in = http::sign_in::SignIn::new(&context.sign_in, &public_url);
-    if let Some(sign_in) = &sign_in {
-        let sign_in = Arc::clone(sign_in);
-        tokio::spawn(async move { sign_in.prefetch().await });
-    }
-    let auth = http::Auth::new(
-        context.store.clone(),
-        Arc::clone(&registry),
-        http::throttle::FailureThrottle::new(server.max_failed_authentications_per_minute),
-        context.audit.clone(),
-    )
-    .with_sign_in(sign_in.clone());
-    context.platform.services().metrics.register(
-        "failed_authentications",
-        "Requests to /mcp refused for a missing, unknown, revoked or expired token",
-        auth.failures(),
-    );
-    let metrics = Arc::new(Scrape::new(context, registry));
+    let metrics = Arc::new(Scrape::new(context, Arc::clone(&edge.sessions)));
     let ops = ops_routes(metrics);
-    let mcp = http::routes::mcp(service, server, auth.clone(), Arc::clone(&policy));
     // The operational endpoints live on `ops_listen` when there is one, else beside `/mcp`.
     let ops_listener = match server.ops_listen {
         Some(address) => Some(
@@ -298,20 +266,11 @@ pub(crate) async fn run(
         ),
         None => None,
     };
+    let end_streams = edge.end_streams;
     let (app, ops) = match ops_listener {
-        Some(listener) => (mcp, Some((listener, ops))),
-        None => (mcp.merge(ops), None),
+        Some(listener) => (edge.router, Some((listener, ops))),
+        None => (edge.router.merge(ops), None),
     };
-    // The admin console, for browsers (its own Origin rules: see `larkgate_edge::console`).
-    let console = larkgate_edge::console::Console::new(
-        context.platform.clone(),
-        Arc::clone(&context.scripts),
-        Arc::clone(&context.federation),
-        Arc::clone(&policy),
-        auth,
-        public_url.starts_with("https://"),
-    );
-    let app = http::routes::beside_mcp(app, server, sign_in.as_ref(), &public_url, console);
     let connections = register_connection_metrics(context, "");
     // `larkgate stdio` and `larkgate client` started beside this process find it here (removed
     // when it stops). Written before the line below, which says the server is ready.
@@ -373,7 +332,7 @@ pub(crate) async fn run(
         while calls.get() > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        cancel.cancel();
+        end_streams();
         std::future::pending::<()>().await;
     };
     let mut stopped = stopped;

@@ -1,0 +1,150 @@
+//! One edge on `127.0.0.1:0`, served by [`larkgate_edge::accept::serve`] in this process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use larkgate_edge::accept::ConnectionMetrics;
+use larkgate_edge::routes::{EdgeParts, assemble};
+use larkgate_edge::server::ServerConfig;
+use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_platform::policy::Policy;
+use larkgate_platform::{Platform, tokens};
+use larkgate_scripts::{RunBounds, Scripts, Workers};
+use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore, now_ms};
+use larkgate_upstream::SystemResolver;
+use larkgate_upstream::federation::Federation;
+
+/// An `initialize` request of the 2025-11-25 revision, id 1.
+pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// The policy behind the edge: `admin` calls everything, `reader` the reads.
+const POLICY: &str = r#"
+[roles.admin]
+call = ["*"]
+
+[roles.reader]
+call = ["kv_get", "clock_now"]
+"#;
+
+pub(crate) struct Edge {
+    /// Keeps the data directory alive for the test's duration.
+    _dir: tempfile::TempDir,
+    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) audit: Arc<AuditLog>,
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub(crate) url: String,
+    /// The sessions the edge holds.
+    pub(crate) sessions: Arc<larkgate_edge::sessions::Registry>,
+    stop: tokio::sync::watch::Sender<bool>,
+    served: tokio::task::JoinHandle<()>,
+}
+
+impl Edge {
+    /// The edge under `[server]` as `server` (TOML) says, with the principals `admin` (the
+    /// admin role) and `bob` (reader).
+    pub(crate) async fn start(server: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        for (id, roles) in [("admin", ["admin"]), ("bob", ["reader"])] {
+            store
+                .add_principal(Principal {
+                    id: id.to_owned(),
+                    kind: PrincipalKind::User,
+                    roles: roles.iter().map(|r| r.to_string()).collect(),
+                })
+                .await
+                .unwrap();
+        }
+        let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
+            .await
+            .unwrap();
+        let policy: Policy = toml::from_str(POLICY).unwrap();
+        let platform = Platform::builder(store.clone(), audit.clone())
+            .unwrap()
+            .policy(policy)
+            .build();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listen: SocketAddr = listener.local_addr().unwrap();
+        let federation = Federation::start(
+            &platform,
+            Vec::new(),
+            Arc::new(SystemResolver),
+            Some(listen),
+        )
+        .await
+        .unwrap();
+        // No test here runs a script: the worker is named, never started.
+        let workers = Workers::Fresh(larkgate_script::WorkerCommand::current_exe().unwrap());
+        let scripts = Scripts::start(
+            platform.clone(),
+            store.clone(),
+            audit.clone(),
+            workers,
+            RunBounds::default(),
+        )
+        .await
+        .unwrap();
+        let server: ServerConfig = toml::from_str(server).unwrap();
+        let sign_in = Default::default();
+        let edge = assemble(EdgeParts {
+            platform,
+            store: store.clone(),
+            audit: audit.clone(),
+            scripts,
+            federation,
+            server: &server,
+            sign_in: &sign_in,
+            listen,
+        })
+        .unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let served = tokio::spawn(larkgate_edge::accept::serve(
+            listener,
+            edge.router,
+            server.sockets(),
+            ConnectionMetrics::default(),
+            stopped,
+        ));
+        Edge {
+            _dir: dir,
+            store,
+            audit,
+            url: format!("http://{listen}/mcp"),
+            sessions: edge.sessions,
+            stop,
+            served,
+        }
+    }
+
+    /// A new token for `principal`, made through the store as `larkgate token create` does.
+    pub(crate) async fn token(&self, principal: &str) -> String {
+        tokens::create(self.store.as_ref(), principal, "admin", None, now_ms())
+            .await
+            .unwrap()
+            .token
+    }
+
+    /// A POST of `body` to `/mcp` with `token`, and with `headers`.
+    pub(crate) async fn post(
+        &self,
+        token: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> reqwest::Response {
+        let mut request = reqwest::Client::new()
+            .post(&self.url)
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(body.to_owned()).send().await.unwrap()
+    }
+
+    /// Stops serving and waits until every connection is closed.
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.served.await.unwrap();
+    }
+}
