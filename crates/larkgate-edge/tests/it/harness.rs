@@ -17,14 +17,22 @@ use larkgate_upstream::federation::Federation;
 /// An `initialize` request of the 2025-11-25 revision, id 1.
 pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
 
-/// The policy behind the edge: `admin` calls everything, `reader` the reads.
-const POLICY: &str = r#"
+/// The policy behind the edge by default: `admin` calls everything, `reader` the reads.
+pub(crate) const POLICY: &str = r#"
 [roles.admin]
 call = ["*"]
 
 [roles.reader]
 call = ["kv_get", "clock_now"]
 "#;
+
+/// The principals by default: `admin` (the admin role) and `bob` (reader).
+pub(crate) const PRINCIPALS: &[(&str, &[&str])] = &[("admin", &["admin"]), ("bob", &["reader"])];
+
+/// The workspace's root.
+pub(crate) fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 pub(crate) struct Edge {
     /// Keeps the data directory alive for the test's duration.
@@ -40,15 +48,20 @@ pub(crate) struct Edge {
 }
 
 impl Edge {
-    /// The edge under `[server]` as `server` (TOML) says, with the principals `admin` (the
-    /// admin role) and `bob` (reader).
+    /// The edge under `[server]` as `server` (TOML) says, on [`POLICY`] with [`PRINCIPALS`].
     pub(crate) async fn start(server: &str) -> Self {
+        Self::with(POLICY, server, PRINCIPALS).await
+    }
+
+    /// The edge on `policy` (the `[policy]` section's TOML) and `[server]` as `server` says,
+    /// with `principals` (each with its roles) in the store.
+    pub(crate) async fn with(policy: &str, server: &str, principals: &[(&str, &[&str])]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-        for (id, roles) in [("admin", ["admin"]), ("bob", ["reader"])] {
+        for (id, roles) in principals {
             store
                 .add_principal(Principal {
-                    id: id.to_owned(),
+                    id: (*id).to_owned(),
                     kind: PrincipalKind::User,
                     roles: roles.iter().map(|r| r.to_string()).collect(),
                 })
@@ -58,7 +71,7 @@ impl Edge {
         let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
             .await
             .unwrap();
-        let policy: Policy = toml::from_str(POLICY).unwrap();
+        let policy: Policy = toml::from_str(policy).unwrap();
         let platform = Platform::builder(store.clone(), audit.clone())
             .unwrap()
             .policy(policy)
@@ -73,8 +86,10 @@ impl Edge {
         )
         .await
         .unwrap();
-        // No test here runs a script: the worker is named, never started.
-        let workers = Workers::Fresh(larkgate_script::WorkerCommand::current_exe().unwrap());
+        let workers = Workers::Fresh(larkgate_script::WorkerCommand {
+            program: env!("CARGO_BIN_EXE_larkgate-edge-worker").into(),
+            address_space: larkgate_script::worker::DEFAULT_ADDRESS_SPACE,
+        });
         let scripts = Scripts::start(
             platform.clone(),
             store.clone(),

