@@ -70,6 +70,20 @@ fn get(address: &str, path: &str, within: Duration) -> std::io::Result<String> {
     Ok(answer)
 }
 
+/// Waits (up to 30 s) until the server at `ops` says it holds `count` connections to `/mcp`.
+fn open_connections_reach(ops: &str, count: usize) {
+    let wanted = format!("larkgate_open_connections {count}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = get(ops, "/metrics", Duration::from_secs(5)).unwrap();
+        if metrics.lines().any(|l| l == wanted) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {wanted}: {metrics}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn connections_past_the_cap_slow_heads_and_idle_sockets_are_closed_while_ops_answer() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +99,8 @@ fn connections_past_the_cap_slow_heads_and_idle_sockets_are_closed_while_ops_ans
     let mut idle: Vec<TcpStream> = (0..256)
         .map(|_| TcpStream::connect(&mcp).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Ready when the server holds all of them.
+    open_connections_reach(&ops, 256);
     // One more is closed on arrival.
     let mut extra = TcpStream::connect(&mcp).unwrap();
     assert!(
@@ -118,7 +133,7 @@ fn connections_past_the_cap_slow_heads_and_idle_sockets_are_closed_while_ops_ans
     }
     assert!(started.elapsed() < Duration::from_secs(6));
     drop(idle);
-    std::thread::sleep(Duration::from_millis(200));
+    open_connections_reach(&ops, 0);
 
     // A head sent a byte at a time is cut off at the header timeout, though bytes keep coming.
     let mut slow = TcpStream::connect(&mcp).unwrap();

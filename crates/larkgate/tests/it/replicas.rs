@@ -15,6 +15,12 @@ use crate::rate_limits::redis_url;
 use crate::serve::{Server, client};
 use crate::{config_path, ok};
 
+/// How long a replica may take to follow a change another one made, before a test calls it
+/// lost. Scripts are pushed by the database (milliseconds when idle) and upstreams followed
+/// every second; the bound tells "followed" from "never", on a machine with other work on it,
+/// and races nothing.
+const FOLLOWED_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The configuration every replica shares: the schema, Redis under a prefix of the schema's
 /// name (so tests do not share budgets), `kv_delete` under approval, 100 `clock_now` calls an
 /// hour per principal, a budget on everything large enough never to refuse, and intents that
@@ -447,11 +453,11 @@ async fn answered(
     result
 }
 
-/// A script published through replica 2 is listed by replica 3 within a second (the database
+/// A script published through replica 2 is listed by replica 3 promptly (the database
 /// tells every replica), replica 3's client is told the listing changed, and the script is
 /// called through replica 3.
 #[test]
-fn a_script_published_through_one_replica_is_served_by_another_within_a_second() {
+fn a_script_published_through_one_replica_is_served_by_another_promptly() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let schema = runtime.block_on(TestSchema::create());
     let (dirs, ada) = replicas(&schema);
@@ -483,8 +489,8 @@ fn a_script_published_through_one_replica_is_served_by_another_within_a_second()
         let published = std::time::Instant::now();
         while !(watcher.tools_changed() && lists_echo(&watcher).await) {
             assert!(
-                published.elapsed() < std::time::Duration::from_secs(1),
-                "replica 3 did not serve the script within a second"
+                published.elapsed() < FOLLOWED_WITHIN,
+                "replica 3 did not serve the script within {FOLLOWED_WITHIN:?}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -724,9 +730,9 @@ fn a_session_in_use_stays_open_everywhere_and_an_idle_one_expires_everywhere() {
 }
 
 /// An upstream added beside replica 1 (the operator's command on its directory) is listed by
-/// replica 2 within a second, from the definitions pinned when it was added, and replica 2's
+/// replica 2 promptly, from the definitions pinned when it was added, and replica 2's
 /// client is told; replica 3 starts the server itself and calls its tool. Removed beside
-/// replica 1, it leaves replica 2's listing within a second too.
+/// replica 1, it leaves replica 2's listing promptly too. ("Promptly": see [`FOLLOWED_WITHIN`].)
 #[test]
 fn an_upstream_added_beside_one_replica_is_served_by_the_others() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -772,8 +778,8 @@ fn an_upstream_added_beside_one_replica_is_served_by_the_others() {
         let added = std::time::Instant::now();
         while !(watcher.tools_changed() && has_echo(watcher.list_tools().await.unwrap())) {
             assert!(
-                added.elapsed() < std::time::Duration::from_secs(1),
-                "replica 2 did not list the upstream within a second"
+                added.elapsed() < FOLLOWED_WITHIN,
+                "replica 2 did not list the upstream within {FOLLOWED_WITHIN:?}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -807,8 +813,8 @@ fn an_upstream_added_beside_one_replica_is_served_by_the_others() {
                 break;
             }
             assert!(
-                removed.elapsed() < std::time::Duration::from_secs(1),
-                "replica 2 still lists the upstream a second after it was removed"
+                removed.elapsed() < FOLLOWED_WITHIN,
+                "replica 2 still lists the upstream {FOLLOWED_WITHIN:?} after it was removed"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
