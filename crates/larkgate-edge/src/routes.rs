@@ -155,12 +155,14 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
     let end_streams = Box::new(move || streams.cancel());
     // Replicas sharing a store share their sessions through it too.
     let shared = store.shared_by_replicas().then(|| Arc::clone(&store));
+    let clock = Arc::clone(&platform.services().clock);
     if let Some(store) = &shared {
-        config.session_store = Some(Arc::new(crate::sessions::SharedSessions::new(Arc::clone(
-            store,
-        ))));
+        config.session_store = Some(Arc::new(crate::sessions::SharedSessions::new(
+            Arc::clone(store),
+            Arc::clone(&clock),
+        )));
     }
-    let sessions = crate::sessions::Registry::new(server.sessions(), shared);
+    let sessions = crate::sessions::Registry::new(server.sessions(), shared, clock);
     let served = platform.clone();
     let service = rmcp::transport::streamable_http_server::StreamableHttpService::new(
         move || {

@@ -18,9 +18,11 @@
 //! and the handshake is replayed. The owner is checked first, by the edge and again here: a
 //! session whose shared entry is missing or expired is not restored (rmcp answers 404), and one
 //! owned by another principal is refused. The entry expires after the idle timeout, moved
-//! forward as the session is used (at most every quarter of it, per replica). A replica that
-//! idles a session out locally leaves the shared entry alone: the client may be using the
-//! session through another replica; only the client's `DELETE` closes it everywhere.
+//! forward as the session is used (at most every quarter of it, per replica, and when a replica
+//! restores it: that is a use too). A replica that idles a session out locally leaves the
+//! shared entry alone: the client may be using the session through another replica; only the
+//! client's `DELETE` closes it everywhere. The shared entries' times are the platform's time of
+//! day ([`WallClock`]), so a test moves it instead of waiting.
 //!
 //! ## Threat model
 //!
@@ -35,10 +37,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::Stream;
-use larkgate_store::{NewSession, SessionCapReached, Store, now_ms};
+use larkgate_platform::clock::WallClock;
+use larkgate_store::{NewSession, SessionCapReached, Store};
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::{
@@ -83,8 +86,8 @@ pub enum SessionCap {
 #[derive(Clone, Debug)]
 struct Entry {
     owner: String,
-    /// When its shared entry's expiry was last moved by this replica.
-    touched: Instant,
+    /// When (Unix ms) its shared entry's expiry was last moved by this replica.
+    touched_ms: i64,
 }
 
 /// The open sessions, each with the principal that opened it.
@@ -94,17 +97,33 @@ pub struct Registry {
     sessions: Mutex<HashMap<SessionId, Entry>>,
     /// The store replicas share, when they do: sessions and their caps are kept there too.
     shared: Option<Arc<dyn Store>>,
+    /// The time of day the shared entries expire by.
+    clock: Arc<dyn WallClock>,
 }
 
 impl Registry {
     /// An empty registry under `limits`, each session kept in `shared` too when replicas
-    /// share a store.
-    pub fn new(limits: SessionLimits, shared: Option<Arc<dyn Store>>) -> Arc<Self> {
+    /// share a store, its entries expiring by `clock`.
+    pub fn new(
+        limits: SessionLimits,
+        shared: Option<Arc<dyn Store>>,
+        clock: Arc<dyn WallClock>,
+    ) -> Arc<Self> {
         Arc::new(Registry {
             limits,
             sessions: Mutex::new(HashMap::new()),
             shared,
+            clock,
         })
+    }
+
+    /// Unix milliseconds now, by the registry's clock.
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn quarter_ms(&self) -> i64 {
+        i64::try_from((self.limits.idle_timeout / 4).as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The store sessions are shared through, if they are.
@@ -120,14 +139,15 @@ impl Registry {
         let Some(shared) = &self.shared else {
             return self.owner(session);
         };
+        let now = self.now_ms();
         let due = {
             let mut sessions = self.lock();
             match sessions.get_mut(session) {
-                Some(entry) if entry.touched.elapsed() < self.limits.idle_timeout / 4 => {
+                Some(entry) if now.saturating_sub(entry.touched_ms) < self.quarter_ms() => {
                     return Some(entry.owner.clone());
                 }
                 Some(entry) => {
-                    entry.touched = Instant::now();
+                    entry.touched_ms = now;
                     Some(entry.owner.clone())
                 }
                 None => None,
@@ -139,7 +159,7 @@ impl Registry {
             }
             return Some(owner);
         }
-        match shared.session(session, now_ms()).await {
+        match shared.session(session, now).await {
             Ok(found) => found.map(|s| s.owner),
             Err(error) => {
                 tracing::warn!(%error, "a session could not be looked up in the store");
@@ -151,7 +171,7 @@ impl Registry {
     /// When a session used now expires.
     fn expiry(&self) -> i64 {
         let idle = i64::try_from(self.limits.idle_timeout.as_millis()).unwrap_or(i64::MAX / 2);
-        now_ms().saturating_add(idle)
+        self.now_ms().saturating_add(idle)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Entry>> {
@@ -183,16 +203,17 @@ impl Registry {
         if own >= self.limits.per_principal {
             return Err(SessionCap::PerPrincipal(self.limits.per_principal));
         }
-        Self::enter(&mut sessions, id, owner);
+        let now = self.now_ms();
+        Self::enter(&mut sessions, id, owner, now);
         Ok(())
     }
 
-    fn enter(sessions: &mut HashMap<SessionId, Entry>, id: &SessionId, owner: &str) {
+    fn enter(sessions: &mut HashMap<SessionId, Entry>, id: &SessionId, owner: &str, now_ms: i64) {
         sessions.insert(
             id.clone(),
             Entry {
                 owner: owner.to_owned(),
-                touched: Instant::now(),
+                touched_ms: now_ms,
             },
         );
     }
@@ -209,7 +230,7 @@ impl Registry {
             .open_session(NewSession {
                 id: id.to_string(),
                 owner: owner.to_owned(),
-                now_ms: now_ms(),
+                now_ms: self.now_ms(),
                 expires_at_ms: self.expiry(),
                 per_principal: self.limits.per_principal,
                 total: self.limits.total,
@@ -221,7 +242,8 @@ impl Registry {
             }
             Some(SessionCapReached::Total) => Err(SessionCap::Total(self.limits.total)),
             None => {
-                Self::enter(&mut self.lock(), id, owner);
+                let now = self.now_ms();
+                Self::enter(&mut self.lock(), id, owner, now);
                 Ok(())
             }
         })
@@ -394,13 +416,17 @@ impl SessionManager for RegisteredSessions {
         let principal = OPENER
             .try_with(|o| o.principal.clone())
             .map_err(|_| SessionError::NoPrincipal)?;
-        let owner = shared.session(&id, now_ms()).await?.map(|s| s.owner);
+        let now = self.registry.now_ms();
+        let owner = shared.session(&id, now).await?.map(|s| s.owner);
         if owner.as_deref() != Some(principal.as_str()) {
             return Ok(RestoreOutcome::NotSupported);
         }
         let outcome = self.local.restore_session(id.clone()).await?;
         if matches!(outcome, RestoreOutcome::Restored(_)) {
-            Registry::enter(&mut self.registry.lock(), &id, &principal);
+            Registry::enter(&mut self.registry.lock(), &id, &principal, now);
+            // Continuing a session is a use of it: its shared entry expires an idle timeout
+            // from now, not from its last move on another replica.
+            shared.touch_session(&id, self.registry.expiry()).await?;
         }
         Ok(outcome)
     }
@@ -412,19 +438,20 @@ impl SessionManager for RegisteredSessions {
 #[derive(Debug)]
 pub struct SharedSessions {
     store: Arc<dyn Store>,
+    clock: Arc<dyn WallClock>,
 }
 
 impl SharedSessions {
-    /// Sessions' parameters in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        SharedSessions { store }
+    /// Sessions' parameters in `store`, whose entries expire by `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn WallClock>) -> Self {
+        SharedSessions { store, clock }
     }
 }
 
 #[async_trait::async_trait]
 impl SessionStore for SharedSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some(session) = self.store.session(session_id, now_ms()).await? else {
+        let Some(session) = self.store.session(session_id, self.clock.now_ms()).await? else {
             return Ok(None);
         };
         let Some(state) = session.state else {
@@ -458,6 +485,7 @@ mod tests {
                 idle_timeout: Duration::from_secs(60),
             },
             None,
+            Arc::new(larkgate_platform::clock::SystemClock),
         );
         let admitted: usize = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..64)

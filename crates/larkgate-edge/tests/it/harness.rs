@@ -7,10 +7,11 @@ use larkgate_edge::accept::ConnectionMetrics;
 use larkgate_edge::routes::{EdgeParts, assemble};
 use larkgate_edge::server::ServerConfig;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
+use larkgate_platform::clock::{SystemClock, WallClock};
 use larkgate_platform::policy::Policy;
 use larkgate_platform::{Platform, tokens};
 use larkgate_scripts::{RunBounds, Scripts, Workers};
-use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore, now_ms};
+use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store, now_ms};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::federation::Federation;
 
@@ -29,6 +30,20 @@ call = ["kv_get", "clock_now"]
 /// The principals by default: `admin` (the admin role) and `bob` (reader).
 pub(crate) const PRINCIPALS: &[(&str, &[&str])] = &[("admin", &["admin"]), ("bob", &["reader"])];
 
+/// Adds `principals`, each with its roles, to `store`.
+pub(crate) async fn add_principals(store: &dyn Store, principals: &[(&str, &[&str])]) {
+    for (id, roles) in principals {
+        store
+            .add_principal(Principal {
+                id: (*id).to_owned(),
+                kind: PrincipalKind::User,
+                roles: roles.iter().map(|r| r.to_string()).collect(),
+            })
+            .await
+            .unwrap();
+    }
+}
+
 /// The workspace's root.
 pub(crate) fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -37,7 +52,7 @@ pub(crate) fn root() -> std::path::PathBuf {
 pub(crate) struct Edge {
     /// Keeps the data directory alive for the test's duration.
     _dir: tempfile::TempDir,
-    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) audit: Arc<AuditLog>,
     /// `http://127.0.0.1:PORT/mcp`.
     pub(crate) url: String,
@@ -57,17 +72,29 @@ impl Edge {
     /// with `principals` (each with its roles) in the store.
     pub(crate) async fn with(policy: &str, server: &str, principals: &[(&str, &[&str])]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-        for (id, roles) in principals {
-            store
-                .add_principal(Principal {
-                    id: (*id).to_owned(),
-                    kind: PrincipalKind::User,
-                    roles: roles.iter().map(|r| r.to_string()).collect(),
-                })
-                .await
-                .unwrap();
-        }
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        add_principals(store.as_ref(), principals).await;
+        Self::serve(dir, store, policy, server, Arc::new(SystemClock)).await
+    }
+
+    /// One replica of several: the edge on `store`, which they share (its principals added
+    /// already), its time of day `clock`, with a data directory (its audit journal) of its own.
+    pub(crate) async fn replica(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn WallClock>,
+        policy: &str,
+        server: &str,
+    ) -> Self {
+        Self::serve(tempfile::tempdir().unwrap(), store, policy, server, clock).await
+    }
+
+    async fn serve(
+        dir: tempfile::TempDir,
+        store: Arc<dyn Store>,
+        policy: &str,
+        server: &str,
+        clock: Arc<dyn WallClock>,
+    ) -> Self {
         let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())
             .await
             .unwrap();
@@ -75,6 +102,7 @@ impl Edge {
         let platform = Platform::builder(store.clone(), audit.clone())
             .unwrap()
             .policy(policy)
+            .wall_clock(clock)
             .build();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let listen: SocketAddr = listener.local_addr().unwrap();

@@ -6,6 +6,7 @@
 
 mod addresses;
 mod harness;
+mod replicas;
 mod sdk;
 mod sessions;
 mod throttle;

@@ -1,7 +1,7 @@
 //! Failed authentications are throttled per client address, and a sample of them is audited
 //! without the token.
 
-use larkgate_store::{AuditQuery, AuditStore};
+use larkgate_store::AuditQuery;
 
 use crate::harness::{Edge, INITIALIZE};
 
