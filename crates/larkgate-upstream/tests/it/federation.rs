@@ -15,7 +15,7 @@ use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLim
 use larkgate_upstream::tools::{Approval, Link, adopt, handlers};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 
-use crate::peer::{Peer, weather};
+use crate::peer::{Peer, shared_weather, weather};
 
 const POLICY: &str = r#"
 [roles.agent]
@@ -55,12 +55,12 @@ fn principal(id: &str, roles: &[&str]) -> Principal {
 }
 
 async fn setup(approval: Approval, limits: UpstreamLimits) -> Setup {
-    setup_at(approval, limits, "").await
+    setup_at(shared_weather(&[]), approval, limits, "").await
 }
 
-/// [`setup`], with `query` after the upstream's URL (where operators put API keys).
-async fn setup_at(approval: Approval, limits: UpstreamLimits, query: &str) -> Setup {
-    let peer = weather(&[]);
+/// [`setup`] in front of `peer`, with `query` after the upstream's URL (where operators put
+/// API keys).
+async fn setup_at(peer: Peer, approval: Approval, limits: UpstreamLimits, query: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
     let endpoint = Endpoint {
@@ -279,7 +279,9 @@ async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
 /// error or a Rust type path; what `upstream list` shows keeps the host and loses the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_upstream_tells_callers_no_secret_and_no_library_error() {
+    // A peer of its own: the test stops it.
     let mut setup = setup_at(
+        weather(&[]),
         Approval::Never,
         UpstreamLimits::default(),
         "?api_key=SECRET-KEY-123",

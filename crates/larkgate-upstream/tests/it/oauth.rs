@@ -540,7 +540,7 @@ fn oauth_upstream(peer: &Peer, oauth: larkgate_upstream::config::OAuthConfig) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oauth_upstream_says_what_it_lacks_until_login_and_is_then_reached_with_its_token() {
-    let weather = crate::peer::weather(&["--json"]);
+    let weather = crate::peer::shared_weather(&["--json"]);
     let (other, _) = elsewhere().await;
     let peer = serve_peer(Fault::None, &other, Some(weather.url.clone())).await;
     let config = oauth_upstream(&peer, Default::default());
@@ -600,7 +600,7 @@ async fn an_oauth_upstream_says_what_it_lacks_until_login_and_is_then_reached_wi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_account_signs_in_by_itself_with_the_client_credentials_grant() {
-    let weather = crate::peer::weather(&["--json"]);
+    let weather = crate::peer::shared_weather(&["--json"]);
     let (other, _) = elsewhere().await;
     let peer = serve_peer(Fault::None, &other, Some(weather.url.clone())).await;
     let machine = larkgate_upstream::config::OAuthConfig {
@@ -761,7 +761,7 @@ fn oauth_settings_that_cannot_work_are_refused_before_connecting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed() {
-    let weather = crate::peer::weather(&["--json"]);
+    let weather = crate::peer::shared_weather(&["--json"]);
     let (other, _) = elsewhere().await;
     let peer = serve_peer(Fault::Refreshable, &other, Some(weather.url.clone())).await;
     let config = oauth_upstream(&peer, Default::default());
@@ -806,7 +806,7 @@ async fn a_token_due_for_refresh_is_refreshed_and_the_refresh_is_stored_sealed()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_refresh_says_to_sign_in_again() {
-    let weather = crate::peer::weather(&["--json"]);
+    let weather = crate::peer::shared_weather(&["--json"]);
     let (other, _) = elsewhere().await;
     let peer = serve_peer(Fault::RefreshRefused, &other, Some(weather.url.clone())).await;
     let config = oauth_upstream(&peer, Default::default());
@@ -838,7 +838,7 @@ async fn a_refused_refresh_says_to_sign_in_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registered_confidential_client_refreshes_with_its_secret_after_a_restart() {
-    let weather = crate::peer::weather(&["--json"]);
+    let weather = crate::peer::shared_weather(&["--json"]);
     let (other, _) = elsewhere().await;
     let peer = serve_peer(Fault::Confidential, &other, Some(weather.url.clone())).await;
     let config = oauth_upstream(

@@ -11,7 +11,7 @@ use larkgate_upstream::client::{
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 use serde_json::json;
 
-use crate::peer::{Peer, weather};
+use crate::peer::{Peer, shared_weather, weather};
 
 fn loopback() -> Arc<UrlGuard> {
     Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]))
@@ -45,7 +45,7 @@ fn text_of(result: &rmcp::model::CallToolResult) -> String {
 }
 
 async fn lists_and_calls(mode: &[&str], revisions: Revisions, expected: &str) {
-    let peer = weather(mode);
+    let peer = shared_weather(mode);
     let client = connect_with(&peer, UpstreamLimits::default(), revisions).await;
     assert_eq!(
         client.protocol_version().map(|v| v.to_string()).as_deref(),
@@ -190,7 +190,7 @@ async fn progress_resets_the_round_trip_timeout() {
 }
 
 async fn a_huge_result_is_refused(mode: &[&str]) {
-    let peer = weather(mode);
+    let peer = shared_weather(mode);
     let limits = UpstreamLimits {
         max_response_bytes: 64 * 1024,
         ..UpstreamLimits::default()
@@ -224,7 +224,7 @@ async fn a_huge_json_result_is_refused_by_the_byte_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_guard_refuses_a_loopback_upstream_before_connecting() {
-    let peer = weather(&[]);
+    let peer = shared_weather(&[]);
     let endpoint = Endpoint {
         url: peer.url.clone(),
         revisions: Revisions::Latest,
@@ -247,7 +247,7 @@ async fn a_strict_guard_refuses_a_loopback_upstream_before_connecting() {
 /// Prompts, resources and resource templates of the SDK server, listed and read as the server
 /// gave them, in both revisions; their listings are capped like a tool listing.
 async fn lists_and_reads_prompts_and_resources(revisions: Revisions) {
-    let peer = weather(&[]);
+    let peer = shared_weather(&[]);
     let client = connect_with(&peer, UpstreamLimits::default(), revisions).await;
 
     let mut prompts: Vec<String> = client

@@ -1,19 +1,24 @@
 """An MCP server built with the official Python SDK, for larkgate's upstream tests.
 
-Usage: python weather_server.py [--json] [--stateless]
+Usage: python weather_server.py [--json] [--stateless] [--exit-with PID]
 
 Binds 127.0.0.1 on a free port, prints the port on one line, then serves Streamable HTTP at
-/mcp until killed. Its tools cover what a federating client must handle: a read-only tool with
-structured output, a tool that fails (isError), a slow tool, a tool with a huge result, a tool
-that reports progress, and a tool whose failure text imitates a larkgate envelope. It also
-serves a resource (`weather://stations`), a resource template (`weather://city/{name}`) and two
-prompts (`briefing`, with an argument, and `haiku`).
+/mcp until killed (or, with --exit-with, until the process PID has exited: a peer shared by
+many test processes exits with the run that started it). Its tools cover what a federating
+client must handle: a read-only tool with structured output, a tool that fails (isError), a
+slow tool, a tool with a huge result, a tool that reports progress, and a tool whose failure
+text imitates a larkgate envelope. It also serves a resource (`weather://stations`), a
+resource template (`weather://city/{name}`) and two prompts (`briefing`, with an argument, and
+`haiku`).
 """
 
 import argparse
 import asyncio
+import os
 import socket
 import sys
+import threading
+import time
 
 import uvicorn
 from pydantic import BaseModel
@@ -122,11 +127,26 @@ def haiku() -> str:
     return "Write a haiku about today's weather."
 
 
+def exit_with(pid: int) -> None:
+    """Ends this process once the process `pid` is gone (polled twice a second)."""
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:
+            pass  # it exists, as another user's
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", action="store_true", help="JSON responses instead of SSE")
     parser.add_argument("--stateless", action="store_true")
+    parser.add_argument("--exit-with", type=int, metavar="PID", help="exit when PID has")
     args = parser.parse_args()
+    if args.exit_with is not None:
+        threading.Thread(target=exit_with, args=(args.exit_with,), daemon=True).start()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
