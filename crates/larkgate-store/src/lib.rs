@@ -35,7 +35,7 @@ pub use model::{
     UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
-pub use sqlite::{DATABASE_FILE, SqliteStore, Synchronous};
+pub use sqlite::{BUSY_TIMEOUT, DATABASE_FILE, SqliteStore, Synchronous};
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]

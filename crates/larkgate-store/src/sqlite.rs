@@ -52,6 +52,10 @@ pub struct SqliteStore {
 /// The database file's name inside the data directory.
 pub const DATABASE_FILE: &str = "larkgate.sqlite3";
 
+/// How long a write waits for another connection's write lock before it is reported busy
+/// ([`StoreError::is_busy`]), unless [`SqliteStore::set_busy_timeout`] says otherwise.
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir`, and runs pending migrations.
     pub fn open(data_dir: &Path) -> Result<Self> {
@@ -77,7 +81,7 @@ impl SqliteStore {
             },
         )?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
-        connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        connection.busy_timeout(BUSY_TIMEOUT)?;
         migrations::run(&mut connection)?;
         // Opened after the migrations, so it sees the schema they made. It never waits for a
         // lock: `read` falls back to the blocking pool instead.
@@ -97,6 +101,12 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Sets how long a write waits for another connection's write lock before it fails as busy
+    /// (default [`BUSY_TIMEOUT`]). A test that reaches the timeout sets a short one.
+    pub fn set_busy_timeout(&self, timeout: std::time::Duration) -> Result<()> {
+        Ok(self.lock().busy_timeout(timeout)?)
     }
 
     /// The schema's version (`PRAGMA user_version`).

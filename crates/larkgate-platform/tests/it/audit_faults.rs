@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use larkgate_platform::audit::{
@@ -47,6 +47,26 @@ fn stop_at(at: FlushStep) {
         loop {
             std::thread::sleep(Duration::from_secs(60));
         }
+    }
+}
+
+/// Flushes that got as far as the store with records to chain (each rotates the journal
+/// first).
+static ATTEMPTS: AtomicUsize = AtomicUsize::new(0);
+
+/// The step hook of the outage scenario: counts [`ATTEMPTS`].
+fn count_attempts(at: FlushStep) {
+    if at == FlushStep::Rotated {
+        ATTEMPTS.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits until `done` holds, checking every 10 ms, for at most a minute (then the scenario
+/// goes on, and the test's assertions say what did not happen).
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !done() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -134,24 +154,28 @@ async fn fault_child() {
             }
         }
         "outage" => {
-            // The store is locked past two busy timeouts (so a flush with nothing new is
-            // retried) while calls are made; then calls continue with the flusher running.
-            let log = AuditLog::open(dir, store, AuditOptions::default())
-                .await
-                .unwrap();
+            // The store is locked until two flushes have failed on it after the last call (so
+            // a flush with nothing new is retried); then calls continue with the flusher
+            // running. A short busy timeout keeps the outage brief; the counts, not the time,
+            // say when it has lasted long enough.
+            store.set_busy_timeout(Duration::from_millis(200)).unwrap();
+            let counted = AuditOptions {
+                at_step: Some(count_attempts),
+                ..AuditOptions::default()
+            };
+            let log = AuditLog::open(dir, store, counted).await.unwrap();
             let lock = hold_write_lock(dir);
             for _ in 0..5 {
                 call(&log);
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(10_500)).await;
+            let attempted = ATTEMPTS.load(Ordering::SeqCst);
+            wait_until(|| ATTEMPTS.load(Ordering::SeqCst) >= attempted + 2).await;
             drop(lock);
             for _ in 0..100 {
                 call(&log);
-                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            // Give the flusher a moment, then report what the journal holds.
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // The flusher recovers by itself: it releases the segments it stored.
+            wait_until(|| journal_files(dir) <= 2).await;
             println!("files {}", journal_files(dir));
         }
         "disk-full" => {

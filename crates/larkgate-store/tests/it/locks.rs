@@ -19,16 +19,29 @@ fn fresh() -> (tempfile::TempDir, larkgate_store::SqliteStore) {
 }
 
 /// Holds the write lock of the database in `dir` from another connection (as another
-/// process would) for `held`; answers once the lock is taken.
-fn hold_write_lock(dir: &std::path::Path, held: Duration) -> std::thread::JoinHandle<()> {
+/// process would) for `held`; answers once the lock is taken. The holder's thread ends with
+/// the moment it let the lock go.
+fn hold_write_lock(dir: &std::path::Path, held: Duration) -> std::thread::JoinHandle<Instant> {
+    hold_write_lock_until(dir, move || std::thread::sleep(held))
+}
+
+/// Holds the write lock of the database in `dir` from another connection until `release`
+/// returns; answers once the lock is taken. The holder's thread ends with the moment it let
+/// the lock go (just before its commit: no other write can have happened earlier).
+fn hold_write_lock_until(
+    dir: &std::path::Path,
+    release: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<Instant> {
     let path = dir.join(DATABASE_FILE);
     let (locked, taken) = std::sync::mpsc::channel();
     let holder = std::thread::spawn(move || {
         let connection = rusqlite::Connection::open(path).unwrap();
         connection.execute_batch("BEGIN IMMEDIATE").unwrap();
         locked.send(()).unwrap();
-        std::thread::sleep(held);
+        release();
+        let released = Instant::now();
         connection.execute_batch("COMMIT").unwrap();
+        released
     });
     taken.recv().unwrap();
     holder
@@ -44,17 +57,16 @@ async fn writes_wait_out_a_write_lock_held_for_a_second() {
         .unwrap();
 
     let holder = hold_write_lock(dir.path(), Duration::from_secs(1));
-    let started = Instant::now();
     store
         .kv_set("k", "1")
         .await
         .expect("kv_set waits for the lock");
+    let written = Instant::now();
+    let released = holder.join().unwrap();
     assert!(
-        started.elapsed() >= Duration::from_millis(800),
-        "{:?}",
-        started.elapsed()
+        written > released,
+        "kv_set returned before the lock was let go"
     );
-    holder.join().unwrap();
     assert_eq!(store.kv_get("k").await.unwrap().as_deref(), Some("1"));
 
     let holder = hold_write_lock(dir.path(), Duration::from_secs(1));
@@ -62,17 +74,33 @@ async fn writes_wait_out_a_write_lock_held_for_a_second() {
         .save_draft(draft("d", "def main():\n    return 1\n", "ada", 2))
         .await
         .expect("save_draft waits for the lock");
-    holder.join().unwrap();
+    let written = Instant::now();
+    let released = holder.join().unwrap();
+    assert!(
+        written > released,
+        "save_draft returned before the lock was let go"
+    );
     assert_eq!(store.draft("d").await.unwrap().unwrap().updated_at_ms, 2);
 }
 
+/// The lock is held until the write has failed, so the write cannot outlast it however slow
+/// the machine; the busy timeout is shortened so that the test does not wait out five seconds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_held_past_the_busy_timeout_is_reported_busy() {
     let (dir, store) = fresh();
     store.kv_set("k", "0").await.unwrap();
-    let holder = hold_write_lock(dir.path(), Duration::from_secs(7));
+    store.set_busy_timeout(Duration::from_millis(300)).unwrap();
+    let (failed, release) = std::sync::mpsc::channel::<()>();
+    let holder = hold_write_lock_until(dir.path(), move || release.recv().unwrap());
+    let started = Instant::now();
     let error = store.kv_set("k", "1").await.unwrap_err();
     assert!(error.is_busy(), "{error}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "it waited out the busy timeout first: {:?}",
+        started.elapsed()
+    );
+    failed.send(()).unwrap();
     holder.join().unwrap();
     assert_eq!(store.kv_get("k").await.unwrap().as_deref(), Some("0"));
     // Another failure is not "busy".
