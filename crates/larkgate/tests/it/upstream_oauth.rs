@@ -11,6 +11,7 @@
 use std::io::{BufRead, BufReader, Read as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -226,11 +227,34 @@ fn upstream_login_beside_a_running_gateway_connects_the_upstream_and_its_token_r
     drop(upstream);
 }
 
+/// Moves upstream `inner`'s stored sign-in in `d` a day into the past, as if it had been made
+/// then: the running gateway's next call through it finds the token due and refreshes it (rmcp
+/// reads the stored sign-in at every request and decides from its time of receipt), without the
+/// test waiting out a token's life. The provider's tokens live an hour.
+fn age_sign_in(d: &Path) {
+    use larkgate_upstream::credentials::{CredentialKey, SealedCredentials};
+    use rmcp::transport::auth::CredentialStore as _;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = larkgate_store::SqliteStore::open(&d.join("larkgate-data")).unwrap();
+        let key = Arc::new(CredentialKey::from_base64(KEY).unwrap());
+        let stored = SealedCredentials::new(Arc::new(store), "inner", key);
+        let mut credentials = stored.load().await.unwrap().expect("a stored sign-in");
+        let received = credentials
+            .token_received_at
+            .expect("rmcp records when a token was received");
+        credentials.token_received_at = Some(received - 24 * 3600);
+        stored.save(credentials).await.unwrap();
+    });
+}
+
 #[test]
 fn expiring_tokens_are_refreshed_and_a_refused_refresh_is_shown_until_someone_signs_in_again() {
     let provider = Provider::start();
-    // Tokens live three seconds.
-    provider.set("/test/lifetime", &[("seconds", "3")]);
+    provider.set("/test/lifetime", &[("seconds", "3600")]);
     let (_upstream_dir, upstream) = protected(&provider);
     let (dir, server, token) = gateway(&upstream_config(&upstream.url));
     let d = dir.path();
@@ -239,9 +263,14 @@ fn expiring_tokens_are_refreshed_and_a_refused_refresh_is_shown_until_someone_si
     listed_with(d, "connected");
     let answered = clock(&server.url, &token);
     assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert!(
+        !provider.grants().contains(&"refresh_token".to_owned()),
+        "nothing was due yet: {:?}",
+        provider.grants()
+    );
 
     // Past its life, the token is refreshed and the call answered.
-    std::thread::sleep(Duration::from_secs(4));
+    age_sign_in(d);
     let answered = clock(&server.url, &token);
     assert_eq!(answered["result"]["isError"], false, "{answered}");
     assert!(
@@ -253,7 +282,7 @@ fn expiring_tokens_are_refreshed_and_a_refused_refresh_is_shown_until_someone_si
     // The provider now refuses refreshes (a revoked grant): the upstream is down with the
     // cause and what to do, its tool answers upstream_unavailable.
     provider.set("/test/refresh", &[("refuse", "true")]);
-    std::thread::sleep(Duration::from_secs(4));
+    age_sign_in(d);
     let refused = clock(&server.url, &token);
     assert_eq!(refused["result"]["isError"], true, "{refused}");
     let listed = listed_with(d, "down:");
@@ -267,7 +296,6 @@ fn expiring_tokens_are_refreshed_and_a_refused_refresh_is_shown_until_someone_si
     assert_eq!(envelope["code"], "upstream_unavailable", "{refused}");
 
     // Signing in again brings it back without a restart.
-    provider.set("/test/lifetime", &[("seconds", "3600")]);
     let (signed, printed) = signing_in(d, &["upstream", "login", "inner"]);
     assert!(signed, "{printed}");
     listed_with(d, "connected");

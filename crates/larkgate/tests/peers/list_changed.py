@@ -55,8 +55,9 @@ async def legacy():
     async with connect(WATCHER, message_handler=handler) as watcher:
         before = {t.name for t in (await watcher.list_tools()).tools}
         assert f"script__{NAME}" not in before, before
-        # The session's event stream (GET) is opened by the SDK after initialization.
-        await asyncio.sleep(0.5)
+        # The SDK opens the session's event stream (GET) after initialization, perhaps only
+        # after the publish below: the server keeps what it sent the session meanwhile and
+        # sends it when the stream opens, so nothing here waits for the stream.
         await publish()
         with anyio.fail_after(20):
             await told.wait()
