@@ -3,8 +3,9 @@
 //! `script__<name>` tool per published script.
 //!
 //! Platform tools are visible and callable by fixed roles (see [`super`]), whatever the policy
-//! says; script tools are ordinary tools under the policy (`script__*` patterns), classified
-//! write, so a draft run cannot call them.
+//! says; `script_publish` only from a person's own session, never from a script run. Script
+//! tools are ordinary tools under the policy (`script__*` patterns), classified write, so a
+//! draft run cannot call them.
 
 use std::sync::{Arc, Weak};
 
@@ -48,10 +49,20 @@ where
     I: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
     O: Serialize + JsonSchema + Send + 'static,
 {
+    Ok(capability(info, roles, handler)?.into_tool())
+}
+
+fn capability<I, O>(
+    info: CapabilityInfo,
+    roles: &'static [&'static str],
+    handler: HandlerFn<I, O>,
+) -> Result<TypedCapability<I, O>, RegistryError>
+where
+    I: serde::de::DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + JsonSchema + Send + 'static,
+{
     let declared = Declared::new(info).map_err(RegistryError::shape(info.name))?;
-    Ok(TypedCapability::new(declared, handler)
-        .platform(roles)
-        .into_tool())
+    Ok(TypedCapability::new(declared, handler).platform(roles))
 }
 
 /// The platform tools of the lifecycle.
@@ -90,34 +101,41 @@ pub(crate) fn platform_tools(scripts: Weak<Scripts>) -> Result<Vec<Tool>, Regist
         }),
     )?);
     tools.push((run_draft_spec(), Arc::new(RunDraft(scripts.clone()))));
+    // Publishing changes what others run: a person's act, like an approval. No script run
+    // reaches it (`people_only`), whatever roles its author had: a published script whose
+    // author is a publisher must not publish, at its caller's request, a draft nobody chose.
     let s = scripts.clone();
-    tools.push(typed(
-        CapabilityInfo {
-            name: "script_publish",
-            title: "Publish a script",
-            description: "Publishes the draft NAME as its next immutable version and serves it \
+    tools.push(
+        capability(
+            CapabilityInfo {
+                name: "script_publish",
+                title: "Publish a script",
+                description: "Publishes the draft NAME as its next immutable version and serves it \
                           as the tool script__NAME. Its runs carry the draft author's roles as \
                           they are now; you are recorded as the publisher. Answers the diff \
                           from the previous version and the intended writes of the newest \
                           review run of exactly this source (script_run_draft with \
                           review=true); dry_run=true shows them without publishing.",
-            annotations: annotations(false, false),
-        },
-        PUBLISHERS,
-        Arc::new(move |ctx: CallContext, input: PublishInput| {
-            let scripts = s.clone();
-            Box::pin(async move {
-                let scripts = upgrade(&scripts)?;
-                let actor = &ctx.identity.run.principal;
-                if input.dry_run == Some(true) {
-                    let preview = scripts.publish_preview(actor, &input.name).await?;
-                    return Ok(PublishOutput::new(None, preview));
-                }
-                let (version, preview) = scripts.publish(actor, &input.name).await?;
-                Ok(PublishOutput::new(Some(version), preview))
-            })
-        }),
-    )?);
+                annotations: annotations(false, false),
+            },
+            PUBLISHERS,
+            Arc::new(move |ctx: CallContext, input: PublishInput| {
+                let scripts = s.clone();
+                Box::pin(async move {
+                    let scripts = upgrade(&scripts)?;
+                    let actor = &ctx.identity.run.principal;
+                    if input.dry_run == Some(true) {
+                        let preview = scripts.publish_preview(actor, &input.name).await?;
+                        return Ok(PublishOutput::new(None, preview));
+                    }
+                    let (version, preview) = scripts.publish(actor, &input.name).await?;
+                    Ok(PublishOutput::new(Some(version), preview))
+                })
+            }),
+        )?
+        .people_only()
+        .into_tool(),
+    );
     let s = scripts.clone();
     tools.push(typed(
         CapabilityInfo {

@@ -225,3 +225,55 @@ async fn a_run_is_read_by_who_started_it_who_it_ran_as_and_admins_only() {
     let all = root.call("runs_list", json!({})).await.unwrap();
     assert_eq!(all["runs"].as_array().unwrap().len(), 2);
 }
+
+/// A published script whose author is a publisher, asked by a caller without that role to
+/// publish someone else's never-reviewed draft: publishing is a person's act, so no run
+/// reaches `script_publish`, by its literal name or a computed one, and the draft
+/// stays unpublished. Refused as unknown (`not_found`), as for a tool that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_script_cannot_publish_whatever_roles_its_author_had() {
+    let h = Harness::new().await;
+    // pat publishes and writes scripts.
+    h.store
+        .set_roles("pat", vec!["author".to_owned(), "publisher".to_owned()])
+        .await
+        .unwrap();
+    let autopub = r#"
+def main(*, name: str):
+    """Publishes the draft it is given."""
+    codes = []
+    for tool in ["script_publish", "script_" + "publish"]:
+        published = try_call(tool, name = name)
+        codes.append("ok" if published.ok else published.error.code)
+    return {"codes": codes}
+"#;
+    h.save("pat", "autopub", autopub).await;
+    h.publish("pat", "autopub").await;
+    h.save("bob", "victim", "def main():\n    return 1\n").await;
+
+    // ada may call published scripts but publishes nothing herself.
+    let ada = h.session("ada").await;
+    let answer = ada
+        .call("script__autopub", json!({"name": "victim"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["result"],
+        json!({"codes": ["not_found", "not_found"]}),
+        "{answer}"
+    );
+    // Nothing was published: bob's draft is not a tool, and its history is empty.
+    let missing = ada.refused("script__victim", json!({})).await;
+    assert_eq!(missing.code.as_str(), "not_found", "{missing}");
+    let root = h.session("root").await;
+    let listed = root.call("script_list", json!({})).await.unwrap();
+    let published: Vec<_> = listed["published"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(published, ["autopub"], "{listed}");
+    // The same tool still works from a person's own session.
+    h.publish("pat", "victim").await;
+}
