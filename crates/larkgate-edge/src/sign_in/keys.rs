@@ -4,23 +4,39 @@
 //!
 //! # Threat model
 //!
-//! Whoever can send requests to `/mcp` chooses the `kid` of the tokens it presents, so a key
-//! miss must not become a request to the provider per request: a miss fetches the keys again
-//! only when the last fetch is older than `key_refetch_seconds`, and one fetch at a time
-//! (the others wait for it and use what it brought). A provider that is down or answers
-//! garbage does not take the cached keys away: they stay in use, and the failure is logged.
-//! Every document is read within a byte cap and a time limit, redirects are not followed, and
+//! Whoever can send requests to `/mcp` chooses the `kid` of the tokens it presents, and the
+//! provider may be slow, hung or hostile. So:
+//!
+//! - **A request with a key already known never waits for the provider.** Old keys (past
+//!   `key_refresh_seconds`) are answered from the cache at once while a refresh runs in the
+//!   background.
+//! - **One fetch per issuer at a time (single flight).** Requests that need a fetch (a key not
+//!   among the cached ones, or none cached yet) join the one in flight; none starts a second.
+//!   The fetch runs as a task of its own, so a client that goes away does not cancel it.
+//! - **Attempts are spaced from their end, with backoff.** After an attempt ends, the next may
+//!   start `key_refetch_seconds` later (old keys: at most a second later), doubled after each
+//!   failure in a row up to [`MAX_BACKOFF`]. So a miss is not a request to the provider per
+//!   request, and a hung provider (each attempt takes [`FETCH_TIMEOUT`]) is not asked again the
+//!   moment an attempt gives up.
+//! - A provider that is down or answers garbage does not take the cached keys away: they stay
+//!   in use, and the failure is logged.
+//!
+//! Every document is read within a byte cap and a time limit, redirects are not followed,
+//! proxy variables in the environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`) are ignored, and
 //! the URLs are the operator's (configured, or named by the configured issuer's own discovery
 //! document, whose `issuer` must equal the configured one); plain HTTP only on loopback
 //! (see [`super::config::provider_url_problem`]). No client's token is ever sent to the
 //! provider: these requests carry no credential at all.
 
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
+use futures::FutureExt as _;
 use futures::StreamExt as _;
+use futures::future::{BoxFuture, Shared};
 use jsonwebtoken::DecodingKey;
 use jsonwebtoken::jwk::{Jwk, PublicKeyUse};
+use larkgate_platform::clock::{Clock, TokioClock};
 
 use super::config::{IssuerConfig, provider_url_problem};
 
@@ -28,8 +44,10 @@ use super::config::{IssuerConfig, provider_url_problem};
 const MAX_DOCUMENT_BYTES: usize = 1024 * 1024;
 /// The most keys kept from one key set.
 const MAX_KEYS: usize = 100;
-/// How long one fetch may take, from connecting to the last byte.
+/// How long one request to the provider may take, from connecting to the last byte.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait between two attempts after failures in a row.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A key ready to verify with, and what the provider said of it.
 #[derive(Clone)]
@@ -63,144 +81,236 @@ pub(crate) enum KeyError {
 #[derive(Debug, Default)]
 struct Fetched {
     keys: Vec<Arc<Key>>,
-    /// When the keys were fetched (`None`: never).
-    at: Option<Instant>,
+    /// When the keys were fetched, on the keys' clock (`None`: never).
+    at: Option<Duration>,
 }
 
-#[derive(Debug, Default)]
+/// A fetch in flight, which every request that needs it awaits.
+type Flight = Shared<BoxFuture<'static, ()>>;
+
+#[derive(Default)]
 struct Attempts {
-    /// When a fetch was last tried, whatever came of it.
-    last: Option<Instant>,
+    /// The attempt in flight, if any.
+    in_flight: Option<Flight>,
+    /// When the last attempt ended, on the keys' clock.
+    ended: Option<Duration>,
+    /// Attempts that failed in a row (0 after a success).
+    failures: u32,
+    /// What the last attempt failed on, for the refusal of a request that has no key at all.
+    last_error: Option<String>,
     /// The key set's URL, once known.
     jwks_uri: Option<String>,
 }
 
+impl std::fmt::Debug for Attempts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attempts")
+            .field("in_flight", &self.in_flight.is_some())
+            .field("ended", &self.ended)
+            .field("failures", &self.failures)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an attempt would be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Need {
+    /// The cached keys are old; the request is answered from them meanwhile.
+    Refresh,
+    /// The request needs a key that is not cached.
+    Missing,
+}
+
 /// One provider's keys.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Keys {
+    shared: Arc<Provider>,
+}
+
+#[derive(Debug)]
+struct Provider {
     issuer: String,
     configured_uri: Option<String>,
     refetch: Duration,
     refresh: Duration,
     http: reqwest::Client,
+    fetch_timeout: Duration,
+    clock: Arc<dyn Clock>,
     fetched: RwLock<Arc<Fetched>>,
-    /// Held while fetching: one fetch at a time.
-    attempts: tokio::sync::Mutex<Attempts>,
+    /// Never held across an await.
+    attempts: Mutex<Attempts>,
 }
 
 impl Keys {
     /// The keys of the provider `config` names, fetched when first needed.
     pub(crate) fn new(config: &IssuerConfig) -> Self {
+        Self::with_clock(config, Arc::new(TokioClock::default()), FETCH_TIMEOUT)
+    }
+
+    /// [`Keys::new`], timing attempts by `clock` (a test moves it instead of waiting), each
+    /// request to the provider within `fetch_timeout`.
+    pub(crate) fn with_clock(
+        config: &IssuerConfig,
+        clock: Arc<dyn Clock>,
+        fetch_timeout: Duration,
+    ) -> Self {
         let http = reqwest::Client::builder()
+            // A proxy named in the environment is not the operator's choice of route to the
+            // provider: one that answered for it would choose the keys every token is
+            // verified with.
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
-            .timeout(FETCH_TIMEOUT)
-            .connect_timeout(FETCH_TIMEOUT)
+            .timeout(fetch_timeout)
+            .connect_timeout(fetch_timeout)
             .tcp_nodelay(true)
             .build()
             .expect("an HTTP client without custom TLS settings builds");
         Keys {
-            issuer: config.issuer.clone(),
-            configured_uri: config.jwks_uri.clone(),
-            refetch: Duration::from_secs(config.key_refetch_seconds),
-            refresh: Duration::from_secs(config.key_refresh_seconds),
-            http,
-            fetched: RwLock::default(),
-            attempts: tokio::sync::Mutex::default(),
+            shared: Arc::new(Provider {
+                issuer: config.issuer.clone(),
+                configured_uri: config.jwks_uri.clone(),
+                refetch: Duration::from_secs(config.key_refetch_seconds),
+                refresh: Duration::from_secs(config.key_refresh_seconds),
+                http,
+                fetch_timeout,
+                clock,
+                fetched: RwLock::default(),
+                attempts: Mutex::default(),
+            }),
         }
-    }
-
-    fn current(&self) -> Arc<Fetched> {
-        Arc::clone(&self.fetched.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The key a token with `kid` is verified with.
     pub(crate) async fn key(&self, kid: Option<&str>) -> Result<Arc<Key>, KeyError> {
-        let current = self.current();
-        let fresh = current.at.is_some_and(|at| at.elapsed() < self.refresh);
-        if fresh && let Some(key) = pick(&current.keys, kid) {
+        let provider = &self.shared;
+        let current = provider.current();
+        if let Some(key) = pick(&current.keys, kid) {
+            if current
+                .at
+                .is_none_or(|at| provider.clock.now().saturating_sub(at) >= provider.refresh)
+            {
+                // Refreshed in the background; this request does not wait for it.
+                let _ = provider.flight(Need::Refresh);
+            }
             return Ok(key);
         }
-        // Stale keys, or a key not among them: fetch, unless a fetch was tried too recently.
-        let mut attempts = self.attempts.lock().await;
-        let now = self.current();
-        if now.at != current.at {
-            // Another request fetched while this one waited.
-            if let Some(key) = pick(&now.keys, kid) {
-                return Ok(key);
-            }
+        if let Some(flight) = provider.flight(Need::Missing) {
+            flight.await;
         }
-        // Old keys are fetched again at most once a second; a key missing from fresh ones,
-        // at most once per `key_refetch_seconds`.
-        let stale = now.at.is_none_or(|at| at.elapsed() >= self.refresh);
-        let wait = if stale {
-            self.refetch.min(Duration::from_secs(1))
-        } else {
-            self.refetch
-        };
-        if attempts.last.is_none_or(|t| t.elapsed() >= wait) {
-            attempts.last = Some(Instant::now());
-            match self.fetch(&mut attempts).await {
-                Ok(keys) => self.keep(keys),
-                Err(error) => {
-                    tracing::warn!(
-                        issuer = %self.issuer,
-                        %error,
-                        "the identity provider's keys could not be fetched; the keys fetched \
-                         before (if any) stay in use"
-                    );
-                    if now.at.is_none() {
-                        return Err(KeyError::Unavailable(error));
-                    }
-                }
-            }
-        } else if now.at.is_none() {
-            return Err(KeyError::Unavailable(
-                "the last attempt failed moments ago".to_owned(),
-            ));
+        let now = provider.current();
+        match pick(&now.keys, kid) {
+            Some(key) => Ok(key),
+            None if now.at.is_none() => Err(KeyError::Unavailable(
+                provider
+                    .lock()
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "no attempt has ended yet".to_owned()),
+            )),
+            None => Err(KeyError::Unknown),
         }
-        pick(&self.current().keys, kid).ok_or(KeyError::Unknown)
-    }
-
-    fn keep(&self, keys: Vec<Arc<Key>>) {
-        *self.fetched.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Fetched {
-            keys,
-            at: Some(Instant::now()),
-        });
     }
 
     /// Fetches the keys now (at start, so the first sign-in does not wait), logging a failure.
     pub(crate) async fn prefetch(&self) {
-        let mut attempts = self.attempts.lock().await;
-        attempts.last = Some(Instant::now());
-        match self.fetch(&mut attempts).await {
-            Ok(keys) => {
-                tracing::info!(issuer = %self.issuer, keys = keys.len(), "fetched the identity provider's keys");
-                self.keep(keys);
-            }
-            Err(error) => tracing::warn!(
-                issuer = %self.issuer,
-                %error,
-                "the identity provider's keys could not be fetched; sign-ins with its tokens \
-                 are refused until they can be"
-            ),
+        if let Some(flight) = self.shared.flight(Need::Missing) {
+            flight.await;
+        }
+        let fetched = self.shared.current();
+        if fetched.at.is_some() {
+            tracing::info!(
+                issuer = %self.shared.issuer,
+                keys = fetched.keys.len(),
+                "fetched the identity provider's keys"
+            );
         }
     }
+}
 
-    async fn fetch(&self, attempts: &mut Attempts) -> Result<Vec<Arc<Key>>, String> {
-        let uri = match (&self.configured_uri, &attempts.jwks_uri) {
-            (Some(uri), _) | (None, Some(uri)) => uri.clone(),
-            (None, None) => {
-                let uri = self.discover().await?;
-                attempts.jwks_uri = Some(uri.clone());
-                uri
+impl Provider {
+    fn current(&self) -> Arc<Fetched> {
+        Arc::clone(&self.fetched.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Attempts> {
+        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The attempt in flight; else a new one, when the last ended long enough ago for `need`;
+    /// else `None`.
+    fn flight(self: &Arc<Self>, need: Need) -> Option<Flight> {
+        let mut attempts = self.lock();
+        if let Some(flight) = &attempts.in_flight {
+            return Some(flight.clone());
+        }
+        if let Some(ended) = attempts.ended {
+            let base = match need {
+                Need::Refresh => self.refetch.min(Duration::from_secs(1)),
+                Need::Missing => self.refetch,
+            };
+            let wait = if attempts.failures == 0 {
+                base
+            } else {
+                // Doubled for each failure in a row: 1, 2, 4, ... times the base.
+                let doubled = base.saturating_mul(1 << attempts.failures.saturating_sub(1).min(16));
+                doubled.min(MAX_BACKOFF.max(base))
+            };
+            if self.clock.now().saturating_sub(ended) < wait {
+                return None;
             }
+        }
+        let provider = Arc::clone(self);
+        let flight = async move { provider.attempt().await }.boxed().shared();
+        attempts.in_flight = Some(flight.clone());
+        // Driven by a task of its own: it ends whether or not the requests waiting for it do.
+        tokio::spawn(flight.clone());
+        Some(flight)
+    }
+
+    /// One attempt: fetch, keep what came, and note when it ended and how.
+    async fn attempt(self: Arc<Self>) {
+        let jwks_uri = self.lock().jwks_uri.clone();
+        let result = self.fetch(jwks_uri).await;
+        let mut attempts = self.lock();
+        match result {
+            Ok((uri, keys)) => {
+                attempts.jwks_uri = Some(uri);
+                attempts.failures = 0;
+                attempts.last_error = None;
+                *self.fetched.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Fetched {
+                    keys,
+                    at: Some(self.clock.now()),
+                });
+            }
+            Err(error) => {
+                tracing::warn!(
+                    issuer = %self.issuer,
+                    %error,
+                    "the identity provider's keys could not be fetched; the keys fetched \
+                     before (if any) stay in use"
+                );
+                attempts.failures = attempts.failures.saturating_add(1);
+                attempts.last_error = Some(error);
+            }
+        }
+        attempts.ended = Some(self.clock.now());
+        attempts.in_flight = None;
+    }
+
+    /// The key set, from `jwks_uri` (the configured one, else the one found before, else the
+    /// one the discovery document names), and the URL it came from.
+    async fn fetch(&self, jwks_uri: Option<String>) -> Result<(String, Vec<Arc<Key>>), String> {
+        let uri = match (&self.configured_uri, jwks_uri) {
+            (Some(uri), _) => uri.clone(),
+            (None, Some(uri)) => uri,
+            (None, None) => self.discover().await?,
         };
         let document = self.get(&uri).await?;
         let keys = parse_key_set(&document).map_err(|e| format!("{uri}: {e}"))?;
         if keys.is_empty() {
             return Err(format!("{uri} publishes no signing key larkgate can use"));
         }
-        Ok(keys)
+        Ok((uri, keys))
     }
 
     /// The key set's URL, from the issuer's OpenID Connect discovery document, else its OAuth
@@ -259,7 +369,7 @@ impl Keys {
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| format!("{url}: {}", describe(&e)))?;
+            .map_err(|e| format!("{url}: {}", describe(&e, self.fetch_timeout)))?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("{url} answered {status}"));
@@ -273,7 +383,8 @@ impl Keys {
         let mut body = Vec::new();
         let mut stream = response.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| format!("{url}: {}", describe(&e)))?;
+            let chunk =
+                chunk.map_err(|e| format!("{url}: {}", describe(&e, self.fetch_timeout)))?;
             if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
                 return Err(format!("{url} is larger than {MAX_DOCUMENT_BYTES} bytes"));
             }
@@ -284,9 +395,9 @@ impl Keys {
 }
 
 /// A transport failure in plain words.
-fn describe(error: &reqwest::Error) -> String {
+fn describe(error: &reqwest::Error, timeout: Duration) -> String {
     if error.is_timeout() {
-        format!("no answer within {} s", FETCH_TIMEOUT.as_secs())
+        format!("no answer within {} s", timeout.as_secs())
     } else if error.is_connect() {
         "the connection failed".to_owned()
     } else {
@@ -374,5 +485,254 @@ mod tests {
         assert!(pick(&keys, Some("r2")).is_none());
         let two = [Arc::clone(&keys[0]), Arc::clone(&keys[0])];
         assert!(pick(&two, None).is_none());
+    }
+
+    mod provider {
+        //! A provider's key set endpoint on `127.0.0.1:0` that serves a set, fails, or holds
+        //! every request until it is told what to answer; it counts the requests it got.
+
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::Duration;
+
+        use axum::extract::State;
+        use axum::http::StatusCode;
+        use axum::response::{IntoResponse, Response};
+        use tokio::sync::watch;
+
+        use super::RSA;
+
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub(super) enum Mode {
+            /// Answers a key set of these key ids.
+            Serve(Vec<&'static str>),
+            /// Answers 500.
+            Fail,
+            /// Holds each request until the mode changes, then answers as the new one says.
+            Hang,
+        }
+
+        #[derive(Clone)]
+        struct Shared {
+            mode: watch::Receiver<Mode>,
+            requests: Arc<AtomicUsize>,
+        }
+
+        pub(super) struct Peer {
+            pub(super) url: String,
+            mode: watch::Sender<Mode>,
+            requests: Arc<AtomicUsize>,
+        }
+
+        impl Peer {
+            pub(super) async fn start() -> Peer {
+                let (mode, receiver) = watch::channel(Mode::Fail);
+                let requests = Arc::new(AtomicUsize::new(0));
+                let shared = Shared {
+                    mode: receiver,
+                    requests: Arc::clone(&requests),
+                };
+                let app = axum::Router::new()
+                    .route("/jwks", axum::routing::get(jwks))
+                    .with_state(shared);
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+                tokio::spawn(async move { axum::serve(listener, app).await });
+                Peer {
+                    url,
+                    mode,
+                    requests,
+                }
+            }
+
+            pub(super) fn set(&self, mode: Mode) {
+                self.mode.send_replace(mode);
+            }
+
+            pub(super) fn requests(&self) -> usize {
+                self.requests.load(Ordering::SeqCst)
+            }
+
+            /// Waits (up to a minute, which only a broken build reaches) for `n` requests.
+            pub(super) async fn requested(&self, n: usize) {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                while self.requests() < n {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "{} requests, not {n}",
+                        self.requests()
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }
+
+        async fn jwks(State(mut shared): State<Shared>) -> Response {
+            shared.requests.fetch_add(1, Ordering::SeqCst);
+            let mode = shared
+                .mode
+                .wait_for(|mode| *mode != Mode::Hang)
+                .await
+                .map(|mode| mode.clone())
+                .unwrap_or(Mode::Fail);
+            match mode {
+                Mode::Serve(kids) => {
+                    let keys: Vec<String> = kids
+                        .iter()
+                        .map(|kid| RSA.replace("\"kid\":\"r1\"", &format!("\"kid\":\"{kid}\"")))
+                        .collect();
+                    format!(r#"{{"keys":[{}]}}"#, keys.join(",")).into_response()
+                }
+                Mode::Fail | Mode::Hang => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            }
+        }
+    }
+
+    use larkgate_platform::clock::ManualClock;
+    use provider::{Mode, Peer};
+
+    /// Attempts may follow each other this long after the last one ended (unknown keys).
+    const REFETCH: Duration = Duration::from_secs(10);
+    /// Fetched keys are refreshed after this long.
+    const REFRESH: Duration = Duration::from_secs(100);
+
+    /// The keys of a provider whose key set is `peer`'s, on `clock`; requests to it wait as
+    /// long as the test holds them (no fetch timeout is reached).
+    fn keys_of(peer: &Peer, clock: &ManualClock) -> Keys {
+        let config: IssuerConfig = toml::from_str(&format!(
+            "issuer = \"https://idp.example\"\njwks_uri = \"{}\"\n\
+             key_refetch_seconds = {}\nkey_refresh_seconds = {}\n",
+            peer.url,
+            REFETCH.as_secs(),
+            REFRESH.as_secs()
+        ))
+        .unwrap();
+        Keys::with_clock(&config, Arc::new(clock.clone()), Duration::from_secs(600))
+    }
+
+    /// `keys.key(kid)`, which must answer within a minute (only a broken build waits longer).
+    async fn key(keys: &Keys, kid: &str) -> Result<Arc<Key>, KeyError> {
+        tokio::time::timeout(Duration::from_secs(60), keys.key(Some(kid)))
+            .await
+            .unwrap_or_else(|_| panic!("the key {kid:?} was not answered"))
+    }
+
+    fn kid(key: &Key) -> &str {
+        key.jwk.common.key_id.as_deref().unwrap()
+    }
+
+    /// A provider that hangs once the cached keys are old does not hold up a single request
+    /// whose key is cached: each is answered from the cache at once, and the five start one
+    /// refresh between them, which runs on its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_known_key_is_answered_at_once_while_the_refresh_hangs() {
+        let peer = Peer::start().await;
+        let clock = ManualClock::default();
+        let keys = keys_of(&peer, &clock);
+        peer.set(Mode::Serve(vec!["r1"]));
+        keys.prefetch().await;
+        assert_eq!(peer.requests(), 1);
+
+        peer.set(Mode::Hang);
+        clock.advance(REFRESH);
+        for _ in 0..5 {
+            // Answered while the refresh is held at the provider (released only below).
+            assert_eq!(kid(&key(&keys, "r1").await.unwrap()), "r1");
+        }
+        peer.requested(2).await;
+        assert_eq!(peer.requests(), 2, "one refresh for all five");
+
+        // Released with a rotated set, the refresh brings the new key.
+        peer.set(Mode::Serve(vec!["r1", "r2"]));
+        assert_eq!(kid(&key(&keys, "r2").await.unwrap()), "r2");
+        assert_eq!(peer.requests(), 2);
+    }
+
+    /// Eight requests at once for a key that is not cached share one fetch (single flight),
+    /// and each gets the key it brings.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_for_an_unknown_key_share_one_fetch() {
+        let peer = Peer::start().await;
+        let clock = ManualClock::default();
+        let keys = keys_of(&peer, &clock);
+        peer.set(Mode::Serve(vec!["r1"]));
+        keys.prefetch().await;
+        clock.advance(REFETCH);
+
+        peer.set(Mode::Hang);
+        let waiting: Vec<_> = (0..8)
+            .map(|_| {
+                let keys = keys.clone();
+                tokio::spawn(async move { key(&keys, "r2").await })
+            })
+            .collect();
+        peer.requested(2).await;
+        peer.set(Mode::Serve(vec!["r1", "r2"]));
+        for request in waiting {
+            assert_eq!(kid(&request.await.unwrap().unwrap()), "r2");
+        }
+        // The clock did not move: no other attempt could have started after that one ended.
+        assert_eq!(peer.requests(), 2);
+    }
+
+    /// The next attempt starts `key_refetch_seconds` after the last one *ended*, doubled after
+    /// each failure in a row; between attempts, requests for unknown keys — however many, with
+    /// whatever key ids — are answered without asking the provider.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn attempts_are_spaced_from_the_end_of_the_last_with_backoff_on_failure() {
+        let peer = Peer::start().await;
+        let clock = ManualClock::default();
+        let keys = keys_of(&peer, &clock);
+        keys.prefetch().await; // fails
+        assert_eq!(peer.requests(), 1);
+        let unavailable = key(&keys, "r1").await.unwrap_err();
+        assert!(
+            matches!(unavailable, KeyError::Unavailable(ref why) if why.contains("500")),
+            "{unavailable}"
+        );
+        assert_eq!(peer.requests(), 1, "too soon after the failure");
+
+        clock.advance(REFETCH);
+        key(&keys, "r1").await.unwrap_err(); // the second attempt fails too
+        assert_eq!(peer.requests(), 2);
+        clock.advance(REFETCH);
+        key(&keys, "r1").await.unwrap_err();
+        assert_eq!(peer.requests(), 2, "two failures: twice the interval");
+        clock.advance(REFETCH);
+        key(&keys, "r1").await.unwrap_err();
+        assert_eq!(peer.requests(), 3);
+
+        // Three failures: four times the interval, though the provider is back.
+        peer.set(Mode::Serve(vec!["r1"]));
+        clock.advance(4 * REFETCH - Duration::from_secs(1));
+        key(&keys, "r1").await.unwrap_err();
+        assert_eq!(peer.requests(), 3);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(kid(&key(&keys, "r1").await.unwrap()), "r1");
+        assert_eq!(peer.requests(), 4);
+
+        // An attempt that lasts: the interval counts from when it ended, not when it began.
+        clock.advance(REFETCH);
+        peer.set(Mode::Hang);
+        let rotated = {
+            let keys = keys.clone();
+            tokio::spawn(async move { key(&keys, "r2").await })
+        };
+        peer.requested(5).await;
+        clock.advance(3 * REFETCH);
+        peer.set(Mode::Serve(vec!["r1", "r2"]));
+        assert_eq!(kid(&rotated.await.unwrap().unwrap()), "r2");
+        assert!(matches!(key(&keys, "r3").await, Err(KeyError::Unknown)));
+        assert_eq!(peer.requests(), 5, "it ended just now");
+
+        // Unknown keys by the hundred, between attempts: no request at all.
+        for n in 0..100 {
+            let refused = key(&keys, &format!("forged-{n}")).await;
+            assert!(matches!(refused, Err(KeyError::Unknown)));
+        }
+        assert_eq!(peer.requests(), 5);
+        clock.advance(REFETCH);
+        assert!(matches!(key(&keys, "r3").await, Err(KeyError::Unknown)));
+        assert_eq!(peer.requests(), 6);
     }
 }
