@@ -232,6 +232,22 @@ impl Exporter {
     }
 }
 
+/// The exporter's HTTP client: to the configured collector only, never through a proxy named
+/// in the environment (`HTTP_PROXY` and its kin), which would receive every span and the
+/// configured headers. Built on a thread of its own, as the blocking client must be outside
+/// an async runtime.
+fn export_client(timeout: Duration) -> Result<reqwest::blocking::Client, String> {
+    std::thread::spawn(move || {
+        reqwest::blocking::Client::builder()
+            .no_proxy()
+            .timeout(timeout)
+            .build()
+    })
+    .join()
+    .map_err(|_| "telemetry: the exporter's HTTP client could not be built".to_owned())?
+    .map_err(|e| format!("telemetry: the exporter's HTTP client could not be built: {e}"))
+}
+
 /// The tracer of `config` (`None` when no endpoint is set) and what keeps it exporting.
 pub(crate) fn exporter(
     config: &TelemetryConfig,
@@ -244,6 +260,9 @@ pub(crate) fn exporter(
     let url = traces_url(endpoint)?;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_http_client(export_client(Duration::from_millis(
+            config.export_timeout_ms,
+        ))?)
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
         .with_endpoint(url)
         .with_timeout(Duration::from_millis(config.export_timeout_ms))

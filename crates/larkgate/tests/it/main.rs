@@ -48,6 +48,49 @@ pub(crate) fn python() -> PathBuf {
     python
 }
 
+/// A proxy named in an environment's proxy variables, which no request of larkgate's may
+/// reach: it counts the connections made to it and closes each at once.
+pub(crate) struct Proxy {
+    url: String,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Proxy {
+    pub(crate) fn start() -> Proxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&connections);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Proxy { url, connections }
+    }
+
+    /// Every proxy variable HTTP client libraries read, naming this proxy.
+    pub(crate) fn env(&self) -> Vec<(&'static str, &str)> {
+        [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ]
+        .into_iter()
+        .map(|name| (name, self.url.as_str()))
+        .collect()
+    }
+
+    /// How many connections reached it.
+    pub(crate) fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 /// Where a test writes the configuration of `larkgate` run in `dir`: the default data
 /// directory's `larkgate.toml` (created with the directory).
 pub(crate) fn config_path(dir: &Path) -> PathBuf {

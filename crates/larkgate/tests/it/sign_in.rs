@@ -468,6 +468,26 @@ fn a_rotated_key_is_fetched_when_a_token_names_it() {
     assert!(server.stop().success());
 }
 
+/// A proxy named in serve's environment never carries the provider's documents: one that
+/// answered for the provider would choose the keys every token is verified with. The token
+/// signs in through the provider's own key set, and the proxy is never reached.
+#[test]
+fn proxy_variables_in_the_environment_never_carry_the_key_fetch() {
+    let provider = Provider::start();
+    let proxy = crate::Proxy::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "author"]);
+    let server = Server::start_with_env(d, &proxy.env());
+    let url = server.url.clone();
+    let token = provider.token("ada", &[("aud", &url)]);
+    let (status, _, body) = call(&url, Some(&token), "clock_now");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(proxy.connections(), 0, "a request went to the proxy");
+    assert!(server.stop().success());
+}
+
 #[test]
 fn the_official_python_sdk_client_works_with_a_bearer_from_the_provider() {
     let provider = Provider::start();

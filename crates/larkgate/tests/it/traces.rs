@@ -379,3 +379,36 @@ fn the_sample_ratio_decides_for_traces_started_here_and_a_clients_sampled_flag_i
     let request = named(&spans, sampled, "tools/call clock_now");
     assert_eq!(children(&spans, request), STEPS);
 }
+
+/// Proxy variables in the environment reach none of larkgate's own requests: spans go to the
+/// configured collector, a call to an HTTP upstream goes to the upstream, and `larkgate
+/// client` goes to the running serve (with its token), not to the proxy the variables name.
+#[test]
+fn proxy_variables_in_the_environment_carry_no_span_no_upstream_call_and_no_token() {
+    let collector = peer("otlp_receiver.py");
+    let upstream = peer("trace_peer.py");
+    let proxy = crate::Proxy::start();
+    let config = format!(
+        "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n\n\
+         [[upstreams]]\nalias = \"tracer\"\nurl = \"http://127.0.0.1:{}/mcp\"\nallow = [\"127.0.0.1\"]\napproval = \"never\"\n",
+        collector.port, upstream.port
+    );
+    let (dir, server, token) = crate::serve::admin_gateway_with_env(&config, &proxy.env());
+    let answer = call(&server.url, &token, None, None, "tracer__seen", json!({}));
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    spans_until(&collector, |spans| {
+        spans.iter().any(|s| s.name == "tools/call tracer__seen")
+    });
+
+    let listed = Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(dir.path())
+        .args(["client", "list"])
+        .env("LARKGATE_TOKEN", &token)
+        .envs(proxy.env())
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", crate::stderr(&listed));
+    assert!(crate::stdout(&listed).contains("tracer__seen"));
+    assert_eq!(proxy.connections(), 0, "a request went to the proxy");
+    assert!(server.stop().success());
+}

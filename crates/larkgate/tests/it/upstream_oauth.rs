@@ -87,16 +87,22 @@ fn browse(authorization_url: &str, meanwhile: impl FnOnce()) {
 /// Runs `larkgate ARGS` in `d` with the credential key, plays the person at the browser with
 /// the URL it prints, and answers whether it succeeded and everything it printed.
 fn signing_in(d: &Path, args: &[&str]) -> (bool, String) {
-    signing_in_while(d, args, || {})
+    signing_in_while(d, args, &[], || {})
 }
 
 /// [`signing_in`], running `meanwhile` after the person signed in at the provider and before
 /// the browser reaches larkgate.
-fn signing_in_while(d: &Path, args: &[&str], meanwhile: impl FnOnce()) -> (bool, String) {
+fn signing_in_while(
+    d: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    meanwhile: impl FnOnce(),
+) -> (bool, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
         .current_dir(d)
         .args(args)
         .env("LARKGATE_CREDENTIAL_KEY", KEY)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -304,6 +310,36 @@ fn expiring_tokens_are_refreshed_and_a_refused_refresh_is_shown_until_someone_si
     assert!(server.stop().success());
 }
 
+/// Proxy variables in the environment of `upstream login` and of serve carry none of the
+/// OAuth requests (metadata, registration, token, refresh) nor the upstream call with its
+/// token: they go where the upstream and its authorization server are.
+#[test]
+fn proxy_variables_in_the_environment_carry_no_sign_in_no_refresh_and_no_token() {
+    let provider = Provider::start();
+    provider.set("/test/lifetime", &[("seconds", "3600")]);
+    let (_upstream_dir, upstream) = protected(&provider);
+    let proxy = crate::Proxy::start();
+    let mut env = proxy.env();
+    env.push(("LARKGATE_CREDENTIAL_KEY", KEY));
+    let (dir, server, token) = admin_gateway_with_env(&upstream_config(&upstream.url), &env);
+    let d = dir.path();
+    let (signed, printed) = signing_in_while(d, &["upstream", "login", "inner"], &env, || {});
+    assert!(signed, "{printed}");
+    listed_with(d, "connected");
+    let answered = clock(&server.url, &token);
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
+    age_sign_in(d);
+    let answered = clock(&server.url, &token);
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert!(
+        provider.grants().contains(&"refresh_token".to_owned()),
+        "{:?}",
+        provider.grants()
+    );
+    assert_eq!(proxy.connections(), 0, "a request went to the proxy");
+    assert!(server.stop().success());
+}
+
 #[test]
 fn a_token_the_upstream_refuses_before_its_stated_expiry_is_refreshed_on_the_401() {
     let provider = Provider::start();
@@ -382,7 +418,7 @@ fn upstream_add_with_oauth_signs_in_first_and_keeps_nothing_when_that_fails() {
 
     // Signed in, but the server is gone before its tools are listed: nothing of the upstream
     // is kept, its tokens neither.
-    let (added, printed) = signing_in_while(d, &add("gone"), || drop(upstream));
+    let (added, printed) = signing_in_while(d, &add("gone"), &[], || drop(upstream));
     assert!(!added, "{printed}");
     assert!(printed.contains("gone: cannot connect"), "{printed}");
     let listed = ok(d, &["upstream", "list"]);
