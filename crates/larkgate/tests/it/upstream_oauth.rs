@@ -219,7 +219,9 @@ fn upstream_login_beside_a_running_gateway_connects_the_upstream_and_its_token_r
     audited(d, |l| {
         l.contains("upstream_signed_in") && l.contains("operator") && l.contains("\"inner\"")
     });
-    // Sealed at rest: no token (a JWT starts `eyJ`) anywhere in the gateway's data directory.
+    // Sealed at rest: no token (a JWT starts `eyJ`) anywhere in the gateway's data directory,
+    // read once the gateway has stopped (while it runs, journal segments come and go).
+    assert!(server.stop().success());
     let data = d.join("larkgate-data");
     for entry in std::fs::read_dir(&data).unwrap().flatten() {
         let bytes = std::fs::read(entry.path()).unwrap();
@@ -229,7 +231,6 @@ fn upstream_login_beside_a_running_gateway_connects_the_upstream_and_its_token_r
             entry.path().display()
         );
     }
-    assert!(server.stop().success());
     drop(upstream);
 }
 
