@@ -155,12 +155,15 @@ pub struct UpstreamConfig {
 }
 
 impl UpstreamConfig {
-    /// What it reaches, for people: the URL, or the command line.
+    /// What it reaches, for people: the URL, or the command line, with every URL in it
+    /// stripped of its userinfo, query and fragment (where operators put credentials, see
+    /// [`crate::redact`]). Every place that shows an upstream (`upstream list`, the
+    /// `upstream_list` tool, the console, audit events, messages) shows this.
     pub fn target(&self) -> String {
-        match &self.url {
+        crate::redact::urls(&match &self.url {
             Some(url) => url.clone(),
             None => format!("command: {}", self.command.join(" ")),
-        }
+        })
     }
 
     /// Whether larkgate starts it as a program.
@@ -478,4 +481,45 @@ pub fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<Strin
     }
     out.push_str(rest);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(toml: &str) -> UpstreamConfig {
+        toml::from_str(&format!("alias = \"u\"\n{toml}")).unwrap()
+    }
+
+    /// What people are shown of an upstream keeps where it is and loses what authenticates to
+    /// it, wherever an operator put that in a URL.
+    #[test]
+    fn an_upstream_is_shown_without_the_secrets_of_its_url() {
+        for (config, shown) in [
+            (
+                r#"url = "https://api.example.com/mcp?token=SECRET""#,
+                "https://api.example.com/mcp?<redacted>",
+            ),
+            (
+                r#"url = "https://alice:SECRET@api.example.com:8443/mcp""#,
+                "https://<redacted>@api.example.com:8443/mcp",
+            ),
+            (
+                r#"url = "https://api.example.com/mcp#SECRET""#,
+                "https://api.example.com/mcp?<redacted>",
+            ),
+            (
+                r#"url = "https://api.example.com/mcp""#,
+                "https://api.example.com/mcp",
+            ),
+            (
+                r#"command = ["server", "--upstream", "https://u:SECRET@x.example/?k=SECRET"]"#,
+                "command: server --upstream https://<redacted>@x.example/?<redacted>",
+            ),
+        ] {
+            let target = upstream(config).target();
+            assert_eq!(target, shown, "{config}");
+            assert!(!target.contains("SECRET"), "{target}");
+        }
+    }
 }

@@ -114,7 +114,7 @@ pub async fn sign_in(
         format!(
             "signed in to upstream {:?} at {}",
             config.alias,
-            crate::redact::urls(&config.target())
+            config.target()
         ),
     )
     .map_err(ManageError::Failed)
@@ -138,7 +138,7 @@ pub async fn add(
     let client = config.connect(listen, resolver, store).await.map_err(|e| {
         ManageError::Unreachable(format!(
             "{alias}: cannot connect to {}: {e}",
-            crate::redact::urls(&config.target())
+            config.target()
         ))
     })?;
     let listed = client.list_tools().await;
@@ -171,10 +171,7 @@ pub async fn add(
         platform,
         actor,
         EventKind::UpstreamAdded,
-        format!(
-            "upstream {alias:?} added: {}",
-            crate::redact::urls(&config.target())
-        ),
+        format!("upstream {alias:?} added: {}", config.target()),
     )
     .map_err(ManageError::Failed)?;
     Ok(Added {

@@ -350,3 +350,86 @@ fn a_published_script_is_pinned_to_the_upstream_tools_it_refers_to() {
     let computed = stdout(&run(&["--arg", "other=environment"]));
     assert!(computed.contains("approval_required"), "{computed}");
 }
+
+/// An upstream whose URL carries a credential in its query (where many servers take an API
+/// key) is shown without it everywhere an operator looks: `upstream add` and `upstream list`,
+/// the `upstream_list` tool, and the console's upstreams page. The upstream itself is still
+/// reached with it.
+#[test]
+fn a_secret_in_an_upstream_url_is_shown_nowhere() {
+    let peer = weather();
+    let (dir, server, token) = crate::serve::admin_gateway("");
+    let d = dir.path();
+    let url = format!("{}?token=SECRET-IN-QUERY", peer.url);
+    let added = ok(
+        d,
+        &[
+            "upstream",
+            "add",
+            "weather",
+            &url,
+            "--allow",
+            "127.0.0.1",
+            "--approval",
+            "never",
+        ],
+    );
+    assert!(!added.contains("SECRET"), "{added}");
+    // Listed once the running gateway has it, connected: it reached the server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let listed = loop {
+        let listed = ok(d, &["upstream", "list"]);
+        if listed.contains("connected") {
+            break listed;
+        }
+        assert!(std::time::Instant::now() < deadline, "{listed}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(!listed.contains("SECRET"), "{listed}");
+    assert!(listed.contains("/mcp?<redacted>"), "{listed}");
+
+    let tool = crate::traces::call(
+        &server.url,
+        &token,
+        None,
+        None,
+        "upstream_list",
+        serde_json::json!({}),
+    );
+    let tool = tool.to_string();
+    assert!(
+        tool.contains("weather") && !tool.contains("SECRET"),
+        "{tool}"
+    );
+
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = http
+        .get(format!("{origin}/admin/upstreams"))
+        .header("Cookie", cookie)
+        .send()
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().unwrap();
+    assert!(
+        page.contains("weather") && !page.contains("SECRET"),
+        "{page}"
+    );
+    assert!(server.stop().success());
+}
