@@ -121,6 +121,16 @@ pub enum EdgeError {
         /// The request's id, when it had one.
         id: serde_json::Value,
     },
+    /// The MCP transport refused the request before any method ran (a session it does not
+    /// know, a header it needs, a media type it does not take), with its HTTP status and what
+    /// it said.
+    #[error("{problem}")]
+    Transport {
+        /// The transport's status (4xx).
+        status: StatusCode,
+        /// What it said, bounded and without control characters.
+        problem: String,
+    },
 }
 
 impl EdgeError {
@@ -151,7 +161,8 @@ impl EdgeError {
             EdgeError::BodyTimeout { .. } => Some(Code::Timeout),
             EdgeError::InvalidParams { .. }
             | EdgeError::NotJson(_)
-            | EdgeError::InvalidRequest { .. } => None,
+            | EdgeError::InvalidRequest { .. }
+            | EdgeError::Transport { .. } => None,
         }
     }
 
@@ -160,6 +171,7 @@ impl EdgeError {
             // HTTP's own answers for a body too large or too slow.
             EdgeError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             EdgeError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            EdgeError::Transport { status, .. } => *status,
             _ => match self.refusal_code() {
                 Some(code) => StatusCode::from_u16(code.http_status())
                     .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -174,7 +186,8 @@ impl EdgeError {
             EdgeError::NotJson(_) => codes::PARSE_ERROR,
             EdgeError::BodyTooLarge { .. }
             | EdgeError::BodyTimeout { .. }
-            | EdgeError::InvalidRequest { .. } => codes::INVALID_REQUEST,
+            | EdgeError::InvalidRequest { .. }
+            | EdgeError::Transport { .. } => codes::INVALID_REQUEST,
             EdgeError::InvalidParams { .. } => codes::INVALID_PARAMS,
             _ => self
                 .refusal_code()

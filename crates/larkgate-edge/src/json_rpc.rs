@@ -25,15 +25,54 @@ pub struct BodyLimits {
     pub timeout: Duration,
 }
 
+/// The most of the transport's own plain-text refusal that is passed on.
+const MAX_TRANSPORT_TEXT: usize = 300;
+
 /// Answers malformed JSON-RPC in JSON-RPC, before rmcp (which answers some of it with plain
 /// text): unparsable JSON is a parse error (-32700); a batch, a message that is not an object,
-/// or one without `"jsonrpc": "2.0"` is an invalid request (-32600). Unknown methods are left
-/// to rmcp (-32601). The server keeps serving whatever it receives.
+/// one without `"jsonrpc": "2.0"`, or one whose id is neither a string nor an integer rmcp
+/// can answer is an invalid request (-32600). Unknown methods are left to rmcp (-32601). What
+/// rmcp itself refuses in plain text (an unknown session, a missing header) reaches the client
+/// as a JSON-RPC error too, with rmcp's status. The server keeps serving whatever it receives.
 pub async fn json_rpc_shape(
     State(limits): State<BodyLimits>,
     request: Request,
     next: Next,
 ) -> Response {
+    in_json_rpc(shaped(limits, request, next).await).await
+}
+
+/// A client error that rmcp answered in plain text, answered as a JSON-RPC error instead
+/// (`application/json`, the same status, `"id": null`); every other answer as it is.
+async fn in_json_rpc(response: Response) -> Response {
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.starts_with("text/plain"));
+    if !response.status().is_client_error() || !plain {
+        return response;
+    }
+    let status = response.status();
+    let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let said = String::from_utf8_lossy(&text);
+    let mut problem: String = said
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_TRANSPORT_TEXT)
+        .collect();
+    if problem.trim().is_empty() {
+        problem = status
+            .canonical_reason()
+            .unwrap_or("the request was refused")
+            .to_ascii_lowercase();
+    }
+    EdgeError::Transport { status, problem }.into_response()
+}
+
+async fn shaped(limits: BodyLimits, request: Request, next: Next) -> Response {
     if request.method() != axum::http::Method::POST {
         super::access::adopt_trace(&request, None);
         return next.run(request).await;
@@ -129,9 +168,12 @@ pub fn check_message(bytes: &[u8]) -> Result<(serde_json::Value, serde_json::Val
                 Some("a JSON-RPC message needs a \"method\" (or a \"result\" or \"error\")")
             } else if object
                 .get("id")
-                .is_some_and(|id| !(id.is_string() || id.is_number() || id.is_null()))
+                .is_some_and(|id| !(id.is_null() || answerable_id(id)))
             {
-                Some("\"id\" must be a string or a number")
+                Some(
+                    "\"id\" must be a string or an integer from -2^63 to 2^63-1 (not a \
+                     fraction, nor a number beyond that range)",
+                )
             } else {
                 None
             }
@@ -140,7 +182,7 @@ pub fn check_message(bytes: &[u8]) -> Result<(serde_json::Value, serde_json::Val
     };
     let id = message
         .get("id")
-        .filter(|id| id.is_string() || id.is_number())
+        .filter(|id| answerable_id(id))
         .cloned()
         .unwrap_or(serde_json::Value::Null);
     if let Some(problem) = problem {
@@ -150,6 +192,13 @@ pub fn check_message(bytes: &[u8]) -> Result<(serde_json::Value, serde_json::Val
         return Err(EdgeError::InvalidParams { problem, id });
     }
     Ok((message, id))
+}
+
+/// Whether `id` is one the MCP service can read and answer: exactly what rmcp's id type
+/// takes (a string, or an integer that fits in 64 bits, also when written `1.0` or `1e2`).
+/// Anything else (`1.5`, `2^64`, `1e999`) would be refused by rmcp as an unreadable body.
+fn answerable_id(id: &serde_json::Value) -> bool {
+    serde_json::from_value::<rmcp::model::NumberOrString>(id.clone()).is_ok()
 }
 
 /// What is wrong with a request's `params`, in the shapes every method shares (an object) and

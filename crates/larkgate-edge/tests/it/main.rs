@@ -5,6 +5,7 @@
 //! tested against the binary, in `crates/larkgate/tests/it`.
 
 mod addresses;
+mod answers;
 mod harness;
 mod replicas;
 mod sdk;
