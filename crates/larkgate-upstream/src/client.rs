@@ -32,6 +32,9 @@ mod list;
 pub use error::{UpstreamError, plain_cause};
 use error::{classify, short_kind};
 
+/// The most characters of an upstream's name and version shown to people.
+pub const MAX_SERVER_SHOWN: usize = 200;
+
 /// The limits of one upstream (defaults from larkgate's limits table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UpstreamLimits {
@@ -160,6 +163,22 @@ impl UpstreamClient {
         self.service
             .peer_info()
             .and_then(|info| info.server_info.clone())
+    }
+
+    /// The server's name and version as people are shown them (`upstream add`, `upstream
+    /// list`, the console): the server's own words, so at most [`MAX_SERVER_SHOWN`] characters
+    /// with every character that would act on a terminal or hide written as an escape
+    /// ([`larkgate_platform::display`]).
+    pub fn server_shown(&self) -> Option<String> {
+        let info = self.server_info()?;
+        let said = format!("{} {}", info.name, info.version);
+        let escaped = larkgate_platform::display::escaped(&said);
+        if escaped.chars().count() <= MAX_SERVER_SHOWN {
+            return Some(escaped.into_owned());
+        }
+        let mut shown: String = escaped.chars().take(MAX_SERVER_SHOWN).collect();
+        shown.push('…');
+        Some(shown)
     }
 
     /// The negotiated protocol version.

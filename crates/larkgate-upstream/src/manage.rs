@@ -142,9 +142,7 @@ pub async fn add(
         ))
     })?;
     let listed = client.list_tools().await;
-    let server = client
-        .server_info()
-        .map(|i| format!("{} {}", i.name, i.version));
+    let server = client.server_shown();
     let protocol = client.protocol_version().map(|v| v.to_string());
     let dropped_over_max_tools = client.dropped_tools();
     client.close().await;

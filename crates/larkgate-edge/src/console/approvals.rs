@@ -6,6 +6,7 @@ use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use larkgate_platform::approvals::{self, Decision, tools::ApprovalView};
+use larkgate_platform::display;
 use minijinja::context;
 use minijinja::value::Serde;
 use serde::Deserialize;
@@ -24,9 +25,15 @@ pub(super) struct ApprovalsQuery {
 struct ApprovalRow {
     #[serde(flatten)]
     view: ApprovalView,
-    /// The arguments as indented JSON.
+    /// The arguments as indented JSON, every character that would act or hide written as
+    /// an escape ([`larkgate_platform::display`]).
     arguments_text: Option<String>,
+    /// Values among them that show as other values (`"ｐｒｏｄ" shows as "prod"`).
+    lookalikes: Vec<String>,
 }
+
+/// The most look-alike values named for one approval.
+const MAX_LOOKALIKES: usize = 10;
 
 pub(super) async fn approvals_page(
     State(console): State<Arc<Console>>,
@@ -56,10 +63,12 @@ pub(super) async fn approvals_page(
         .into_iter()
         .map(ApprovalView::from)
         .map(|view| ApprovalRow {
-            arguments_text: view
+            arguments_text: view.arguments.as_ref().map(|a| display::json(a, true)),
+            lookalikes: view
                 .arguments
                 .as_ref()
-                .and_then(|a| serde_json::to_string_pretty(a).ok()),
+                .map(|a| display::lookalikes(a, MAX_LOOKALIKES))
+                .unwrap_or_default(),
             view,
         })
         .collect();

@@ -255,9 +255,7 @@ impl Federation {
         let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
         status.connected = true;
         status.down_because = None;
-        status.server = client
-            .server_info()
-            .map(|i| format!("{} {}", i.name, i.version));
+        status.server = client.server_shown();
         status.protocol = client.protocol_version().map(|v| v.to_string());
         status.tools = count;
         status.quarantined = checked.quarantined;
@@ -267,7 +265,7 @@ impl Federation {
             .repeated
             .into_iter()
             .chain(adoption.invalid)
-            .map(|(name, why)| format!("{name} ({why})"))
+            .map(|(name, why)| format!("{} ({why})", larkgate_platform::display::escaped(&name)))
             .collect();
         status.invalid = problems.shown();
         Ok(())

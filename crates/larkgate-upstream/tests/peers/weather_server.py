@@ -26,7 +26,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
-server = MCPServer("weather-peer")
+# WEATHER_PEER_NAME names it otherwise (a test gives it a hostile name).
+server = MCPServer(os.environ.get("WEATHER_PEER_NAME", "weather-peer"))
 
 
 class Forecast(BaseModel):

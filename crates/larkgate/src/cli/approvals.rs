@@ -107,17 +107,30 @@ impl Command {
 }
 
 /// An approval's arguments as a call's: `key="important", token="<redacted>"`, or the start
-/// of their hash for approvals made before larkgate recorded arguments.
+/// of their hash for approvals made before larkgate recorded arguments. Every character that
+/// would act on the terminal or hide is written as an escape, and values that show as other
+/// values are named after them ([`larkgate_platform::display`]).
 fn shown_arguments(approval: &larkgate_store::Approval) -> String {
+    use larkgate_platform::display;
     let parsed = approval.details.arguments.as_deref().and_then(|text| {
         serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text).ok()
     });
     match parsed {
-        Some(arguments) => arguments
-            .iter()
-            .map(|(key, value)| format!("{key}={value}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        Some(arguments) => {
+            let call = arguments
+                .iter()
+                .map(|(key, value)| {
+                    format!("{}={}", display::escaped(key), display::json(value, false))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let lookalikes = display::lookalikes(&serde_json::Value::Object(arguments), 10);
+            if lookalikes.is_empty() {
+                call
+            } else {
+                format!("{call} [look-alikes: {}]", lookalikes.join("; "))
+            }
+        }
         None => format!(
             "arguments {}...",
             &approval.args_hash[..16.min(approval.args_hash.len())]

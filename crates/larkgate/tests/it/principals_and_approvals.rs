@@ -407,3 +407,88 @@ fn approvers_see_the_arguments_and_give_reasons_a_denied_caller_is_told() {
     );
     assert!(fails(d, &["--as", "alice", "approvals", "approve", &other]).contains("already used"));
 }
+
+/// An approver is shown what the call would do, not what its arguments make a terminal show:
+/// a key with bidirectional controls (`prod-\u{202e}bd-tset\u{202c}` displays as
+/// `prod-test-db`) and terminal escapes is listed with each such character as an escape, and a
+/// fullwidth value that shows as another is named with what it shows as.
+#[test]
+fn approvals_list_shows_hidden_characters_as_escapes_and_names_look_alikes() {
+    let dir = setup();
+    let key = "prod-\u{202e}bd-tset\u{202c}\u{1b}]0;owned\u{7}";
+    let refused = fails(
+        dir.path(),
+        &[
+            "--as",
+            "wes",
+            "call",
+            "kv_delete",
+            "--arg",
+            &format!("key={key}"),
+        ],
+    );
+    assert!(refused.contains("(approval_required)"), "{refused}");
+    fails(
+        dir.path(),
+        &["--as", "wes", "call", "kv_delete", "--arg", "key=ｐｒｏｄ"],
+    );
+    let pending = ok(dir.path(), &["approvals", "list"]);
+    assert!(
+        !pending.contains(['\u{202e}', '\u{202c}', '\u{1b}', '\u{7}']),
+        "a hidden character reached the terminal: {pending:?}"
+    );
+    assert!(
+        pending.contains(r#"key="prod-\u202ebd-tset\u202c\u001b]0;owned\u0007""#),
+        "{pending}"
+    );
+    assert!(
+        pending.contains(r#"key="ｐｒｏｄ" [look-alikes: "ｐｒｏｄ" shows as "prod"]"#),
+        "{pending}"
+    );
+
+    // The console's approvals page, as the approver alice opens it.
+    let d = dir.path();
+    let alice = ok(d, &["token", "create", "--principal", "alice"])
+        .trim()
+        .to_owned();
+    let server = crate::serve::Server::start(d);
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={alice}"))
+        .send()
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = http
+        .get(format!("{origin}/admin/approvals"))
+        .header("Cookie", cookie)
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        !page.contains(['\u{202e}', '\u{202c}', '\u{1b}', '\u{7}']),
+        "a hidden character reached the page"
+    );
+    assert!(
+        page.contains(r"prod-\u202ebd-tset\u202c\u001b]0;owned\u0007"),
+        "{page}"
+    );
+    assert!(
+        page.contains("These values show as other values:")
+            && page.contains("&quot;ｐｒｏｄ&quot; shows as &quot;prod&quot;"),
+        "{page}"
+    );
+    assert!(server.stop().success());
+}

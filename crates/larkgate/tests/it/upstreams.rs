@@ -433,3 +433,43 @@ fn a_secret_in_an_upstream_url_is_shown_nowhere() {
     );
     assert!(server.stop().success());
 }
+
+/// An upstream's own name reaches the operator's terminal as text: a `serverInfo.name` that
+/// sets the window title, clears the screen and reverses what follows is shown with each such
+/// character as an escape by `upstream add` and `upstream list`.
+#[test]
+fn an_upstream_name_with_terminal_escapes_is_shown_as_text() {
+    let hostile = "evil\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}peer";
+    let mut child = Command::new(crate::python())
+        .arg(crate::root().join("crates/larkgate-upstream/tests/peers/weather_server.py"))
+        .env("WEATHER_PEER_NAME", hostile)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let peer = Peer {
+        url: format!("http://127.0.0.1:{}/mcp", port.trim()),
+        child,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    let shown = r"evil\u{001b}]0;owned\u{0007}\u{001b}[2J\u{202e}peer";
+    let added = ok(
+        d,
+        &["upstream", "add", "evil", &peer.url, "--allow", "127.0.0.1"],
+    );
+    let listed = ok(d, &["upstream", "list"]);
+    for printed in [&added, &listed] {
+        assert!(
+            !printed.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+            "a hidden character reached the terminal: {printed:?}"
+        );
+    }
+    assert!(added.contains(shown), "{added}");
+    drop(peer);
+}
