@@ -28,6 +28,38 @@ pub fn canonical_map_json(map: &Map) -> String {
     out
 }
 
+/// `map` as the JSON object whose numbers are written as its canonical text writes them: the
+/// arguments exactly as an approver is shown them, for a call passed on to another server. A
+/// float with an integral value within ±2^53 is an integer (`1.0` is `1`), other floats are
+/// ECMAScript's shortest form (`1e+21`, `0.1`), `-0` is `0`; strings, keys and structure are
+/// as they are (keys in the map's own order: no server reads meaning into it).
+pub fn canonical_map_to_json(map: &Map) -> serde_json::Map<String, serde_json::Value> {
+    map.iter()
+        .map(|(key, value)| (key.clone(), canonical_value_to_json(value)))
+        .collect()
+}
+
+fn canonical_value_to_json(value: &Value) -> serde_json::Value {
+    match value {
+        Value::Null => serde_json::Value::Null,
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::Int(i) => serde_json::Value::from(*i),
+        Value::Float(f) => {
+            let mut text = String::new();
+            write_float(f.get(), &mut text);
+            // The shortest text of a finite float is a JSON number, which serde_json reads
+            // (and, with `arbitrary_precision`, writes back to the byte).
+            serde_json::from_str::<serde_json::Number>(&text)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number)
+        }
+        Value::Str(s) => serde_json::Value::String(s.clone()),
+        Value::List(items) => {
+            serde_json::Value::Array(items.iter().map(canonical_value_to_json).collect())
+        }
+        Value::Map(map) => serde_json::Value::Object(canonical_map_to_json(map)),
+    }
+}
+
 fn write_value(value: &Value, out: &mut String) {
     match value {
         Value::Null => out.push_str("null"),

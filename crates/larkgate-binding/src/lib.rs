@@ -29,7 +29,7 @@ mod shape;
 mod star;
 mod value;
 
-pub use canonical::{canonical_json, canonical_map_json};
+pub use canonical::{canonical_json, canonical_map_json, canonical_map_to_json};
 pub use error::{Error, ErrorKind, LimitExceeded, Path, Result, Segment};
 pub use identifier::valid_identifier;
 pub use json::{from_json, from_json_object, from_json_slice, map_to_json, to_json};

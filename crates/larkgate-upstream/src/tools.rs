@@ -250,7 +250,10 @@ impl ToolHandler for UpstreamTool {
     ) -> Result<ToolOutput, Refusal> {
         let name = prefixed_name(&self.alias, &self.original);
         let client = connected(&self.link, &self.alias, &name)?;
-        let arguments = larkgate_binding::map_to_json(&arguments);
+        // The canonical form: what an approver was shown is what the upstream gets (a caller's
+        // `1.0` arrives as `1`, as the approval showed it), and every caller's encoding of the
+        // same arguments reaches the upstream alike.
+        let arguments = larkgate_binding::canonical_map_to_json(&arguments);
         // The upstream's own spans join this trace: the client sends this span's context.
         let span = tracing::info_span!(
             "upstream.call",

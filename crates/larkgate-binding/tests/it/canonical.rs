@@ -75,3 +75,40 @@ fn the_same_arguments_in_any_encoding_give_the_same_text() {
     assert_eq!(a, b);
     assert_eq!(a, r#"{"a":{"x":"A","y":null},"b":[1,2]}"#);
 }
+
+/// What is passed on to another server is the canonical form an approver is shown: the same
+/// value, written with the same numbers, whatever encoding the caller used.
+#[test]
+fn arguments_passed_on_are_the_canonical_form() {
+    let table = [
+        r#"{"n": 1.0}"#,
+        r#"{"n": 1E2, "m": -0.0}"#,
+        r#"{"n": 1e21, "m": 0.1, "k": 5e-324}"#,
+        r#"{"n": [1.0, 2.50, {"x": 3.0}], "s": "a\u00e9", "b": true, "z": null}"#,
+        r#"{"big": 9007199254740993, "neg": -9223372036854775808}"#,
+    ];
+    for text in table {
+        let value = from_json_slice(text.as_bytes(), Limits::default()).unwrap();
+        let Value::Map(map) = &value else {
+            panic!("{text} is an object")
+        };
+        let passed = serde_json::Value::Object(larkgate_binding::canonical_map_to_json(map));
+        // Written out (keys aside, which canonical JSON sorts), it is the canonical text.
+        let reread = from_json_slice(passed.to_string().as_bytes(), Limits::default()).unwrap();
+        assert_eq!(canonical_json(&reread), canonical_json(&value), "{text}");
+        assert_eq!(
+            serde_json::to_string(&passed).unwrap(),
+            canonical_json(&value),
+            "{text}: the very bytes, where the keys are already in order"
+        );
+    }
+    let one = from_json_slice(br#"{"n": 1.0}"#, Limits::default()).unwrap();
+    let Value::Map(one) = &one else {
+        unreachable!()
+    };
+    assert_eq!(
+        larkgate_binding::canonical_map_to_json(one)["n"].as_i64(),
+        Some(1),
+        "1.0 is passed on as the integer 1"
+    );
+}

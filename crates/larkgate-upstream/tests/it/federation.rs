@@ -167,6 +167,61 @@ async fn an_always_upstream_is_gated_even_for_its_read_only_tools() {
     assert_eq!(again.code, "approval_required");
 }
 
+/// What an approver was shown is what the upstream gets: a call written with `1.0`, `1E2`,
+/// `-0.0` is gated and shown in its canonical form (RFC 8785: `1`, `100`, `0`), and once
+/// approved the upstream receives those very numbers, not floats nobody saw written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_gets_the_arguments_as_the_approver_saw_them() {
+    let setup = setup(Approval::Always, UpstreamLimits::default()).await;
+    let agent = principal("agent-1", &["agent"]);
+    let approver = principal("alice", &["approver"]);
+    let written = br#"{"value": [1.0, 1E2, -0.0, 0.5, 1e21, {"n": 3.0}]}"#;
+    let Value::Map(arguments) =
+        larkgate_binding::from_json_slice(written, Limits::default()).unwrap()
+    else {
+        unreachable!()
+    };
+    let args: Vec<(&str, Value)> = arguments
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let gated = refusal(call_as(&setup, &agent, RunKind::Direct, "weather__echo", &args).await);
+    assert_eq!(gated.code, "approval_required", "{}", gated.text);
+    let id = gated.approval_id.expect("an approval id");
+    let shown = setup
+        .platform
+        .services()
+        .store
+        .approval(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .details
+        .arguments
+        .expect("the approver is shown the arguments");
+    assert_eq!(shown, r#"{"value":[1,100,0,0.5,1e+21,{"n":3}]}"#);
+    approvals::resolve_in(
+        setup.platform.services(),
+        &approver,
+        &id,
+        approvals::Decision::APPROVE,
+    )
+    .await
+    .unwrap();
+    let result = call_as(&setup, &agent, RunKind::Direct, "weather__echo", &args)
+        .await
+        .unwrap();
+    // (The tool declares no output schema: its answer is the JSON text of its dict.)
+    let Some(Value::Str(text)) = result.get("text") else {
+        panic!("{result:?}")
+    };
+    let answer: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(
+        answer["received"], r#"[1,100,0,0.5,1e+21,{"n":3}]"#,
+        "the upstream got what the approver saw"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
     let limits = UpstreamLimits {
