@@ -48,16 +48,17 @@ pub(crate) struct Cli {
 
 impl Cli {
     /// What is logged to stderr unless `RUST_LOG` says otherwise: warnings, and what the
-    /// command says; `serve` and `stdio` also log the upstreams' allow-lists at start. `larkgate
-    /// client` says what failed in its own words, so the MCP library's own log lines about the
-    /// same failure are left out there.
+    /// command says; `serve` and `stdio` also log the upstreams' allow-lists at start. larkgate
+    /// says every failure of an upstream in its own words (and logs its detail with URLs
+    /// redacted), so the MCP library's own log lines — type names, debug dumps, URLs with their
+    /// query — are left out of every command (`RUST_LOG=rmcp=debug` shows them).
     pub(crate) fn default_log_filter(&self) -> &'static str {
         match self.command {
             Command::Client(_) => "warn,rmcp=off,larkgate_cli=info",
             Command::Serve(_) | Command::Stdio(_) => {
-                "warn,larkgate_cli=info,larkgate_access=info,larkgate_upstream=info"
+                "warn,rmcp=off,larkgate_cli=info,larkgate_access=info,larkgate_upstream=info"
             }
-            _ => "warn,larkgate_cli=info",
+            _ => "warn,rmcp=off,larkgate_cli=info",
         }
     }
 

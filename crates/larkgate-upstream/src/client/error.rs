@@ -127,6 +127,14 @@ pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
         "its host name could not be resolved"
     } else if has("invalidcertificate") || has("certificate") || has("tls handshake") {
         "the TLS connection failed: its certificate or protocol was not accepted"
+    } else if has("redirect to another origin") {
+        "the server redirected larkgate to another origin, which larkgate does not follow: it \
+         follows redirects only within the upstream's own scheme, host and port"
+    } else if has("more than") && has("redirects") {
+        "the server redirected larkgate too many times (a redirect loop?)"
+    } else if has("error following redirect") {
+        "the server redirected larkgate to an address it does not reach (redirects are \
+         checked as the upstream's own URL is)"
     } else if has("token refresh failed") || has("tokenrefreshrejected") {
         "the authorization server refused to refresh larkgate's OAuth token: an operator signs \
          in again with `larkgate upstream login`"
@@ -148,7 +156,9 @@ pub fn plain_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> 
 }
 
 /// Transport failures arrive as text through rmcp; the byte cap and the guard are recognised
-/// by their own messages (pinned by tests).
+/// by their own messages (pinned by tests). Any other text is a library's, which names its
+/// types and the URL: it goes to the log, and people are told only that the connection
+/// failed.
 pub(super) fn classify_text(text: &str, limits: UpstreamLimits) -> UpstreamError {
     if text.contains("exceeded the maximum size")
         || text.contains("response-bytes limit")
@@ -158,7 +168,13 @@ pub(super) fn classify_text(text: &str, limits: UpstreamLimits) -> UpstreamError
             limit: limits.max_response_bytes,
         };
     }
-    UpstreamError::Unavailable(text.to_owned())
+    tracing::warn!(
+        error = %crate::redact::urls(text),
+        "an upstream could not be reached for a reason larkgate does not name"
+    );
+    UpstreamError::Unavailable(
+        "the connection failed in a way larkgate does not name (its log has the detail)".to_owned(),
+    )
 }
 
 /// What [`plain_cause`] says of a server that answered 401 Unauthorized.

@@ -329,6 +329,21 @@ fn endpoint(url: String, limits: UpstreamLimits) -> Endpoint {
     }
 }
 
+/// What `upstream add` prints and `upstream list` shows names no library, type or crate.
+fn no_library_words(text: &str) {
+    for word in [
+        "rmcp",
+        "::",
+        "Transport",
+        "reqwest",
+        "hyper",
+        "Error {",
+        "Worker",
+    ] {
+        assert!(!text.contains(word), "{word:?} in {text:?}");
+    }
+}
+
 fn loopback() -> Arc<UrlGuard> {
     Arc::new(UrlGuard::strict().allow(["127.0.0.1".parse::<Allowed>().unwrap()]))
 }
@@ -356,6 +371,7 @@ async fn redirects_to_private_targets_or_other_origins_are_refused() {
             matches!(error, UpstreamError::Unavailable(_)),
             "{target}: {error}"
         );
+        no_library_words(&error.to_string());
     }
     // The other origin never saw the request, nor its Authorization header.
     assert_eq!(elsewhere_hits.load(Ordering::SeqCst), 0);
@@ -374,6 +390,7 @@ async fn a_same_origin_redirect_is_followed_and_a_loop_is_bounded() {
         .await
         .unwrap_err();
     assert!(matches!(error, UpstreamError::Unavailable(_)), "{error}");
+    no_library_words(&error.to_string());
     let hits = hits.load(Ordering::SeqCst);
     assert!(
         (10..=12).contains(&hits),

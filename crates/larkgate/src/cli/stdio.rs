@@ -148,11 +148,14 @@ impl ServerHandler for Relay {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self
-            .client
-            .list_tools()
-            .await
-            .map_err(|e| ErrorData::internal_error(unreachable_server(&e), None))?;
+        let tools = match self.client.list_tools().await {
+            Ok(tools) => tools,
+            // As without a server: an unauthenticated session lists nothing.
+            Err(error) if error.is_unauthorized() => Vec::new(),
+            Err(error) => {
+                return Err(ErrorData::internal_error(unreachable_server(&error), None));
+            }
+        };
         Ok(ListToolsResult {
             tools,
             ..Default::default()
@@ -167,6 +170,18 @@ impl ServerHandler for Relay {
         let arguments = request.arguments.unwrap_or_default();
         let result = match self.client.call_tool(&request.name, arguments).await {
             Ok(result) => result,
+            // The server refused the session's token (revoked, expired, its principal
+            // removed): the caller is told so, as without a server, not that serve is down.
+            Err(error) if error.is_unauthorized() => Refusal::new(
+                Code::Unauthenticated,
+                "the token this session was opened with is no longer valid (revoked, expired, \
+                 or its principal removed)",
+            )
+            .with_hint(
+                "start the session again with a valid token; an admin creates one with \
+                 `larkgate token create --principal NAME`",
+            )
+            .to_result(),
             Err(error) => Refusal::new(Code::UpstreamUnavailable, unreachable_server(&error))
                 .with_hint("check that `larkgate serve` is still running, then call again")
                 .to_result(),

@@ -172,6 +172,19 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
             "access",
             "the server's own envelope, relayed"
         );
+        // The token revoked: the server refuses it, and the relay says so (as a session
+        // without a server would), not that the server is down; nothing is listed.
+        ok(d, &["token", "revoke", &token[4..16]]);
+        let revoked = client
+            .call_tool(CallToolRequestParams::new("clock_now"))
+            .await
+            .unwrap();
+        assert_eq!(
+            refusal_code(&revoked).as_deref(),
+            Some("unauthenticated"),
+            "{revoked:?}"
+        );
+        assert!(client.list_all_tools().await.unwrap().is_empty());
         client.cancel().await.unwrap();
     });
     // The calls crossed the server's pipeline: its chain has them, as desk's (waiting for the
@@ -187,8 +200,12 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
     assert!(tail.contains("clock_now -> ok"), "{tail}");
     assert!(tail.contains("kv_set"), "{tail}");
 
-    // The token is checked before anything is sent.
+    // The token is checked before anything is sent: the revoked one, and one never made.
+    assert!(stdio_refused(d, &token).contains("the token is not valid"));
     assert!(stdio_refused(d, "lgt_nope").contains("the token is not valid"));
+    let token = ok(d, &["token", "create", "--principal", "desk"])
+        .trim()
+        .to_owned();
     // The announcement decides where the token goes: only to a loopback IP over http.
     let original = std::fs::read_to_string(&announced).unwrap();
     for hostile in [

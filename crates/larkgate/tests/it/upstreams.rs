@@ -200,6 +200,12 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
         "{}",
         stderr(&down)
     );
+    // In larkgate's words only: no library's log line, type or debug dump reaches the terminal.
+    for printed in [stdout(&down), stderr(&down)] {
+        for word in ["worker quit", "reqwest", "rmcp", "::", "Error {"] {
+            assert!(!printed.contains(word), "{word:?} in {printed}");
+        }
+    }
     let gone = fails(dir, &["call", "weather__forecast", "--arg", "city=Bergen"]);
     assert!(gone.contains("approval_required"), "{gone}");
     ok(
