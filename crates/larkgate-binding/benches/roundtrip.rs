@@ -192,5 +192,52 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// What passing a call's arguments on to an upstream costs: the canonical form an approver is
+/// shown (`canonical_map_to_json`) against the plain conversion used before it
+/// (`map_to_json`), in the same run, on a tool call's typical arguments and on the 1 MiB
+/// document.
+fn passing_on(c: &mut Criterion) {
+    use larkgate_binding::{Map, canonical_map_to_json, map_to_json};
+    let call = br#"{"city": "Oslo", "days": 3, "units": "metric", "threshold": 0.25,
+        "tags": ["rain", "wind"], "window": {"from": 1.0, "to": 17.5}}"#;
+    let document = document();
+    let as_map = |text: &[u8]| match from_json_slice(text, limits()).unwrap() {
+        Value::Map(map) => map,
+        _ => unreachable!("an object"),
+    };
+    // (name, arguments, rounds of the interleaved comparison)
+    let cases: [(&str, Map, usize); 2] = [
+        ("a tool call", as_map(call), 20_001),
+        ("1 MiB", as_map(&document), 21),
+    ];
+    let mut group = c.benchmark_group("arguments_passed_on");
+    for (name, map, _) in &cases {
+        group.bench_function(format!("baseline map_to_json: {name}"), |b| {
+            b.iter(|| map_to_json(black_box(map)))
+        });
+        group.bench_function(format!("canonical_map_to_json: {name}"), |b| {
+            b.iter(|| canonical_map_to_json(black_box(map)))
+        });
+    }
+    group.finish();
+    for (name, map, rounds) in &cases {
+        let (mut base, mut ours) = (Vec::new(), Vec::new());
+        for _ in 0..*rounds {
+            let t = Instant::now();
+            black_box(map_to_json(black_box(map)));
+            base.push(t.elapsed());
+            let t = Instant::now();
+            black_box(canonical_map_to_json(black_box(map)));
+            ours.push(t.elapsed());
+        }
+        let (base, ours) = (median(base), median(ours));
+        println!(
+            "arguments passed on, {name}: map_to_json {base:.2?}, canonical_map_to_json \
+             {ours:.2?}, ratio {:.2}x",
+            ours.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+}
+
+criterion_group!(benches, bench, passing_on);
 criterion_main!(benches);
