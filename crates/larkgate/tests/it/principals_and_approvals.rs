@@ -452,31 +452,8 @@ fn approvals_list_shows_hidden_characters_as_escapes_and_names_look_alikes() {
         .trim()
         .to_owned();
     let server = crate::serve::Server::start(d);
-    let origin = server.url.trim_end_matches("/mcp").to_owned();
-    let http = reqwest::blocking::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let signed_in = http
-        .post(format!("{origin}/admin/sign-in"))
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(format!("token={alice}"))
-        .send()
-        .unwrap();
-    let cookie = signed_in.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let page = http
-        .get(format!("{origin}/admin/approvals"))
-        .header("Cookie", cookie)
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let (status, page) = crate::serve::console_page(&server.url, &alice, "/admin/approvals");
+    assert_eq!(status, 200);
     assert!(
         !page.contains(['\u{202e}', '\u{202c}', '\u{1b}', '\u{7}']),
         "a hidden character reached the page"

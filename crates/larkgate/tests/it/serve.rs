@@ -176,6 +176,35 @@ impl Drop for Server {
 
 /// A data directory configured by `config`, with the principal `ada` (admin) and a token for
 /// it, and `larkgate serve` started on it.
+/// The console page at `path` of the server at `url` (its `/mcp` URL), as a person signed in
+/// with `token` sees it: its status and its HTML.
+pub(crate) fn console_page(url: &str, token: &str, path: &str) -> (u16, String) {
+    let origin = url.trim_end_matches("/mcp");
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .unwrap();
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = http
+        .get(format!("{origin}{path}"))
+        .header("Cookie", cookie)
+        .send()
+        .unwrap();
+    (page.status().as_u16(), page.text().unwrap())
+}
+
 pub(crate) fn admin_gateway(config: &str) -> (tempfile::TempDir, Server, String) {
     admin_gateway_with_env(config, &[])
 }

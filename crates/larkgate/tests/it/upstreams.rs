@@ -22,8 +22,14 @@ impl Drop for Peer {
 }
 
 fn weather() -> Peer {
+    weather_named("weather-peer")
+}
+
+/// [`weather`], its server calling itself `name` (its `serverInfo.name`).
+fn weather_named(name: &str) -> Peer {
     let mut child = Command::new(crate::python())
         .arg(crate::root().join("crates/larkgate-upstream/tests/peers/weather_server.py"))
+        .env("WEATHER_PEER_NAME", name)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -408,31 +414,8 @@ fn a_secret_in_an_upstream_url_is_shown_nowhere() {
         "{tool}"
     );
 
-    let origin = server.url.trim_end_matches("/mcp").to_owned();
-    let http = reqwest::blocking::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let signed_in = http
-        .post(format!("{origin}/admin/sign-in"))
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
-        .send()
-        .unwrap();
-    let cookie = signed_in.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let page = http
-        .get(format!("{origin}/admin/upstreams"))
-        .header("Cookie", cookie)
-        .send()
-        .unwrap();
-    assert_eq!(page.status(), 200);
-    let page = page.text().unwrap();
+    let (status, page) = crate::serve::console_page(&server.url, &token, "/admin/upstreams");
+    assert_eq!(status, 200);
     assert!(
         page.contains("weather") && !page.contains("SECRET"),
         "{page}"
@@ -445,22 +428,7 @@ fn a_secret_in_an_upstream_url_is_shown_nowhere() {
 /// character as an escape by `upstream add` and `upstream list`.
 #[test]
 fn an_upstream_name_with_terminal_escapes_is_shown_as_text() {
-    let hostile = "evil\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}peer";
-    let mut child = Command::new(crate::python())
-        .arg(crate::root().join("crates/larkgate-upstream/tests/peers/weather_server.py"))
-        .env("WEATHER_PEER_NAME", hostile)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut port)
-        .unwrap();
-    let peer = Peer {
-        url: format!("http://127.0.0.1:{}/mcp", port.trim()),
-        child,
-    };
+    let peer = weather_named("evil\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}peer");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(crate::config_path(d), POLICY).unwrap();
