@@ -112,6 +112,20 @@ impl Console {
                 .add_template(name, source)
                 .expect("the console's templates parse");
         }
+        // Text from outside (an upstream's cause, a caller's argument, a script's source)
+        // shows as text on every page: characters that reorder or hide what is displayed are
+        // written as escapes, line breaks and tabs kept ([`larkgate_platform::display`]); then
+        // it is HTML-escaped as before.
+        templates.set_formatter(|out, state, value| {
+            if !value.is_safe()
+                && let Some(text) = value.as_str()
+                && let std::borrow::Cow::Owned(shown) =
+                    larkgate_platform::display::escaped_text(text)
+            {
+                return minijinja::escape_formatter(out, state, &minijinja::Value::from(shown));
+            }
+            minijinja::escape_formatter(out, state, value)
+        });
         templates.add_filter("time", |ms: i64| rfc3339_from_ms(ms));
         // Indented JSON, as text: the page escapes it like any other text.
         templates.add_filter("pretty", |value: minijinja::Value| {

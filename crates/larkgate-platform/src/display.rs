@@ -54,14 +54,25 @@ pub fn hidden(c: char) -> bool {
         )
 }
 
-/// `text` with every [`hidden`] character written as `\u{XXXX}`.
+/// `text` with every [`hidden`] character written as `\u{XXXX}`: for one line of a terminal.
 pub fn escaped(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(hidden) {
+    escaped_but(text, |_| false)
+}
+
+/// [`escaped`], keeping line breaks and tabs: for text shown on a page in its own block (a
+/// script's source, an error's text), where they are layout and act on nothing.
+pub fn escaped_text(text: &str) -> Cow<'_, str> {
+    escaped_but(text, |c| matches!(c, '\n' | '\t'))
+}
+
+fn escaped_but(text: &str, kept: impl Fn(char) -> bool) -> Cow<'_, str> {
+    let shown_as_escape = |c: char| hidden(c) && !kept(c);
+    if !text.chars().any(shown_as_escape) {
         return Cow::Borrowed(text);
     }
     let mut shown = String::with_capacity(text.len() + 16);
     for c in text.chars() {
-        if hidden(c) {
+        if shown_as_escape(c) {
             let _ = write!(shown, "\\u{{{:04x}}}", u32::from(c));
         } else {
             shown.push(c);
@@ -175,6 +186,19 @@ mod tests {
         ] {
             assert_eq!(escaped(raw), shown, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn text_for_a_page_keeps_its_lines_and_tabs_and_nothing_else_hidden() {
+        assert_eq!(
+            escaped_text("def main():\n\treturn 1\r\n"),
+            "def main():\n\treturn 1\\u{000d}\n"
+        );
+        assert_eq!(
+            escaped_text("prod-\u{202e}bd-tset\u{202c}\n"),
+            "prod-\\u{202e}bd-tset\\u{202c}\n"
+        );
+        assert!(matches!(escaped_text("plain\ntext"), Cow::Borrowed(_)));
     }
 
     #[test]

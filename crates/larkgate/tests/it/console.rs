@@ -411,3 +411,43 @@ fn failed_sign_ins_spend_the_same_budget_of_failures_as_mcp() {
         "{tail}"
     );
 }
+
+/// Trojan Source on the console: a draft whose source hides its logic behind bidirectional
+/// controls (`"admin\u{202e} \u{2066}// not a check\u{2069} \u{2066}"` reads as a comment and
+/// is a string) and a zero-width space is shown on its page with each of those characters as
+/// an escape, its lines and indentation as they are.
+#[test]
+fn a_script_source_with_bidi_controls_is_shown_with_them_as_escapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "author,writer"]);
+    ok(d, &["principal", "add", "root", "--roles", "admin"]);
+    let source = "def main():\n    role = \"user\u{202e} \u{2066}# admins only\u{2069} \u{2066}\"\n    return {\"role\": role, \"ok\u{200b}\": True}\n";
+    std::fs::write(d.join("trojan.star"), source).unwrap();
+    ok(
+        d,
+        &["--as", "ada", "script", "save", "trojan", "trojan.star"],
+    );
+    let root_token = ok(d, &["token", "create", "--principal", "root"])
+        .trim()
+        .to_owned();
+    let server = Server::start(d);
+    let (status, page) =
+        crate::serve::console_page(&server.url, &root_token, "/admin/scripts/trojan");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        !page.contains(['\u{202e}', '\u{2066}', '\u{2069}', '\u{200b}']),
+        "a hidden character reached the page"
+    );
+    assert!(
+        page.contains(r"role = &quot;user\u{202e} \u{2066}# admins only\u{2069} \u{2066}&quot;"),
+        "{page}"
+    );
+    assert!(page.contains(r"ok\u{200b}"), "{page}");
+    assert!(
+        page.contains("def main():\n    role"),
+        "lines and indentation kept: {page}"
+    );
+    assert!(server.stop().success());
+}
