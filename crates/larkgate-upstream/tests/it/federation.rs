@@ -121,6 +121,18 @@ async fn call_as(
     result
 }
 
+/// `approver` approves request `id`; panics if that is refused.
+async fn approve(setup: &Setup, approver: &Principal, id: &str) {
+    approvals::resolve_in(
+        setup.platform.services(),
+        approver,
+        id,
+        approvals::Decision::APPROVE,
+    )
+    .await
+    .unwrap();
+}
+
 fn refusal(result: Result<Map, CallError>) -> larkgate_caller::RefusalError {
     match result {
         Err(CallError::Refused(refusal)) => refusal,
@@ -148,14 +160,7 @@ async fn an_always_upstream_is_gated_even_for_its_read_only_tools() {
         .await
         .is_err()
     );
-    approvals::resolve_in(
-        setup.platform.services(),
-        &approver,
-        &id,
-        approvals::Decision::APPROVE,
-    )
-    .await
-    .unwrap();
+    approve(&setup, &approver, &id).await;
     let result = call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &args)
         .await
         .unwrap();
@@ -200,14 +205,7 @@ async fn the_upstream_gets_the_arguments_as_the_approver_saw_them() {
         .arguments
         .expect("the approver is shown the arguments");
     assert_eq!(shown, r#"{"value":[1,100,0,0.5,1e+21,{"n":3}]}"#);
-    approvals::resolve_in(
-        setup.platform.services(),
-        &approver,
-        &id,
-        approvals::Decision::APPROVE,
-    )
-    .await
-    .unwrap();
+    approve(&setup, &approver, &id).await;
     let result = call_as(&setup, &agent, RunKind::Direct, "weather__echo", &args)
         .await
         .unwrap();
