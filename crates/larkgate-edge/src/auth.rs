@@ -177,7 +177,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
             if matches!(
                 error,
                 EdgeError::Unauthenticated
-                    | EdgeError::SignIn(Rejection::Invalid(_) | Rejection::NotAPrincipal(_))
+                    | EdgeError::SignIn(Rejection::Invalid(_) | Rejection::NotAPrincipal { .. })
             ) {
                 auth.failed(source, presented);
             }

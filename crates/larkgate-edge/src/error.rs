@@ -27,9 +27,9 @@ fn sign_in_message(rejection: &super::sign_in::Rejection) -> String {
         Rejection::InsufficientScope(_) => {
             format!("forbidden: {rejection}: sign in again, asking for them")
         }
-        Rejection::NotAPrincipal(name) => format!(
-            "forbidden: {rejection}: an admin registers it with `larkgate principal add {name} \
-             --roles ROLES`"
+        Rejection::NotAPrincipal { principal, issuer } => format!(
+            "forbidden: {rejection}: an admin registers it with `larkgate principal add \
+             {principal} --issuer {issuer} --roles ROLES`"
         ),
         Rejection::Unavailable(refusal) => refusal.message.clone(),
     }
@@ -241,7 +241,7 @@ impl EdgeError {
 fn rejection_code(rejection: &Rejection) -> Code {
     match rejection {
         Rejection::Invalid(_) => Code::Unauthenticated,
-        Rejection::InsufficientScope(_) | Rejection::NotAPrincipal(_) => Code::Forbidden,
+        Rejection::InsufficientScope(_) | Rejection::NotAPrincipal { .. } => Code::Forbidden,
         Rejection::Unavailable(refusal) => refusal.code,
     }
 }

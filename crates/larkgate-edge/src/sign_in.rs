@@ -23,10 +23,13 @@
 //!   that is not configured (`iss`) is refused, so a token a user gave another service cannot
 //!   be replayed here; and no client token is ever passed on to an upstream (the platform's
 //!   calls to upstreams carry only the upstream's own credentials).
-//! - **Accounts that should not get in**: the mapped principal must be registered and of a
+//! - **Accounts that should not get in**: the mapped principal must be registered, of a
 //!   person's or a service's kind (never a script's: a provider account named like one does not
-//!   borrow a script's authority), so removing the principal locks the account out at its next
-//!   request. A provider-side revocation takes effect when the token expires (`exp`): keep
+//!   borrow a script's authority), and registered *for this issuer* (`principal add NAME
+//!   --issuer ISSUER`): a provider's users may choose the claim that names them, so an account
+//!   whose `sub` is `admin` must not become the `admin` that holds larkgate's first token, nor
+//!   an account of one provider a principal meant for another's. Removing the principal locks
+//!   the account out at its next request. A provider-side revocation takes effect when the token expires (`exp`): keep
 //!   provider access tokens short-lived.
 //! - **Load on the provider**: key fetches are bounded (see [`keys`]).
 //! - **What a refusal says**: why the token was refused (expired, wrong audience, ...), never a
@@ -42,7 +45,7 @@ use std::sync::Arc;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, AlgorithmFamily, Validation};
 use larkgate_platform::envelope::{Code, Refusal};
-use larkgate_store::{Principal, PrincipalKind, Store};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, Store};
 
 pub use config::{IssuerConfig, SignInConfig};
 
@@ -60,9 +63,17 @@ pub enum Rejection {
     /// The token lacks scopes every token must carry.
     #[error("the access token lacks the scopes {}", .0.join(" "))]
     InsufficientScope(Vec<String>),
-    /// The token is valid, but the principal it names is not registered.
-    #[error("signed in as {0}, which is not a larkgate principal")]
-    NotAPrincipal(String),
+    /// The token is valid, but the principal it names is not registered for its issuer (not
+    /// at all, or for no issuer, another issuer, or as a script: the bearer is not told which).
+    #[error(
+        "signed in as {principal} through {issuer}, which is not a larkgate principal for that provider"
+    )]
+    NotAPrincipal {
+        /// The principal name its claims map to.
+        principal: String,
+        /// The configured name of its issuer.
+        issuer: String,
+    },
     /// The token could not be checked: the provider's keys or the store could not be read.
     #[error("{}", .0.message)]
     Unavailable(Refusal),
@@ -78,6 +89,8 @@ impl Rejection {
 #[derive(Debug)]
 struct Issuer {
     config: IssuerConfig,
+    /// Its name ([`IssuerConfig::name`]), which principals are registered for.
+    name: String,
     algorithms: Vec<Algorithm>,
     audience: String,
     keys: Keys,
@@ -107,6 +120,7 @@ impl SignIn {
                     .clone()
                     .unwrap_or_else(|| resource.to_owned()),
                 keys: Keys::new(issuer),
+                name: issuer.name(),
                 config: issuer.clone(),
             })
             .collect();
@@ -239,11 +253,52 @@ impl SignIn {
                 error,
             ))
         })?;
+        let name = issuer.name.as_str();
+        let not_a_principal = || Rejection::NotAPrincipal {
+            principal: mapped.principal.clone(),
+            issuer: name.to_owned(),
+        };
         let Some(mut principal) = stored else {
-            return Err(Rejection::NotAPrincipal(mapped.principal));
+            return Err(not_a_principal());
         };
         if principal.kind == PrincipalKind::Script {
-            return Err(Rejection::NotAPrincipal(mapped.principal));
+            return Err(not_a_principal());
+        }
+        match &principal.issuer {
+            IssuerBinding::Issuer(bound) if bound == name => {}
+            IssuerBinding::FirstSignIn => {
+                let bound = store
+                    .bind_at_first_sign_in(&principal.id, name)
+                    .await
+                    .map_err(|error| {
+                        Rejection::Unavailable(Refusal::store(
+                            "the access token could not be checked",
+                            error,
+                        ))
+                    })?;
+                // Another sign-in (through another issuer) or an operator bound it first.
+                if !bound {
+                    return Err(not_a_principal());
+                }
+                tracing::info!(
+                    principal = %principal.id,
+                    issuer = name,
+                    "a principal registered before principals were bound to issuers signed in: \
+                     it is now bound to this issuer (change it with `larkgate principal \
+                     set-issuer`)"
+                );
+                principal.issuer = IssuerBinding::Issuer(name.to_owned());
+            }
+            other => {
+                tracing::info!(
+                    principal = %principal.id,
+                    issuer = name,
+                    bound = %other,
+                    "an account of this issuer maps to a principal that is not registered for \
+                     it: refused"
+                );
+                return Err(not_a_principal());
+            }
         }
         principal.roles.extend(mapped.roles);
         principal.roles.sort();

@@ -97,7 +97,7 @@ pub fn may_read_run(reader: &Principal, ran_as: &str, started_by: Option<&str>) 
 #[cfg(test)]
 mod tests {
     use larkgate_caller::{Origin, Source};
-    use larkgate_store::PrincipalKind;
+    use larkgate_store::{IssuerBinding, PrincipalKind};
 
     use super::*;
 
@@ -106,6 +106,7 @@ mod tests {
             id: id.to_owned(),
             kind: PrincipalKind::User,
             roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+            issuer: IssuerBinding::Local,
         }
     }
 

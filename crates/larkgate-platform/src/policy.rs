@@ -446,7 +446,7 @@ impl Policy {
 
 #[cfg(test)]
 mod tests {
-    use larkgate_store::PrincipalKind;
+    use larkgate_store::{IssuerBinding, PrincipalKind};
 
     use super::*;
 
@@ -497,6 +497,7 @@ mod tests {
             id: "x".into(),
             kind: PrincipalKind::User,
             roles: roles.iter().map(|r| r.to_string()).collect(),
+            issuer: IssuerBinding::Local,
         }
     }
 

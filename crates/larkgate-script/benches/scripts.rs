@@ -27,7 +27,7 @@ use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{
     Blocking, Script, ScriptLimits, Tools, WorkerCommand, WorkerPool, run_in_process, run_in_worker,
 };
-use larkgate_store::{Principal, PrincipalKind, SqliteStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, SqliteStore};
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -145,6 +145,7 @@ fn main() {
             id: "bench".into(),
             kind: PrincipalKind::Service,
             roles: vec!["admin".into()],
+            issuer: IssuerBinding::Local,
         },
         run_id: None,
         kind: RunKind::Published,

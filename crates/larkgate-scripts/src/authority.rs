@@ -8,7 +8,7 @@ use std::sync::Arc;
 use larkgate_binding::Map;
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::{RunContext, RunKind};
-use larkgate_store::{CallChain, Principal, PrincipalKind};
+use larkgate_store::{CallChain, IssuerBinding, Principal, PrincipalKind};
 
 use crate::{Scripts, store_failed};
 
@@ -109,6 +109,7 @@ impl Scripts {
                 id: format!("script:{name}"),
                 kind: PrincipalKind::Script,
                 roles: latest.author_roles.clone(),
+                issuer: IssuerBinding::Local,
             },
             kind: RunKind::Published,
             arguments,

@@ -15,7 +15,7 @@ use larkgate_caller::Caller;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::registry::RegisteredTool;
 use larkgate_platform::{CallContext, Platform, PlatformServer, RunContext, SessionIdentity};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, SqliteStore};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ServerCapabilities, ServerConfig,
 };
@@ -55,6 +55,7 @@ fn admin() -> Principal {
         id: "bench".into(),
         kind: PrincipalKind::Service,
         roles: vec!["admin".into()],
+        issuer: IssuerBinding::Local,
     }
 }
 

@@ -29,9 +29,9 @@ mod sqlite;
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
     Approval, ApprovalDetails, ApprovalFor, ApprovalRequest, ApprovalStatus, AuditHead, AuditKind,
-    AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit, KvQuery, NewSession, PinStatus,
-    Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats, RunStatus,
-    ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
+    AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit, IssuerBinding, KvQuery, NewSession,
+    PinStatus, Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats,
+    RunStatus, ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
     UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
@@ -319,6 +319,13 @@ pub trait PrincipalStore: Send + Sync {
     async fn principal(&self, id: &str) -> Result<Option<Principal>>;
     /// All principals, by id.
     async fn principals(&self) -> Result<Vec<Principal>>;
+    /// Replaces which issuer's accounts sign in as a principal; [`StoreError::Missing`] if
+    /// it does not exist.
+    async fn set_issuer(&self, id: &str, issuer: IssuerBinding) -> Result<()>;
+    /// Binds a principal waiting for its first sign-in ([`IssuerBinding::FirstSignIn`]) to
+    /// `issuer`, in one conditional write; `false` if it was not waiting (another sign-in or
+    /// an operator bound it first, or it does not exist).
+    async fn bind_at_first_sign_in(&self, id: &str, issuer: &str) -> Result<bool>;
     /// Replaces a principal's roles; [`StoreError::Missing`] if it does not exist.
     async fn set_roles(&self, id: &str, roles: Vec<String>) -> Result<()>;
     /// Removes a principal; [`StoreError::Missing`] if it does not exist.

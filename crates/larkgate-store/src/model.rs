@@ -50,7 +50,62 @@ pub struct Principal {
     pub kind: PrincipalKind,
     /// Its roles, sorted and unique.
     pub roles: Vec<String>,
+    /// Which identity provider's accounts sign in as it (`[[sign_in.issuers]]`).
+    #[serde(default)]
+    pub issuer: IssuerBinding,
 }
+
+/// Which identity provider's accounts may sign in as a principal.
+///
+/// An account maps to a principal's name through its claims, which the provider's users may
+/// choose (a `sub` of `admin`); the binding makes that name reach only principals registered
+/// for that provider, so no account takes over a principal that was meant for someone else.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IssuerBinding {
+    /// None: the principal calls with larkgate's own tokens only.
+    #[default]
+    Local,
+    /// The accounts of the configured issuer with this name.
+    Issuer(String),
+    /// Registered before principals were bound to issuers, and never given a token of
+    /// larkgate's own (so it could only have been reached by signing in): the first sign-in
+    /// through a configured issuer binds it to that issuer.
+    FirstSignIn,
+}
+
+impl IssuerBinding {
+    /// What the store keeps: NULL, the issuer's name, or `*`.
+    pub fn stored(&self) -> Option<&str> {
+        match self {
+            IssuerBinding::Local => None,
+            IssuerBinding::Issuer(name) => Some(name),
+            IssuerBinding::FirstSignIn => Some(FIRST_SIGN_IN),
+        }
+    }
+
+    /// From what the store keeps.
+    pub fn from_stored(stored: Option<String>) -> Self {
+        match stored {
+            None => IssuerBinding::Local,
+            Some(text) if text == FIRST_SIGN_IN => IssuerBinding::FirstSignIn,
+            Some(name) => IssuerBinding::Issuer(name),
+        }
+    }
+}
+
+impl std::fmt::Display for IssuerBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IssuerBinding::Local => f.write_str("-"),
+            IssuerBinding::Issuer(name) => f.write_str(name),
+            IssuerBinding::FirstSignIn => f.write_str("(first sign-in)"),
+        }
+    }
+}
+
+/// How the store marks [`IssuerBinding::FirstSignIn`]: not a name an issuer can have.
+pub(crate) const FIRST_SIGN_IN: &str = "*";
 
 /// Where an approval stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

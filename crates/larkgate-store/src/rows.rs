@@ -11,8 +11,8 @@ use larkgate_wire::{Code, RunKind};
 
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditRecord, CallChain, Draft,
-    ForwardedAudit, PinStatus, Principal, PrincipalKind, Result, Run, RunStats, RunStatus,
-    ScriptVersion, SharedSession, StoreError, TokenRecord, ToolPin, UpstreamRecord,
+    ForwardedAudit, IssuerBinding, PinStatus, Principal, PrincipalKind, Result, Run, RunStats,
+    RunStatus, ScriptVersion, SharedSession, StoreError, TokenRecord, ToolPin, UpstreamRecord,
     UpstreamStatusRecord, split_roles,
 };
 
@@ -53,7 +53,7 @@ fn version_number(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-pub(crate) const PRINCIPAL_COLUMNS: &str = "id, kind, roles";
+pub(crate) const PRINCIPAL_COLUMNS: &str = "id, kind, roles, issuer";
 
 pub(crate) fn principal(row: &impl Columns) -> Result<Principal> {
     let kind: String = row.get(1)?;
@@ -62,6 +62,7 @@ pub(crate) fn principal(row: &impl Columns) -> Result<Principal> {
         id: row.get(0)?,
         kind: PrincipalKind::parse(&kind).unwrap_or(PrincipalKind::User),
         roles: split_roles(&roles),
+        issuer: IssuerBinding::from_stored(row.get(3)?),
     })
 }
 

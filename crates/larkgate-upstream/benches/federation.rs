@@ -16,7 +16,7 @@ use larkgate_binding::{Limits, Map};
 use larkgate_caller::Caller;
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, SqliteStore};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::config::UpstreamConfig;
 use larkgate_upstream::federation::Federation;
@@ -138,6 +138,7 @@ async fn async_main() {
             id: "bench".into(),
             kind: PrincipalKind::Service,
             roles: vec!["admin".into()],
+            issuer: IssuerBinding::Local,
         })
     };
     let (through, _teardown) =

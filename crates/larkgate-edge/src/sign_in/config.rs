@@ -4,6 +4,8 @@
 //! ```toml
 //! [[sign_in.issuers]]
 //! issuer = "https://login.example.com/realms/acme"   # must equal the tokens' `iss`
+//! name = "acme"                    # default: the issuer's host; principals are registered
+//!                                  # for it: `larkgate principal add ada --issuer acme`
 //! # jwks_uri = "https://..."       # default: the issuer's discovery document names it
 //! # audience = "https://..."       # default: larkgate's resource URL ([server] public_url)
 //! # algorithms = ["RS256"]         # default: every asymmetric algorithm; never HMAC or none
@@ -46,6 +48,10 @@ pub struct SignInConfig {
 pub struct IssuerConfig {
     /// The issuer identifier: equal, byte for byte, to the `iss` of its tokens.
     pub issuer: String,
+    /// The name principals are registered for (`principal add NAME --issuer NAME`); by
+    /// default the issuer's host.
+    #[serde(default)]
+    pub name: Option<String>,
     /// Where its signing keys are published; by default read from its discovery document.
     #[serde(default)]
     pub jwks_uri: Option<String>,
@@ -127,6 +133,15 @@ pub(crate) fn provider_url_problem(text: &str) -> Option<&'static str> {
         .then_some("it must start with https:// (http:// only on this machine's loopback)")
 }
 
+/// Whether `name` may name an issuer: 1 to 64 of `A-Z a-z 0-9 _ - .` (never `*`, which the
+/// store uses for a principal waiting for its first sign-in).
+fn is_issuer_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 /// Whether `scope` is a scope token (RFC 6749 §3.3): printable ASCII but space, `"` and `\`.
 fn is_scope_token(scope: &str) -> bool {
     !scope.is_empty()
@@ -163,6 +178,7 @@ impl SignInConfig {
     /// Checks every issuer; the error names the key and what to write.
     pub fn validate(&self) -> Result<(), String> {
         let mut seen = BTreeSet::new();
+        let mut names = BTreeSet::new();
         for (i, issuer) in self.issuers.iter().enumerate() {
             issuer
                 .validate()
@@ -173,12 +189,69 @@ impl SignInConfig {
                     issuer.issuer
                 ));
             }
+            if !names.insert(issuer.name()) {
+                return Err(format!(
+                    "sign_in.issuers[{i}].name: another issuer is named {:?} too (by default an \
+                     issuer is named after its host); give each a `name` of its own",
+                    issuer.name()
+                ));
+            }
         }
         Ok(())
+    }
+
+    /// The configured issuer named `name`, or what to write instead.
+    pub fn named(&self, name: &str) -> Result<&IssuerConfig, String> {
+        if let Some(issuer) = self.issuers.iter().find(|i| i.name() == name) {
+            return Ok(issuer);
+        }
+        if self.issuers.is_empty() {
+            return Err(format!(
+                "no identity provider is configured, so no account can sign in through \
+                 {name:?}: add a [[sign_in.issuers]] to the configuration first"
+            ));
+        }
+        let known: Vec<String> = self.issuers.iter().map(IssuerConfig::name).collect();
+        Err(format!(
+            "no [[sign_in.issuers]] is named {name:?}; the configured issuers are named {}",
+            known.join(", ")
+        ))
+    }
+
+    /// What an operator should hear about how accounts map to principals: one sentence per
+    /// issuer whose `principal_prefix` is empty.
+    pub fn warnings(&self) -> Vec<String> {
+        self.issuers
+            .iter()
+            .enumerate()
+            .filter(|(_, issuer)| issuer.principal_prefix.is_empty())
+            .map(|(i, issuer)| {
+                format!(
+                    "sign_in.issuers[{i}] ({}): principal_prefix is empty, so its accounts map to \
+                     plain names that people of other providers or larkgate's own principals \
+                     may have; only principals registered with `--issuer {}` accept them, but a \
+                     prefix such as \"{}.\" keeps the names apart",
+                    issuer.name(),
+                    issuer.name(),
+                    issuer.name()
+                )
+            })
+            .collect()
     }
 }
 
 impl IssuerConfig {
+    /// The name principals are registered for: `name`, or the issuer's host.
+    pub fn name(&self) -> String {
+        if let Some(name) = &self.name {
+            return name.clone();
+        }
+        url::Url::parse(&self.issuer)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+            .unwrap_or_else(|| self.issuer.clone())
+    }
+
     /// The accepted algorithms (validated: never HMAC).
     pub(crate) fn accepted_algorithms(&self) -> Vec<Algorithm> {
         self.algorithms
@@ -192,6 +265,14 @@ impl IssuerConfig {
             return Err(format!(
                 "issuer: {problem}; write the issuer identifier its tokens carry in `iss`, for \
                  example \"https://login.example.com/realms/acme\""
+            ));
+        }
+        if let Some(name) = &self.name
+            && !is_issuer_name(name)
+        {
+            return Err(format!(
+                "name: {name:?} is not an issuer name: use 1 to 64 of A-Z a-z 0-9 _ - ., as in \
+                 \"acme\""
             ));
         }
         if let Some(problem) = self.jwks_uri.as_deref().and_then(provider_url_problem) {
@@ -358,12 +439,66 @@ mod tests {
                 "issuer = \"https://idp.example.com\"\n[issuers.scope_roles]\n\"x y\" = []",
                 "not a scope",
             ),
+            // `*` marks principals waiting for a first sign-in: no issuer may be named so.
+            (
+                "issuer = \"https://idp.example.com\"\nname = \"*\"",
+                "not an issuer name",
+            ),
+            (
+                "issuer = \"https://idp.example.com\"\nname = \"\"",
+                "not an issuer name",
+            ),
+            (
+                "issuer = \"https://idp.example.com\"\nname = \"a\\u001b[2J\"",
+                "not an issuer name",
+            ),
         ] {
             let error = parse(&format!("[[issuers]]\n{text}")).unwrap_err();
             assert!(error.contains(says), "{text}: {error}");
         }
         let twice = "[[issuers]]\nissuer = \"https://a.example\"\n[[issuers]]\nissuer = \"https://a.example\"";
         assert!(parse(twice).unwrap_err().contains("twice"));
+        // Two realms of one host are named alike unless each is given a name.
+        let realms = "[[issuers]]\nissuer = \"https://login.example/realms/a\"\n\
+                      [[issuers]]\nissuer = \"https://login.example/realms/b\"";
+        let error = parse(realms).unwrap_err();
+        assert!(error.contains("give each a `name`"), "{error}");
+        assert!(parse(&format!("{realms}\nname = \"b\"")).is_ok());
+    }
+
+    #[test]
+    fn an_issuer_is_named_by_its_name_or_host_and_found_by_it() {
+        let config = parse(
+            "[[issuers]]\nissuer = \"https://login.example.com:8443/realms/acme\"\n\
+             principal_prefix = \"acme.\"\n\
+             [[issuers]]\nissuer = \"http://[::1]:9000\"\n\
+             [[issuers]]\nissuer = \"https://idp.example.org\"\nname = \"partners\"",
+        )
+        .unwrap();
+        let names: Vec<String> = config.issuers.iter().map(IssuerConfig::name).collect();
+        assert_eq!(names, ["login.example.com", "[::1]", "partners"]);
+        assert_eq!(
+            config.named("partners").unwrap().issuer,
+            "https://idp.example.org"
+        );
+        // Not by its URL, nor by a name an issuer's host would have had.
+        for unknown in ["https://idp.example.org", "idp.example.org", "*"] {
+            let error = config.named(unknown).unwrap_err();
+            assert!(
+                error.contains("login.example.com, [::1], partners"),
+                "{error}"
+            );
+        }
+        let none = parse("").unwrap().named("acme").unwrap_err();
+        assert!(none.contains("add a [[sign_in.issuers]]"), "{none}");
+        // An issuer without a prefix is warned about; one with a prefix is not.
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("principal_prefix is empty"),
+            "{warnings:?}"
+        );
+        assert!(warnings[1].contains("--issuer partners"), "{warnings:?}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use larkgate_platform::clock::{SystemClock, WallClock};
 use larkgate_platform::policy::Policy;
 use larkgate_platform::{Platform, tokens};
 use larkgate_scripts::{RunBounds, Scripts, Workers};
-use larkgate_store::{Principal, PrincipalKind, SqliteStore, Store, now_ms};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, SqliteStore, Store, now_ms};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::federation::Federation;
 
@@ -38,6 +38,7 @@ pub(crate) async fn add_principals(store: &dyn Store, principals: &[(&str, &[&st
                 id: (*id).to_owned(),
                 kind: PrincipalKind::User,
                 roles: roles.iter().map(|r| r.to_string()).collect(),
+                issuer: IssuerBinding::Local,
             })
             .await
             .unwrap();

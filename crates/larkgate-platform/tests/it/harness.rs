@@ -9,7 +9,7 @@ use larkgate_platform::clock::ManualClock;
 use larkgate_platform::policy::Policy;
 use larkgate_platform::{Platform, PlatformBuilder, RunContext, RunKind};
 use larkgate_session::{SessionCaller, Teardown, connect};
-use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, PrincipalStore, SqliteStore};
 
 /// The test policy: `admin` everything; `viewer` sees everything but calls only reads;
 /// `writer` calls the kv tools; approvals on `kv_delete`; a rate limit on `clock_now`.
@@ -49,6 +49,7 @@ pub(crate) fn principal(id: &str, roles: &[&str]) -> Principal {
         id: id.into(),
         kind: PrincipalKind::User,
         roles: roles.iter().map(|r| r.to_string()).collect(),
+        issuer: IssuerBinding::Local,
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use larkgate_platform::tokens::{TOKEN_PREFIX, TokenError, create, verify};
-use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, PrincipalStore, SqliteStore};
 
 async fn store_with(principals: &[(&str, &[&str])]) -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -14,6 +14,7 @@ async fn store_with(principals: &[(&str, &[&str])]) -> (tempfile::TempDir, Sqlit
                 id: id.to_string(),
                 kind: PrincipalKind::User,
                 roles: roles.iter().map(|r| r.to_string()).collect(),
+                issuer: IssuerBinding::Local,
             })
             .await
             .unwrap();

@@ -8,8 +8,8 @@ use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind};
 use larkgate_script::{Blocking, RunError, Script, ScriptLimits, Tools, run_in_process};
 use larkgate_store::{
-    AuditKind, AuditQuery, AuditStore, KvStore, Principal, PrincipalKind, PrincipalStore,
-    SqliteStore,
+    AuditKind, AuditQuery, AuditStore, IssuerBinding, KvStore, Principal, PrincipalKind,
+    PrincipalStore, SqliteStore,
 };
 
 const POLICY: &str = r#"
@@ -41,6 +41,7 @@ pub(crate) async fn setup() -> Setup {
         id: "ada".into(),
         kind: PrincipalKind::User,
         roles: vec!["author".into()],
+        issuer: IssuerBinding::Local,
     };
     store.add_principal(ada.clone()).await.unwrap();
     let audit = AuditLog::open(dir.path(), store.clone(), AuditOptions::default())

@@ -14,7 +14,7 @@ use larkgate_script::WorkerCommand;
 use larkgate_script::worker::DEFAULT_ADDRESS_SPACE;
 use larkgate_scripts::{RunBounds, Scripts, Workers};
 use larkgate_session::{SessionCaller, Teardown, connect};
-use larkgate_store::{Principal, PrincipalKind, PrincipalStore, SqliteStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, PrincipalStore, SqliteStore};
 use serde_json::Value;
 
 /// Every principal's policy: `admin` calls everything, `writer` the kv tools, and `author`
@@ -54,6 +54,7 @@ fn principal(id: &str, roles: &[&str]) -> Principal {
         id: id.into(),
         kind: PrincipalKind::User,
         roles: roles.iter().map(|r| r.to_string()).collect(),
+        issuer: IssuerBinding::Local,
     }
 }
 

@@ -3,8 +3,9 @@
 use super::PostgresStore;
 use crate::PrincipalStore;
 use crate::join_roles;
+use crate::model::FIRST_SIGN_IN;
 use crate::rows::{self, PRINCIPAL_COLUMNS, TOKEN_COLUMNS};
-use crate::{Principal, Result, StoreError, TokenRecord};
+use crate::{IssuerBinding, Principal, Result, StoreError, TokenRecord};
 
 #[async_trait::async_trait]
 impl PrincipalStore for PostgresStore {
@@ -13,9 +14,14 @@ impl PrincipalStore for PostgresStore {
         let client = self.client().await?;
         let inserted = client
             .execute(
-                "INSERT INTO principals (id, kind, roles) VALUES ($1, $2, $3) \
+                "INSERT INTO principals (id, kind, roles, issuer) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (id) DO NOTHING",
-                &[&principal.id, &principal.kind.as_str(), &roles],
+                &[
+                    &principal.id,
+                    &principal.kind.as_str(),
+                    &roles,
+                    &principal.issuer.stored(),
+                ],
             )
             .await?;
         if inserted == 0 {
@@ -52,6 +58,31 @@ impl PrincipalStore for PostgresStore {
             )
             .await?;
         rows.iter().map(rows::principal).collect()
+    }
+
+    async fn set_issuer(&self, id: &str, issuer: IssuerBinding) -> Result<()> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE principals SET issuer = $2 WHERE id = $1",
+                &[&id, &issuer.stored()],
+            )
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::Missing(format!("principal {id:?}")));
+        }
+        Ok(())
+    }
+
+    async fn bind_at_first_sign_in(&self, id: &str, issuer: &str) -> Result<bool> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE principals SET issuer = $2 WHERE id = $1 AND issuer = $3",
+                &[&id, &issuer, &FIRST_SIGN_IN],
+            )
+            .await?;
+        Ok(changed == 1)
     }
 
     async fn set_roles(&self, id: &str, roles: Vec<String>) -> Result<()> {

@@ -229,6 +229,13 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX sessions_by_owner ON sessions (owner, expires_at_ms);
     CREATE INDEX sessions_by_expiry ON sessions (expires_at_ms);",
+    // 14: which identity provider's accounts may sign in as each principal (NULL: none, only
+    // larkgate's tokens). A person or service registered before, never given a token, could
+    // only have been reached by signing in: it is bound by its first sign-in (`*`). One that
+    // has a token (the first `admin` has) is no provider account's.
+    "ALTER TABLE principals ADD COLUMN issuer TEXT;
+    UPDATE principals SET issuer = '*' WHERE kind IN ('user', 'service')
+        AND id NOT IN (SELECT principal FROM tokens);",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

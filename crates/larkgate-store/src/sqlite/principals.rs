@@ -3,8 +3,11 @@
 use rusqlite::params;
 
 use super::SqliteStore;
+use crate::model::FIRST_SIGN_IN;
 use crate::rows::{self, PRINCIPAL_COLUMNS, TOKEN_COLUMNS};
-use crate::{Principal, PrincipalStore, Result, StoreError, TokenRecord, join_roles};
+use crate::{
+    IssuerBinding, Principal, PrincipalStore, Result, StoreError, TokenRecord, join_roles,
+};
 
 #[async_trait::async_trait]
 impl PrincipalStore for SqliteStore {
@@ -12,9 +15,14 @@ impl PrincipalStore for SqliteStore {
         self.with(move |c| {
             let roles = join_roles(principal.roles)?;
             let inserted = c.execute(
-                "INSERT INTO principals (id, kind, roles) VALUES (?1, ?2, ?3) \
+                "INSERT INTO principals (id, kind, roles, issuer) VALUES (?1, ?2, ?3, ?4) \
                  ON CONFLICT (id) DO NOTHING",
-                params![principal.id, principal.kind.as_str(), roles],
+                params![
+                    principal.id,
+                    principal.kind.as_str(),
+                    roles,
+                    principal.issuer.stored()
+                ],
             )?;
             if inserted == 0 {
                 return Err(StoreError::Conflict(format!(
@@ -49,6 +57,33 @@ impl PrincipalStore for SqliteStore {
             ))?
             .query_and_then([], |r| rows::principal(r))?
             .collect()
+        })
+        .await
+    }
+
+    async fn set_issuer(&self, id: &str, issuer: IssuerBinding) -> Result<()> {
+        let id = id.to_owned();
+        self.with(move |c| {
+            let changed = c.execute(
+                "UPDATE principals SET issuer = ?2 WHERE id = ?1",
+                params![id, issuer.stored()],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::Missing(format!("principal {id:?}")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn bind_at_first_sign_in(&self, id: &str, issuer: &str) -> Result<bool> {
+        let (id, issuer) = (id.to_owned(), issuer.to_owned());
+        self.with(move |c| {
+            let changed = c.execute(
+                "UPDATE principals SET issuer = ?2 WHERE id = ?1 AND issuer = ?3",
+                params![id, issuer, FIRST_SIGN_IN],
+            )?;
+            Ok(changed == 1)
         })
         .await
     }

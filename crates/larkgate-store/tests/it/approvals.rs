@@ -144,6 +144,7 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          DROP INDEX runs_by_start;
          DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
          ALTER TABLE audit DROP COLUMN local_seq; DROP TABLE sessions;
+         ALTER TABLE principals DROP COLUMN issuer;
          PRAGMA user_version = 6;",
     )
     .unwrap();
@@ -710,6 +711,7 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
          DROP INDEX runs_by_start;
          DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
          ALTER TABLE audit DROP COLUMN local_seq; DROP TABLE sessions;
+         ALTER TABLE principals DROP COLUMN issuer;
          PRAGMA user_version = 9;",
     )
     .unwrap();

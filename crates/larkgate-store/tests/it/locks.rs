@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use larkgate_store::{
-    ApprovalStore, DATABASE_FILE, KvStore, PrincipalStore, Resolution, ScriptStore,
+    ApprovalStore, DATABASE_FILE, IssuerBinding, KvStore, PrincipalStore, Resolution, ScriptStore,
 };
 
 use crate::draft;
@@ -128,6 +128,7 @@ async fn with_token(store: &larkgate_store::SqliteStore) {
             id: "ada".into(),
             kind: PrincipalKind::User,
             roles: vec!["author".into()],
+            issuer: IssuerBinding::Local,
         })
         .await
         .unwrap();

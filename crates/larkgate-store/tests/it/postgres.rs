@@ -8,8 +8,8 @@ use std::time::Duration;
 use larkgate_store::postgres::testing::{Relay, TestSchema};
 use larkgate_store::postgres::{Migrated, SCHEMA_VERSION};
 use larkgate_store::{
-    AuditQuery, AuditStore, Change, KvStore, PostgresSettings, PostgresStore, PrincipalStore,
-    Publication, ScriptStore, Store, StoreError,
+    AuditQuery, AuditStore, Change, IssuerBinding, KvStore, PostgresSettings, PostgresStore,
+    PrincipalStore, Publication, ScriptStore, Store, StoreError,
 };
 
 use crate::audit::record;
@@ -86,14 +86,10 @@ async fn an_older_schema_is_brought_forward_with_its_data() {
         Migrated { from: 0, to: 1 }
     );
     older.kv_set("kept", "yes").await.unwrap();
-    older
-        .add_principal(larkgate_store::Principal {
-            id: "ada".into(),
-            kind: larkgate_store::PrincipalKind::User,
-            roles: vec!["author".into()],
-        })
-        .await
-        .unwrap();
+    // As a larkgate of that version wrote it: principals had no issuer then.
+    schema
+        .execute("INSERT INTO principals (id, kind, roles) VALUES ('ada', 'user', 'author')")
+        .await;
     older
         .save_draft(draft("digest", "v1", "ada", 1))
         .await
@@ -108,6 +104,12 @@ async fn an_older_schema_is_brought_forward_with_its_data() {
         }
     );
     assert_eq!(store.kv_get("kept").await.unwrap().as_deref(), Some("yes"));
+    // Version 5: ada, who holds no token, is bound by her first sign-in.
+    let ada = store.principal("ada").await.unwrap().unwrap();
+    assert_eq!(
+        (ada.roles, ada.issuer),
+        (vec!["author".to_owned()], IssuerBinding::FirstSignIn)
+    );
 
     // Version 2's notifications: a process listening hears a publish made through the store.
     let (listener, mut connection) = tokio_postgres::connect(

@@ -2,7 +2,8 @@
 //! runs.
 
 use larkgate_store::{
-    Principal, PrincipalKind, Publication, Run, RunStats, RunStatus, ScriptPin, Store, StoreError,
+    IssuerBinding, Principal, PrincipalKind, Publication, Run, RunStats, RunStatus, ScriptPin,
+    Store, StoreError,
 };
 use larkgate_wire::{Code, RunKind};
 
@@ -14,6 +15,7 @@ async fn with_author(store: &dyn Store) {
             id: "ada".into(),
             kind: PrincipalKind::User,
             roles: vec!["author".into(), "writer".into()],
+            issuer: IssuerBinding::Local,
         })
         .await
         .unwrap();

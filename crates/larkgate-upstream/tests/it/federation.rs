@@ -10,7 +10,9 @@ use larkgate_binding::{Limits, Map, Value};
 use larkgate_caller::{CallError, Caller};
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind, approvals};
-use larkgate_store::{AuditStore, Principal, PrincipalKind, SqliteStore, UpstreamStore};
+use larkgate_store::{
+    AuditStore, IssuerBinding, Principal, PrincipalKind, SqliteStore, UpstreamStore,
+};
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::tools::{Approval, Link, adopt, handlers};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
@@ -51,6 +53,7 @@ fn principal(id: &str, roles: &[&str]) -> Principal {
         id: id.into(),
         kind: PrincipalKind::User,
         roles: roles.iter().map(|r| r.to_string()).collect(),
+        issuer: IssuerBinding::Local,
     }
 }
 

@@ -12,7 +12,7 @@ use larkgate_platform::policy::{
 };
 use larkgate_platform::registry::{Registry, SEPARATOR, script_tool_name};
 use larkgate_platform::{approvals, capabilities};
-use larkgate_store::{Principal, PrincipalStore, SqliteStore, UpstreamStore};
+use larkgate_store::{IssuerBinding, Principal, PrincipalStore, SqliteStore, UpstreamStore};
 
 use crate::config::{Config, Located};
 
@@ -139,6 +139,47 @@ pub(crate) fn warnings(
     warnings
 }
 
+/// Principals bound to an issuer the configuration does not name (nobody signs in as them
+/// through a provider), and those registered before principals were bound to issuers, which
+/// the first sign-in of an account of their name, through any configured issuer, binds.
+fn sign_in_warnings(
+    sign_in: &larkgate_edge::sign_in::SignInConfig,
+    principals: &[Principal],
+) -> Vec<String> {
+    let mut warnings: Vec<String> = principals
+        .iter()
+        .filter_map(|p| match &p.issuer {
+            IssuerBinding::Issuer(name) if sign_in.named(name).is_err() => Some(format!(
+                "the principal {:?} signs in through {name:?}, which no [[sign_in.issuers]] is \
+                 named: no account signs in as it (name the issuer so, or run `larkgate \
+                 principal set-issuer {} --issuer ISSUER`)",
+                p.id, p.id
+            )),
+            _ => None,
+        })
+        .collect();
+    let waiting: Vec<&str> = principals
+        .iter()
+        .filter(|p| p.issuer == IssuerBinding::FirstSignIn)
+        .map(|p| p.id.as_str())
+        .collect();
+    if waiting.is_empty() {
+        return warnings;
+    }
+    warnings.push(format!(
+        "{} registered before principals were bound to an identity provider ({}): the first \
+         account of that name to sign in, through any configured issuer, binds each; bind them \
+         now with `larkgate principal set-issuer NAME --issuer ISSUER` (or `--none`)",
+        if waiting.len() == 1 {
+            "1 principal was".to_owned()
+        } else {
+            format!("{} principals were", waiting.len())
+        },
+        waiting.join(", ")
+    ));
+    warnings
+}
+
 /// The principals and stored upstream aliases of `data_dir`, when its database exists.
 fn stored(data_dir: &Path) -> anyhow::Result<(Vec<Principal>, Vec<String>)> {
     if !data_dir.join(larkgate_store::DATABASE_FILE).exists() {
@@ -189,7 +230,10 @@ pub(crate) fn run(
         .map(|u| u.alias.clone())
         .chain(stored_aliases);
     let known = KnownTools::new(aliases)?;
-    for warning in warnings(&config.policy, &known, &principals) {
+    let mut all = warnings(&config.policy, &known, &principals);
+    all.extend(config.sign_in.warnings());
+    all.extend(sign_in_warnings(&config.sign_in, &principals));
+    for warning in all {
         eprintln!("warning: {warning}");
     }
     writeln!(out, "{}", located.describe())?;
@@ -240,6 +284,7 @@ mod tests {
             id: "eve".into(),
             kind: PrincipalKind::User,
             roles: vec!["ops".into(), "approver".into(), "viewr".into()],
+            issuer: IssuerBinding::Local,
         }];
         let warnings = warnings(&policy(text), &known, &principals);
         let flagged: Vec<&str> = [

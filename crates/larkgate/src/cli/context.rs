@@ -13,7 +13,9 @@ use larkgate_platform::audit::{
     AuditEntry, AuditError, AuditLog, AuditOptions, AuditSink, EventKind, ForwardingAudit,
 };
 use larkgate_script::{WorkerCommand, WorkerPool};
-use larkgate_store::{AuditKind, PostgresStore, Principal, PrincipalKind, SqliteStore, Store};
+use larkgate_store::{
+    AuditKind, IssuerBinding, PostgresStore, Principal, PrincipalKind, SqliteStore, Store,
+};
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::federation::Federation;
 
@@ -124,6 +126,7 @@ impl StoreContext {
                 id: OPERATOR.to_owned(),
                 kind: PrincipalKind::User,
                 roles: vec![larkgate_platform::policy::ROLE_ADMIN.to_owned()],
+                issuer: IssuerBinding::Local,
             },
             Some(name) => store.principal(name).await?.with_context(|| {
                 format!("there is no principal {name:?}; list them with `larkgate principal list`")

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use anyhow::bail;
 use larkgate_platform::audit::EventKind;
-use larkgate_store::{Principal, PrincipalKind, Store};
+use larkgate_store::{IssuerBinding, Principal, PrincipalKind, Store};
 
 use super::context::{OPERATOR, StoreContext, require_admin};
 
@@ -22,6 +22,10 @@ pub(crate) enum Command {
         /// What kind of party it is.
         #[arg(long, value_enum, default_value = "user")]
         kind: Kind,
+        /// The configured identity provider (`[[sign_in.issuers]]`, by its `name`) whose
+        /// account of this name signs in as it. Without it, only larkgate's own tokens do.
+        #[arg(long)]
+        issuer: Option<String>,
     },
     /// List principals and their roles.
     List {
@@ -36,6 +40,17 @@ pub(crate) enum Command {
         /// The new roles, comma-separated (empty: none).
         #[arg(long, value_delimiter = ',')]
         roles: Vec<String>,
+    },
+    /// Choose which identity provider's account of this name signs in as a principal.
+    SetIssuer {
+        /// The principal.
+        name: String,
+        /// The configured issuer, by its `name`.
+        #[arg(long, required_unless_present = "none", conflicts_with = "none")]
+        issuer: Option<String>,
+        /// No provider's account: only larkgate's own tokens.
+        #[arg(long)]
+        none: bool,
     },
     /// Remove a principal.
     Remove {
@@ -78,6 +93,29 @@ fn check_roles(roles: &[String]) -> anyhow::Result<Vec<String>> {
     Ok(roles)
 }
 
+/// `--issuer NAME` as a binding: `NAME` must be a configured issuer's.
+fn binding(
+    config: &crate::config::Config,
+    issuer: Option<String>,
+) -> anyhow::Result<IssuerBinding> {
+    let Some(name) = issuer else {
+        return Ok(IssuerBinding::Local);
+    };
+    config
+        .sign_in
+        .named(&name)
+        .map_err(|problem| anyhow::anyhow!("--issuer: {problem}"))?;
+    Ok(IssuerBinding::Issuer(name))
+}
+
+/// How a principal signs in, for an audit event.
+fn signs_in(issuer: &IssuerBinding) -> String {
+    match issuer {
+        IssuerBinding::Issuer(name) => format!("signing in through {name}"),
+        _ => "with larkgate's own tokens only".to_owned(),
+    }
+}
+
 /// `principal list`: reads only the store, so it works while `larkgate serve` runs.
 pub(crate) async fn list(
     store: &dyn Store,
@@ -97,9 +135,10 @@ pub(crate) async fn list(
         for p in principals {
             writeln!(
                 out,
-                "{:<24} {:<8} {}",
+                "{:<24} {:<8} {:<16} {}",
                 p.id,
                 p.kind.as_str(),
+                p.issuer.to_string(),
                 p.roles.join(",")
             )?;
         }
@@ -116,9 +155,15 @@ pub(crate) async fn run(
         require_admin(&context.actor, "manage principals")?;
     }
     match command {
-        Command::Add { name, roles, kind } => {
+        Command::Add {
+            name,
+            roles,
+            kind,
+            issuer,
+        } => {
             check_name(&name)?;
             let roles = check_roles(&roles)?;
+            let issuer = binding(&context.config, issuer)?;
             let kind = match kind {
                 Kind::User => PrincipalKind::User,
                 Kind::Service => PrincipalKind::Service,
@@ -129,17 +174,40 @@ pub(crate) async fn run(
                     id: name.clone(),
                     kind,
                     roles: roles.clone(),
+                    issuer: issuer.clone(),
                 })
                 .await?;
             context.event(
                 EventKind::Principal,
                 format!(
-                    "added principal {name} ({}) with roles [{}]",
+                    "added principal {name} ({}) with roles [{}], {}",
                     kind.as_str(),
-                    roles.join(",")
+                    roles.join(","),
+                    signs_in(&issuer)
                 ),
             )?;
             writeln!(out, "added {name} with roles [{}]", roles.join(","))?;
+            if let IssuerBinding::Issuer(issuer) = &issuer {
+                writeln!(out, "{issuer}'s account {name} signs in as {name}")?;
+            }
+        }
+        Command::SetIssuer { name, issuer, none } => {
+            let issuer = if none {
+                IssuerBinding::Local
+            } else {
+                binding(&context.config, issuer)?
+            };
+            context.store.set_issuer(&name, issuer.clone()).await?;
+            context.event(
+                EventKind::Principal,
+                format!("principal {name}: {}", signs_in(&issuer)),
+            )?;
+            match issuer {
+                IssuerBinding::Issuer(issuer) => {
+                    writeln!(out, "{issuer}'s account {name} signs in as {name}")?
+                }
+                _ => writeln!(out, "no provider's account signs in as {name}")?,
+            }
         }
         Command::List { json } => list(context.store.as_ref(), json, out).await?,
         Command::SetRoles { name, roles } => {

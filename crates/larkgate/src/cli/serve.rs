@@ -13,7 +13,7 @@ use axum::http::header;
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::tokens;
-use larkgate_store::{AuditKind, Principal, PrincipalKind, now_ms};
+use larkgate_store::{AuditKind, IssuerBinding, Principal, PrincipalKind, now_ms};
 
 use super::context::Context;
 use larkgate_edge as http;
@@ -173,6 +173,7 @@ async fn bootstrap(context: &Context, url: &str, out: &mut impl Write) -> anyhow
                 id: "admin".into(),
                 kind: PrincipalKind::User,
                 roles: vec![ROLE_ADMIN.to_owned()],
+                issuer: IssuerBinding::Local,
             })
             .await?;
     }

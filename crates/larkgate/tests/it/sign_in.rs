@@ -223,7 +223,7 @@ fn refused(url: &str, token: &str, status: u16, says: &str) -> serde_json::Value
 pub(crate) fn sign_in_config(issuer: &str) -> String {
     // The SDK client's policy, and `writer`, a role only a group brings.
     format!(
-        "{POLICY}\n[policy.roles.writer]\ncall = [\"kv_set\"]\n\n[[sign_in.issuers]]\nissuer = \"{issuer}\"\nkey_refetch_seconds = 1\n\
+        "{POLICY}\n[policy.roles.writer]\ncall = [\"kv_set\"]\n\n[[sign_in.issuers]]\nissuer = \"{issuer}\"\nname = \"idp\"\nkey_refetch_seconds = 1\n\
          [sign_in.issuers.group_roles]\n\"kv-writers\" = [\"writer\"]\n"
     )
 }
@@ -232,7 +232,18 @@ pub(crate) fn sign_in_config(issuer: &str) -> String {
 /// groups bring) and `root`, an admin with a token of larkgate's own; `serve` started on it.
 fn gateway(d: &Path, provider: &Provider, ada_roles: &str) -> (Server, String) {
     std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
-    ok(d, &["principal", "add", "ada", "--roles", ada_roles]);
+    ok(
+        d,
+        &[
+            "principal",
+            "add",
+            "ada",
+            "--issuer",
+            "idp",
+            "--roles",
+            ada_roles,
+        ],
+    );
     ok(d, &["principal", "add", "root", "--roles", "admin"]);
     let admin = ok(d, &["token", "create", "--principal", "root"])
         .trim()
@@ -314,13 +325,13 @@ fn a_providers_token_signs_in_as_its_principal_with_the_roles_its_groups_bring()
         &url,
         &writer,
         403,
-        "signed in as ada, which is not a larkgate principal",
+        "signed in as ada through idp, which is not a larkgate principal for that provider",
     );
     assert!(
         body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("larkgate principal add ada")
+            .contains("larkgate principal add ada --issuer idp")
     );
     // Accounts that were never registered, among them names of larkgate's own: the built-in
     // operator exists only in the operator's own commands, never in the store.
@@ -335,6 +346,162 @@ fn a_providers_token_signs_in_as_its_principal_with_the_roles_its_groups_bring()
         refused(&url, &token, 403, "not a larkgate principal");
     }
     assert!(server.stop().success());
+}
+
+/// A provider's users may choose the claim that names them. An account whose `sub` is `admin`
+/// must not become the `admin` that `serve`'s first start created with larkgate's first token,
+/// nor any principal registered without `--issuer`, nor one registered for another provider.
+#[test]
+fn an_account_reaches_only_a_principal_registered_for_its_issuer() {
+    let provider = Provider::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A second provider, `partners`, that never answers (its keys are never needed here).
+    let unreachable = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let partners = format!("http://{}", unreachable.local_addr().unwrap());
+    drop(unreachable);
+    std::fs::write(
+        crate::config_path(d),
+        format!(
+            "{}\n[[sign_in.issuers]]\nissuer = \"{partners}\"\nname = \"partners\"\n",
+            sign_in_config(&provider.issuer)
+        ),
+    )
+    .unwrap();
+    // The first start creates `admin` and prints its token, as on any new data directory.
+    let server = Server::start(d);
+    let admin = crate::serve::token_in(&server.first_start);
+    let url = server.url.clone();
+    ok(d, &["principal", "add", "ops", "--roles", "admin"]);
+    ok(
+        d,
+        &[
+            "principal",
+            "add",
+            "bob",
+            "--issuer",
+            "partners",
+            "--roles",
+            "admin",
+        ],
+    );
+    ok(
+        d,
+        &[
+            "principal",
+            "add",
+            "ada",
+            "--issuer",
+            "idp",
+            "--roles",
+            "author",
+        ],
+    );
+    let said = "which is not a larkgate principal for that provider";
+    for name in ["admin", "ops", "bob", "nobody"] {
+        let token = provider.token(name, &[("aud", &url), ("groups", "kv-writers")]);
+        let body = refused(&url, &token, 403, said);
+        // The same words whether or not such a principal exists, or for whom.
+        assert_eq!(
+            body["error"]["message"],
+            format!(
+                "forbidden: signed in as {name} through idp, {said}: an admin registers it \
+                 with `larkgate principal add {name} --issuer idp --roles ROLES`"
+            ),
+            "{body}"
+        );
+    }
+    let ada = provider.token("ada", &[("aud", &url)]);
+    assert_eq!(call(&url, Some(&ada), "clock_now").0, 200);
+    assert_eq!(
+        call(&url, Some(&admin), "clock_now").0,
+        200,
+        "admin's own token"
+    );
+
+    // The operator binds `ops` to this provider, and it signs in; unbound, it is refused again.
+    let ops = provider.token("ops", &[("aud", &url)]);
+    let bound = ok(d, &["principal", "set-issuer", "ops", "--issuer", "idp"]);
+    assert!(
+        bound.contains("idp's account ops signs in as ops"),
+        "{bound}"
+    );
+    assert_eq!(call(&url, Some(&ops), "clock_now").0, 200);
+    ok(d, &["principal", "set-issuer", "ops", "--none"]);
+    refused(&url, &ops, 403, said);
+
+    // An issuer that is not configured, or `*`, is refused with the names there are.
+    for name in ["acme", "*", "https://idp.example"] {
+        let error = crate::fails(d, &["principal", "add", "x", "--issuer", name]);
+        assert!(
+            error.contains("the configured issuers are named idp, partners"),
+            "{error}"
+        );
+    }
+    let error = crate::fails(d, &["principal", "set-issuer", "ops"]);
+    assert!(error.contains("--issuer"), "{error}");
+    let listed = ok(d, &["principal", "list"]);
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{listed}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(line("ada"), ["ada", "user", "idp", "author"]);
+    assert_eq!(line("admin"), ["admin", "user", "-", "admin"]);
+    assert_eq!(line("bob"), ["bob", "user", "partners", "admin"]);
+
+    // `check` warns that the issuers map accounts to plain names.
+    let check = crate::larkgate_in(d, &["check"]);
+    let warned = crate::stderr(&check);
+    assert!(check.status.success(), "{warned}");
+    assert!(
+        warned.contains("sign_in.issuers[0] (idp): principal_prefix is empty"),
+        "{warned}"
+    );
+    assert!(server.stop().success());
+}
+
+/// A principal registered before principals were bound to issuers, never given a token of
+/// larkgate's own, was reached by signing in: after the upgrade, its first sign-in binds it to
+/// that issuer, and it keeps working; `check` names it until then.
+#[test]
+fn a_principal_from_before_bindings_is_bound_by_its_first_sign_in() {
+    let provider = Provider::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "author"]);
+    // What the migration leaves for such a principal (the migration itself is the store's
+    // test, on both databases).
+    rusqlite::Connection::open(d.join("larkgate-data").join(larkgate_store::DATABASE_FILE))
+        .unwrap()
+        .execute("UPDATE principals SET issuer = '*' WHERE id = 'ada'", [])
+        .unwrap();
+    let warned = crate::stderr(&crate::larkgate_in(d, &["check"]));
+    assert!(
+        warned.contains(
+            "1 principal was registered before principals were bound to an identity \
+                         provider (ada)"
+        ),
+        "{warned}"
+    );
+    let server = Server::start(d);
+    let url = server.url.clone();
+    let ada = provider.token("ada", &[("aud", &url)]);
+    assert_eq!(call(&url, Some(&ada), "clock_now").0, 200);
+    let listed = ok(d, &["principal", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(
+        listed[0]["issuer"],
+        serde_json::json!({"issuer": "idp"}),
+        "{listed}"
+    );
+    assert!(server.stop().success());
+    let warned = crate::stderr(&crate::larkgate_in(d, &["check"]));
+    assert!(!warned.contains("registered before"), "{warned}");
 }
 
 #[test]
@@ -478,7 +645,18 @@ fn proxy_variables_in_the_environment_never_carry_the_key_fetch() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
-    ok(d, &["principal", "add", "ada", "--roles", "author"]);
+    ok(
+        d,
+        &[
+            "principal",
+            "add",
+            "ada",
+            "--issuer",
+            "idp",
+            "--roles",
+            "author",
+        ],
+    );
     let server = Server::start_with_env(d, &proxy.env());
     let url = server.url.clone();
     let token = provider.token("ada", &[("aud", &url)]);
@@ -494,9 +672,12 @@ fn the_official_python_sdk_client_works_with_a_bearer_from_the_provider() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
-    ok(d, &["principal", "add", "ada", "--roles", "author"]);
-    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
-    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    for (name, role) in [("ada", "author"), ("pat", "publisher"), ("eve", "approver")] {
+        ok(
+            d,
+            &["principal", "add", name, "--issuer", "idp", "--roles", role],
+        );
+    }
     let server = Server::start(d);
     let tokens = serde_json::json!({
         "author": provider.token("ada", &[("aud", &server.url)]),
@@ -570,7 +751,7 @@ fn a_providers_token_is_never_passed_on_to_an_upstream() {
         keyed.port
     );
     std::fs::write(crate::config_path(d), config).unwrap();
-    ok(d, &["principal", "add", "ada"]);
+    ok(d, &["principal", "add", "ada", "--issuer", "idp"]);
     let server = Server::start(d);
     let token = provider.token("ada", &[("aud", &server.url), ("scope", "larkgate.admin")]);
     for (tool, expected) in [

@@ -40,7 +40,18 @@ fn protected_with(provider: &Provider, settings: &str) -> (tempfile::TempDir, Se
     );
     assert!(config.contains(settings));
     std::fs::write(crate::config_path(d), config).unwrap();
-    ok(d, &["principal", "add", "johndoe", "--roles", "author"]);
+    ok(
+        d,
+        &[
+            "principal",
+            "add",
+            "johndoe",
+            "--issuer",
+            "idp",
+            "--roles",
+            "author",
+        ],
+    );
     let server = Server::start(d);
     (dir, server)
 }
