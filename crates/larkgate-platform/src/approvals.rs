@@ -32,8 +32,9 @@ pub mod tools;
 
 use larkgate_binding::{Map, Value, canonical_map_json};
 use larkgate_store::{
-    Approval, ApprovalDetails, ApprovalFor, ApprovalRequest, ApprovalStatus, CallChain, Principal,
-    Resolution, Store, StoreError,
+    Approval, ApprovalCursor, ApprovalDetails, ApprovalFor, ApprovalQuery, ApprovalRequest,
+    ApprovalStatus, Asked, CallChain, PendingCapReached, PendingCaps, Principal, Resolution, Store,
+    StoreError,
 };
 
 use crate::access::{APPROVERS, has_any_role};
@@ -81,19 +82,39 @@ impl GatedCall<'_> {
             }),
             None => None,
         };
+        let shown = self
+            .arguments
+            .map(|arguments| shown_arguments(arguments, &services.policy.approvals.redact));
         ApprovalDetails {
-            arguments: self
-                .arguments
-                .map(|arguments| shown_arguments(arguments, &services.policy.approvals.redact)),
+            arguments_bytes: shown.as_ref().map(|shown| shown.bytes),
+            arguments: shown.map(|shown| shown.text),
             run_id: self.run_id.map(str::to_owned),
             script,
         }
     }
 }
 
+/// The most bytes of a call's arguments an approval records: a preview beyond it. Each gated
+/// call's request is kept until decided or expired, so a caller sending large arguments must
+/// not fill the store nor every approver's page.
+pub const MAX_SHOWN_ARGUMENT_BYTES: usize = 8 * 1024;
+
+/// What an approver is shown of a call's arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShownArguments {
+    /// Canonical JSON, redacted; within [`MAX_SHOWN_ARGUMENT_BYTES`], with what was left out
+    /// said where it was.
+    pub text: String,
+    /// The size of the whole arguments so rendered: larger than `text` for a preview.
+    pub bytes: u64,
+}
+
 /// `arguments` as an approver sees them: canonical JSON, with every field named in `redact`
-/// (at any depth) replaced by [`REDACTED`].
-pub fn shown_arguments(arguments: &Map, redact: &[String]) -> String {
+/// (at any depth) replaced by [`REDACTED`]. Arguments larger than
+/// [`MAX_SHOWN_ARGUMENT_BYTES`] are shown as a preview that is still JSON of the same shape:
+/// long strings cut with `… [N more bytes not shown]`, long lists and maps with an entry
+/// saying how many items or fields were left out, and deep values named by their size.
+pub fn shown_arguments(arguments: &Map, redact: &[String]) -> ShownArguments {
     fn hide(map: &Map, redact: &[String]) -> Map {
         map.iter()
             .map(|(key, value)| {
@@ -115,7 +136,113 @@ pub fn shown_arguments(arguments: &Map, redact: &[String]) -> String {
             other => other.clone(),
         }
     }
-    canonical_map_json(&hide(arguments, redact))
+    let hidden = hide(arguments, redact);
+    let whole = canonical_map_json(&hidden);
+    let bytes = whole.len() as u64;
+    if whole.len() <= MAX_SHOWN_ARGUMENT_BYTES {
+        return ShownArguments { text: whole, bytes };
+    }
+    // Ever smaller previews until one fits: characters per string, items per list or map,
+    // and depth.
+    for preview in [
+        Preview::new(1024, 64, 8),
+        Preview::new(256, 32, 6),
+        Preview::new(64, 16, 4),
+        Preview::new(16, 8, 3),
+        Preview::new(8, 4, 2),
+        Preview::new(8, 2, 1),
+    ] {
+        let text = canonical_map_json(&preview.map(&hidden, 1));
+        if text.len() <= MAX_SHOWN_ARGUMENT_BYTES {
+            return ShownArguments { text, bytes };
+        }
+    }
+    // Only fields with very long names can get here.
+    let text = canonical_map_json(&Map::from([(
+        ELIDED_KEY.to_owned(),
+        Value::from(format!(
+            "[{} fields, {bytes} bytes, not shown]",
+            hidden.len()
+        )),
+    )]));
+    ShownArguments { text, bytes }
+}
+
+/// The field that says what a preview left out of a map.
+const ELIDED_KEY: &str = "…";
+
+/// How much of a value a preview keeps.
+struct Preview {
+    chars: usize,
+    items: usize,
+    depth: usize,
+}
+
+impl Preview {
+    fn new(chars: usize, items: usize, depth: usize) -> Self {
+        Preview {
+            chars,
+            items,
+            depth,
+        }
+    }
+
+    fn map(&self, map: &Map, depth: usize) -> Map {
+        let mut kept: Map = map
+            .iter()
+            .take(self.items)
+            .map(|(key, value)| (self.string(key), self.value(value, depth + 1)))
+            .collect();
+        if map.len() > self.items {
+            kept.insert(
+                ELIDED_KEY.to_owned(),
+                Value::from(format!(
+                    "[{} more fields not shown]",
+                    map.len() - self.items
+                )),
+            );
+        }
+        kept
+    }
+
+    fn value(&self, value: &Value, depth: usize) -> Value {
+        match value {
+            Value::Str(text) => Value::from(self.string(text)),
+            Value::Map(map) if depth > self.depth => {
+                Value::from(format!("[a map of {} fields not shown]", map.len()))
+            }
+            Value::List(items) if depth > self.depth => {
+                Value::from(format!("[a list of {} items not shown]", items.len()))
+            }
+            Value::Map(map) => Value::Map(self.map(map, depth)),
+            Value::List(items) => {
+                let mut kept: Vec<Value> = items
+                    .iter()
+                    .take(self.items)
+                    .map(|item| self.value(item, depth + 1))
+                    .collect();
+                if items.len() > self.items {
+                    kept.push(Value::from(format!(
+                        "[{} more items not shown]",
+                        items.len() - self.items
+                    )));
+                }
+                Value::List(kept)
+            }
+            other => other.clone(),
+        }
+    }
+
+    fn string(&self, text: &str) -> String {
+        match text.char_indices().nth(self.chars) {
+            None => text.to_owned(),
+            Some((cut, _)) => format!(
+                "{}… [{} more bytes not shown]",
+                &text[..cut],
+                text.len() - cut
+            ),
+        }
+    }
 }
 
 /// Expires requests that have waited longer than `pending_ttl_seconds` at `now_ms`.
@@ -177,7 +304,8 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
         }),
         _ => {
             let details = call.details(services).await;
-            let pending = store
+            let rules = &services.policy.approvals;
+            let asked = store
                 .pending_approval(ApprovalRequest {
                     call: ApprovalFor {
                         principal,
@@ -187,9 +315,17 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
                     },
                     details: &details,
                     now_ms,
+                    caps: PendingCaps {
+                        per_principal: rules.max_pending_per_principal,
+                        total: rules.max_pending,
+                    },
                 })
                 .await
                 .map_err(|e| Refusal::store("the approval request could not be recorded", e))?;
+            let pending = match asked {
+                Asked::Pending(pending) => *pending,
+                Asked::CapReached(cap) => return Err(too_many_pending(cap, rules)),
+            };
             Err(Refusal {
                 approval_id: Some(pending.id.clone()),
                 ..Refusal::new(
@@ -207,6 +343,30 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
             })
         }
     }
+}
+
+/// The refusal of a gated call whose request would be one too many.
+fn too_many_pending(cap: PendingCapReached, rules: &crate::policy::ApprovalRules) -> Refusal {
+    let waiting = match cap {
+        PendingCapReached::PerPrincipal => format!(
+            "you already have {} calls waiting for one, the most one caller may have \
+             (`max_pending_per_principal`)",
+            rules.max_pending_per_principal
+        ),
+        PendingCapReached::Total => format!(
+            "{} calls are already waiting for one, the most larkgate keeps (`max_pending`)",
+            rules.max_pending
+        ),
+    };
+    Refusal::new(
+        Code::LimitExceeded,
+        format!("this call needs an approval, but {waiting}: no request was recorded"),
+    )
+    .with_hint(format!(
+        "call again once approvers have decided on the waiting requests, or they have expired \
+         (after {} s)",
+        rules.pending_ttl_seconds
+    ))
 }
 
 /// The refusal of approval `id`, which expired: while pending (nobody decided in time) or
@@ -418,16 +578,30 @@ pub async fn resolve_in(
     .await
 }
 
-/// The approvals with `status` (`pending`, `approved`, `denied`, `used`, `expired`; `all` for
-/// every one), newest first; requests that waited past `pending_ttl_seconds` at `now_ms` are
-/// expired first.
+/// The most approvals one page lists.
+pub const MAX_PAGE: u32 = 100;
+
+/// One page of approvals, newest first, and where the next begins.
+#[derive(Clone, Debug)]
+pub struct ApprovalPage {
+    /// The approvals.
+    pub approvals: Vec<Approval>,
+    /// Pass as `after` for the next page; `None` on the last.
+    pub next: Option<String>,
+}
+
+/// A page of at most `limit` (1 to [`MAX_PAGE`]) approvals with `status` (`pending`,
+/// `approved`, `denied`, `used`, `expired`; `all` for every one), newest first, after the
+/// cursor `after` (a page's `next`); requests that waited past `pending_ttl_seconds` at
+/// `now_ms` are expired first.
 pub async fn list(
     store: &dyn Store,
     pending_ttl_seconds: u64,
     status: &str,
+    after: Option<&str>,
+    limit: i64,
     now_ms: i64,
-) -> Result<Vec<Approval>, Refusal> {
-    expire_pending(store, pending_ttl_seconds, now_ms).await?;
+) -> Result<ApprovalPage, Refusal> {
     let filter = match status {
         "all" => None,
         other => Some(ApprovalStatus::parse(other).ok_or_else(|| {
@@ -440,10 +614,45 @@ pub async fn list(
             )
         })?),
     };
-    store
-        .approvals(filter)
+    let limit = match u32::try_from(limit) {
+        Ok(limit) if (1..=MAX_PAGE).contains(&limit) => limit,
+        _ => {
+            return Err(Refusal::new(
+                Code::InvalidArguments,
+                format!("the limit must be 1 to {MAX_PAGE}, not {limit}"),
+            ));
+        }
+    };
+    let after = match after {
+        None => None,
+        Some(text) => Some(ApprovalCursor::decode(text).ok_or_else(|| {
+            Refusal::new(
+                Code::InvalidArguments,
+                "`after` is not where a page of approvals ended: pass the `next` of the page \
+                 before, as it was given",
+            )
+        })?),
+    };
+    expire_pending(store, pending_ttl_seconds, now_ms).await?;
+    // One more than asked says whether there is a next page.
+    let mut approvals = store
+        .approvals(ApprovalQuery {
+            status: filter,
+            after,
+            limit: limit + 1,
+        })
         .await
-        .map_err(|e| Refusal::store("approvals could not be read", e))
+        .map_err(|e| Refusal::store("approvals could not be read", e))?;
+    let more = approvals.len() > limit as usize;
+    approvals.truncate(limit as usize);
+    let next = more
+        .then(|| {
+            approvals
+                .last()
+                .map(|last| ApprovalCursor::after(last).encode())
+        })
+        .flatten();
+    Ok(ApprovalPage { approvals, next })
 }
 
 #[cfg(test)]
@@ -466,7 +675,7 @@ mod tests {
         ]);
         let redact = ["password".to_owned(), "token".to_owned()];
         let shown: serde_json::Value =
-            serde_json::from_str(&shown_arguments(&arguments, &redact)).unwrap();
+            serde_json::from_str(&shown_arguments(&arguments, &redact).text).unwrap();
         assert_eq!(
             shown,
             serde_json::json!({
@@ -476,15 +685,98 @@ mod tests {
                 "user": "ada",
             })
         );
-        let text = shown_arguments(&arguments, &redact);
+        let text = shown_arguments(&arguments, &redact).text;
         assert!(
             !text.contains("hunter2") && !text.contains("t0ps3cret"),
             "{text}"
         );
         // Nothing configured: the arguments as they are, canonical.
-        assert_eq!(
-            shown_arguments(&arguments, &[]),
-            canonical_map_json(&arguments)
-        );
+        let whole = shown_arguments(&arguments, &[]);
+        assert_eq!(whole.text, canonical_map_json(&arguments));
+        assert_eq!(whole.bytes, whole.text.len() as u64);
+    }
+
+    fn string(text: String) -> Value {
+        Value::Str(text)
+    }
+
+    /// Arguments of every hostile shape an approval might be asked for: each is recorded as a
+    /// preview within the bound that is still JSON, says what it left out, keeps redaction,
+    /// and reports the whole size.
+    #[test]
+    fn large_arguments_are_recorded_as_a_bounded_preview_that_says_what_it_left_out() {
+        let huge = "x".repeat(512 * 1024);
+        let wide: Map = (0..5000)
+            .map(|i| (format!("field{i:05}"), Value::Int(i)))
+            .collect();
+        let mut deep = Value::from("bottom");
+        for _ in 0..60 {
+            deep = Value::List(vec![deep, string("y".repeat(300))]);
+        }
+        let long_keys: Map = (0..200)
+            .map(|i| (format!("{i:03}{}", "k".repeat(2000)), Value::Int(i)))
+            .collect();
+        let cases: Vec<(&str, Map, &str)> = vec![
+            (
+                "one huge string",
+                Map::from([
+                    ("target".to_owned(), string("prod-db".into())),
+                    ("payload".to_owned(), string(huge.clone())),
+                    ("password".to_owned(), string(huge.clone())),
+                ]),
+                "more bytes not shown",
+            ),
+            (
+                "a huge list",
+                Map::from([(
+                    "rows".to_owned(),
+                    Value::List((0..100_000).map(Value::Int).collect()),
+                )]),
+                "more items not shown",
+            ),
+            ("thousands of fields", wide, "more fields not shown"),
+            (
+                "deep nesting",
+                Map::from([("tree".to_owned(), deep)]),
+                "not shown",
+            ),
+            ("long field names", long_keys, "not shown"),
+            (
+                "multi-byte text cut at a character",
+                Map::from([("text".to_owned(), string("é€😀".repeat(20_000)))]),
+                "more bytes not shown",
+            ),
+        ];
+        let redact = ["password".to_owned()];
+        for (name, arguments, says) in cases {
+            let shown = shown_arguments(&arguments, &redact);
+            let whole = shown_arguments(&arguments, &[]).bytes;
+            assert!(
+                shown.text.len() <= MAX_SHOWN_ARGUMENT_BYTES,
+                "{name}: {} bytes",
+                shown.text.len()
+            );
+            assert!(shown.text.contains(says), "{name}: {}", &shown.text[..200]);
+            assert!(
+                shown.bytes > shown.text.len() as u64 && shown.bytes <= whole,
+                "{name}: {} of {}",
+                shown.text.len(),
+                shown.bytes
+            );
+            let parsed: serde_json::Value = serde_json::from_str(&shown.text)
+                .unwrap_or_else(|e| panic!("{name}: not JSON: {e}"));
+            assert!(parsed.is_object(), "{name}");
+        }
+        // A small field beside a huge one is shown whole, and a redacted one stays hidden.
+        let arguments = Map::from([
+            ("target".to_owned(), string("prod-db".into())),
+            ("payload".to_owned(), string(huge)),
+            ("password".to_owned(), string("hunter2".into())),
+        ]);
+        let shown = shown_arguments(&arguments, &redact);
+        let parsed: serde_json::Value = serde_json::from_str(&shown.text).unwrap();
+        assert_eq!(parsed["target"], "prod-db");
+        assert_eq!(parsed["password"], REDACTED);
+        assert!(!shown.text.contains("hunter2"));
     }
 }

@@ -23,6 +23,8 @@
 //! ttl_seconds = 3600                # how long an approval stays usable
 //! pending_ttl_seconds = 3600        # how long a request waits for a decision
 //! redact = ["password", "token"]    # argument fields approvers see as "<redacted>"
+//! max_pending_per_principal = 50    # requests one principal may have waiting at once
+//! max_pending = 1000                # requests all principals may have waiting at once
 //!
 //! [publishing]
 //! require_review = true             # publish only a source whose review run succeeded
@@ -254,10 +256,25 @@ pub struct ApprovalRules {
     /// approval still binds to the whole arguments' hash.
     #[serde(default)]
     pub redact: Vec<String>,
+    /// How many requests one principal may have waiting for a decision at once: a gated call
+    /// beyond them is refused (`limit_exceeded`) and records nothing.
+    #[serde(default = "default_max_pending_per_principal")]
+    pub max_pending_per_principal: u64,
+    /// How many requests all principals together may have waiting at once.
+    #[serde(default = "default_max_pending")]
+    pub max_pending: u64,
 }
 
 fn default_ttl() -> u64 {
     3600
+}
+
+fn default_max_pending_per_principal() -> u64 {
+    50
+}
+
+fn default_max_pending() -> u64 {
+    1000
 }
 
 impl Default for ApprovalRules {
@@ -269,6 +286,8 @@ impl Default for ApprovalRules {
             ttl_seconds: default_ttl(),
             pending_ttl_seconds: default_ttl(),
             redact: Vec::new(),
+            max_pending_per_principal: default_max_pending_per_principal(),
+            max_pending: default_max_pending(),
         }
     }
 }
@@ -387,6 +406,13 @@ impl Policy {
         if self.approvals.ttl_seconds == 0 || self.approvals.pending_ttl_seconds == 0 {
             return Err(
                 "approvals: ttl_seconds and pending_ttl_seconds must be at least 1".to_owned(),
+            );
+        }
+        if self.approvals.max_pending_per_principal == 0 || self.approvals.max_pending == 0 {
+            return Err(
+                "approvals: max_pending_per_principal and max_pending must be at least \
+                        1 (a gated call can only ever run after a request waited)"
+                    .to_owned(),
             );
         }
         for (i, rule) in self.rate_limits.iter().enumerate() {
@@ -540,6 +566,19 @@ mod tests {
             toml::from_str("[[rate_limits]]\nper = \"principal\"\ncalls = 0\nperiod_seconds = 1\n")
                 .unwrap();
         assert!(policy.validate().unwrap_err().contains("rate_limits[0]"));
+        for zero in ["max_pending_per_principal = 0", "max_pending = 0"] {
+            let policy: Policy = toml::from_str(&format!("[approvals]\n{zero}\n")).unwrap();
+            let err = policy.validate().unwrap_err();
+            assert!(
+                err.contains("max_pending_per_principal and max_pending"),
+                "{err}"
+            );
+        }
+        let defaults = Policy::default().approvals;
+        assert_eq!(
+            (defaults.max_pending_per_principal, defaults.max_pending),
+            (50, 1000)
+        );
     }
 
     #[test]

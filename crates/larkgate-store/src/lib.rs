@@ -28,10 +28,11 @@ mod sqlite;
 
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
-    Approval, ApprovalDetails, ApprovalFor, ApprovalRequest, ApprovalStatus, AuditHead, AuditKind,
-    AuditQuery, AuditRecord, CallChain, Draft, ForwardedAudit, IssuerBinding, KvQuery, NewSession,
-    PinStatus, Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats,
-    RunStatus, ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
+    Approval, ApprovalCursor, ApprovalDetails, ApprovalFor, ApprovalQuery, ApprovalRequest,
+    ApprovalStatus, Asked, AuditHead, AuditKind, AuditQuery, AuditRecord, CallChain, Draft,
+    ForwardedAudit, IssuerBinding, KvQuery, NewSession, PendingCapReached, PendingCaps, PinStatus,
+    Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats, RunStatus,
+    ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
     UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
@@ -359,8 +360,10 @@ pub trait KvStore: Send + Sync {
 #[async_trait::async_trait]
 pub trait ApprovalStore: Send + Sync {
     /// The pending approval for the request's call, created (with the chain's authors and the
-    /// request's details) if there is none, so repeated refused calls share one record.
-    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Approval>;
+    /// request's details) if there is none, so repeated refused calls share one record; none
+    /// is created when the request's caps are reached (counted and created in one
+    /// transaction, so processes asking at once cannot overshoot them).
+    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Asked>;
     /// Marks every approval still pending that was created before `created_before_ms`
     /// expired; returns how many.
     async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64>;
@@ -375,8 +378,8 @@ pub trait ApprovalStore: Send + Sync {
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval>;
     /// One approval.
     async fn approval(&self, id: &str) -> Result<Option<Approval>>;
-    /// Approvals, newest first, optionally only those with `status`.
-    async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>>;
+    /// A page of approvals, newest first (by creation time, then id).
+    async fn approvals(&self, query: ApprovalQuery) -> Result<Vec<Approval>>;
 }
 
 /// Script drafts, published versions, and run records.

@@ -193,6 +193,23 @@ pub struct ApprovalDetails {
     pub run_id: Option<String>,
     /// The published script (and version) the run is of, as `name v3`, if any.
     pub script: Option<String>,
+    /// The size in bytes of the whole arguments as `arguments` renders them (redacted). When
+    /// it is larger than `arguments`, that is a preview with parts left out (each place
+    /// says so). `None` for approvals made before larkgate recorded it.
+    #[serde(default)]
+    pub arguments_bytes: Option<u64>,
+}
+
+impl ApprovalDetails {
+    /// Whether `arguments` shows the whole arguments (`false` for a preview with parts left
+    /// out, and for approvals without recorded arguments).
+    pub fn arguments_whole(&self) -> bool {
+        match (&self.arguments, self.arguments_bytes) {
+            (Some(text), Some(bytes)) => text.len() as u64 >= bytes,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
 }
 
 /// The chain a call made inside a script run came through. A published script's run calls as
@@ -231,6 +248,95 @@ pub struct ApprovalRequest<'a> {
     pub details: &'a ApprovalDetails,
     /// When it was asked (Unix ms): a new record's creation time.
     pub now_ms: i64,
+    /// How many requests may wait at once: a new one beyond them is not recorded.
+    pub caps: PendingCaps,
+}
+
+/// How many approval requests may be pending at once. Each is one caller's call waiting for a
+/// person: without a bound, one caller could bury every approver's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingCaps {
+    /// For one principal.
+    pub per_principal: u64,
+    /// For all principals together.
+    pub total: u64,
+}
+
+/// What asking for an approval came to ([`crate::ApprovalStore::pending_approval`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// The pending request for the call: the one there was, or a new one.
+    Pending(Box<Approval>),
+    /// No request was recorded: a cap is reached.
+    CapReached(PendingCapReached),
+}
+
+impl Asked {
+    /// The pending request, if one was recorded.
+    pub fn pending(self) -> Option<Approval> {
+        match self {
+            Asked::Pending(approval) => Some(*approval),
+            Asked::CapReached(_) => None,
+        }
+    }
+}
+
+/// Which cap refused a new approval request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PendingCapReached {
+    /// The principal's own.
+    PerPrincipal,
+    /// All principals' together.
+    Total,
+}
+
+/// Which approvals to list: newest first, a page at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalQuery {
+    /// Only those with this status; all without.
+    pub status: Option<ApprovalStatus>,
+    /// Only those listed after this one (the last of the previous page).
+    pub after: Option<ApprovalCursor>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+/// Where a page of approvals ends: the creation time and id of its last approval (approvals
+/// are listed by creation time, newest first, then by id).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalCursor {
+    /// The approval's creation time (Unix ms).
+    pub created_at_ms: i64,
+    /// The approval's id.
+    pub id: String,
+}
+
+impl ApprovalCursor {
+    /// The cursor after `approval`.
+    pub fn after(approval: &Approval) -> Self {
+        ApprovalCursor {
+            created_at_ms: approval.created_at_ms,
+            id: approval.id.clone(),
+        }
+    }
+
+    /// As a caller passes it back: `<created_at_ms>.<id>`.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.created_at_ms, self.id)
+    }
+
+    /// From what [`ApprovalCursor::encode`] wrote; `None` for anything else.
+    pub fn decode(text: &str) -> Option<Self> {
+        let (at, id) = text.split_once('.')?;
+        let valid_id = !id.is_empty()
+            && id.len() <= 64
+            && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        valid_id.then_some(())?;
+        Some(ApprovalCursor {
+            created_at_ms: at.parse().ok()?,
+            id: id.to_owned(),
+        })
+    }
 }
 
 /// An approver's decision on a pending approval.

@@ -83,7 +83,7 @@ pub(crate) fn token(row: &impl Columns) -> Result<TokenRecord> {
 
 pub(crate) const APPROVAL_COLUMNS: &str = "id, principal, tool, args_hash, status, created_at_ms, \
      resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors, \
-     arguments, run_id, script, reason";
+     arguments, run_id, script, reason, arguments_bytes";
 
 /// A chain column read back. One that does not parse makes the approval unreadable, so it is
 /// neither resolved nor used: fail closed.
@@ -115,6 +115,7 @@ pub(crate) fn approval(row: &impl Columns) -> Result<Approval> {
             arguments: row.get(12)?,
             run_id: row.get(13)?,
             script: row.get(14)?,
+            arguments_bytes: row.get::<Option<i64>>(16)?.map(|b| b.max(0) as u64),
         },
         reason: row.get(15)?,
     })

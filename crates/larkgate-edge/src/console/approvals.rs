@@ -18,7 +18,11 @@ use super::{Console, frame, refused, said};
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct ApprovalsQuery {
     status: Option<String>,
+    after: Option<String>,
 }
+
+/// How many approvals one page of the console shows.
+const PAGE: i64 = 20;
 
 /// An approval as the page shows it.
 #[derive(Debug, serde::Serialize)]
@@ -50,16 +54,19 @@ pub(super) async fn approvals_page(
         services.store.as_ref(),
         services.policy.approvals.pending_ttl_seconds,
         status,
+        query.after.as_deref(),
+        PAGE,
         services.clock.now_ms(),
     )
     .await;
-    let approvals = match listed {
-        Ok(list) => list,
+    let page = match listed {
+        Ok(page) => page,
         Err(refusal) => {
             return refused(&console, &signed, StatusCode::BAD_REQUEST, &said(&refusal));
         }
     };
-    let rows: Vec<ApprovalRow> = approvals
+    let rows: Vec<ApprovalRow> = page
+        .approvals
         .into_iter()
         .map(ApprovalView::from)
         .map(|view| ApprovalRow {
@@ -78,6 +85,8 @@ pub(super) async fn approvals_page(
         context! {
             approvals => minijinja::Value::from(Serde(&rows)),
             status,
+            next => page.next,
+            first_page => query.after.is_none(),
             statuses => ["pending", "approved", "denied", "used", "expired", "all"],
             ..frame(&signed, "approvals")
         },

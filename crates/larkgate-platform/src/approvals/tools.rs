@@ -18,7 +18,14 @@ pub struct ApprovalsListInput {
     /// Only approvals with this status (`pending`, `approved`, `denied`, `used`, `expired`,
     /// or `all`); default `pending`.
     pub status: Option<String>,
+    /// At most this many (1 to 100); default 20.
+    pub limit: Option<i64>,
+    /// Only those after this point: the `next` of the page before.
+    pub after: Option<String>,
 }
+
+/// How many approvals a page lists unless asked for another number.
+pub const DEFAULT_PAGE: i64 = 20;
 
 /// One approval as listed.
 #[derive(Clone, Debug, Serialize, JsonSchema)]
@@ -31,8 +38,14 @@ pub struct ApprovalView {
     pub tool: String,
     /// The canonical arguments as the first refused call sent them, with the fields the
     /// policy redacts shown as `"<redacted>"` (`null` for approvals made before larkgate
-    /// recorded them). The approval binds to `args_hash`, the hash of the whole arguments.
+    /// recorded them). Arguments larger than 8 KiB are a preview: long strings, lists and
+    /// maps are cut, each saying what it left out (`arguments_whole` is then false). The
+    /// approval binds to `args_hash`, the hash of the whole arguments.
     pub arguments: Option<serde_json::Value>,
+    /// Whether `arguments` shows them whole.
+    pub arguments_whole: bool,
+    /// The size of the whole arguments, in bytes of canonical JSON.
+    pub arguments_bytes: Option<u64>,
     /// SHA-256 of the canonical arguments.
     pub args_hash: String,
     /// The script run the call was made in, if any.
@@ -62,6 +75,8 @@ impl From<larkgate_store::Approval> for ApprovalView {
             id: a.id,
             principal: a.principal,
             tool: a.tool,
+            arguments_whole: a.details.arguments_whole(),
+            arguments_bytes: a.details.arguments_bytes,
             arguments: a
                 .details
                 .arguments
@@ -85,6 +100,9 @@ impl From<larkgate_store::Approval> for ApprovalView {
 pub struct ApprovalsListOutput {
     /// The approvals, newest first.
     pub approvals: Vec<ApprovalView>,
+    /// Pass as `after` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// Input of `approvals_approve` and `approvals_deny`.
@@ -137,9 +155,10 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         Declared::new(CapabilityInfo::new(
             "approvals_list",
             "List approvals",
-            "Lists approval requests, newest first: pending ones by default. Each shows the \
-             tool, who asked and through which runs, the script, and the call's arguments \
-             (redacted fields as <redacted>).",
+            "Lists approval requests, newest first, a page at a time (20 unless `limit` says \
+             otherwise; pass `next` as `after` for the next page): pending ones by default. \
+             Each shows the tool, who asked and through which runs, the script, and the call's \
+             arguments (redacted fields as <redacted>; a preview of arguments over 8 KiB).",
             Annotations::READ,
         ))
         .map_err(&invalid)?,
@@ -147,15 +166,18 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
                 let pending_ttl = ctx.services.policy.approvals.pending_ttl_seconds;
-                let approvals = super::list(
+                let page = super::list(
                     ctx.services.store.as_ref(),
                     pending_ttl,
                     status,
+                    input.after.as_deref(),
+                    input.limit.unwrap_or(DEFAULT_PAGE),
                     ctx.services.clock.now_ms(),
                 )
                 .await?;
                 Ok(ApprovalsListOutput {
-                    approvals: approvals.into_iter().map(Into::into).collect(),
+                    approvals: page.approvals.into_iter().map(Into::into).collect(),
+                    next: page.next,
                 })
             })
         }),

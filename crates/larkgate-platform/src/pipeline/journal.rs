@@ -185,7 +185,7 @@ fn intercept(
     let shown = approvals::shown_arguments(arguments, &services.policy.approvals.redact);
     let index = services
         .reviews
-        .record(base.run_id.as_deref(), &request.tool, &shown)?;
+        .record(base.run_id.as_deref(), &request.tool, &shown.text)?;
     let record = AuditEntry {
         kind: Some(AuditKind::Review),
         args: services

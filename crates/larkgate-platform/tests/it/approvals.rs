@@ -356,12 +356,18 @@ async fn a_request_nobody_decides_in_time_expires_and_the_next_call_asks_anew() 
         h.store.as_ref(),
         120,
         "expired",
+        None,
+        20,
         larkgate_platform::clock::WallClock::now_ms(&h.clock),
     )
     .await
     .unwrap();
     assert_eq!(
-        expired.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+        expired
+            .approvals
+            .iter()
+            .map(|a| a.id.as_str())
+            .collect::<Vec<_>>(),
         [undecided.as_str()]
     );
     // The caller's next call is a request of its own, which an approver may decide.
@@ -371,4 +377,161 @@ async fn a_request_nobody_decides_in_time_expires_and_the_next_call_asks_anew() 
     // The decided one still stands: expiry of requests is not expiry of approvals.
     let stored = h.store.approval(&decided).await.unwrap().unwrap();
     assert_eq!(stored.status, larkgate_store::ApprovalStatus::Approved);
+}
+
+/// `approvals_list` as `who`, with `arguments`; the answer, or the refusal's code.
+async fn listed(h: &Harness, who: &str, arguments: Map) -> Result<serde_json::Value, String> {
+    let (caller, _t) = h.session(who).await;
+    match caller.call_tool("approvals_list", arguments).await {
+        Ok(answer) => Ok(serde_json::to_value(Value::Map(answer)).unwrap()),
+        Err(larkgate_caller::CallError::Refused(refusal)) => Err(refusal.code.to_string()),
+        Err(other) => panic!("{other:?}"),
+    }
+}
+
+/// A caller cannot bury the approvers: each principal may have a few requests waiting, and
+/// everyone together a few more; a call beyond them is refused `limit_exceeded` and records
+/// nothing, while the call already waiting is found as before.
+#[tokio::test]
+async fn waiting_requests_are_capped_per_caller_and_in_total() {
+    let h = Harness::with(|b| {
+        let mut policy: larkgate_platform::policy::Policy =
+            toml::from_str(crate::harness::POLICY).unwrap();
+        policy.approvals.max_pending_per_principal = 3;
+        policy.approvals.max_pending = 4;
+        b.policy(policy)
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    let first = ask(&wes, "a").await;
+    ask(&wes, "b").await;
+    ask(&wes, "c").await;
+    let refused = refusal(&wes, "kv_delete", delete("d")).await;
+    assert_eq!(refused.code, "limit_exceeded", "{refused:?}");
+    assert!(
+        refused
+            .text
+            .contains("you already have 3 calls waiting for one")
+            && refused.text.contains("no request was recorded"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(refused.approval_id, None);
+    assert_eq!(ask(&wes, "a").await, first, "the waiting call is found");
+    let (root, _r) = h.session("root").await;
+    ask(&root, "a").await;
+    let refused = refusal(&root, "kv_delete", delete("b")).await;
+    assert_eq!(refused.code, "limit_exceeded");
+    assert!(
+        refused.text.contains("4 calls are already waiting"),
+        "{}",
+        refused.text
+    );
+    // Once an approver decides one, a new request fits.
+    let (alice, _a) = h.session("alice").await;
+    alice
+        .call_tool(
+            "approvals_deny",
+            args(&[("id", Value::from(first.as_str()))]),
+        )
+        .await
+        .unwrap();
+    ask(&wes, "d").await;
+    let pending = listed(&h, "alice", Map::new()).await.unwrap();
+    assert_eq!(pending["approvals"].as_array().unwrap().len(), 4);
+}
+
+/// Approvers read requests a page at a time; every request is on exactly one page.
+#[tokio::test]
+async fn approvals_are_listed_a_page_at_a_time() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    let mut asked = Vec::new();
+    for i in 0..5 {
+        asked.push(ask(&wes, &format!("k{i}")).await);
+        h.clock.advance(Duration::from_millis(1));
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut arguments = args(&[("limit", Value::Int(2))]);
+        if let Some(after) = &after {
+            arguments.insert("after".into(), Value::from(after.as_str()));
+        }
+        let page = listed(&h, "alice", arguments).await.unwrap();
+        let ids: Vec<String> = page["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(ids.len() <= 2);
+        seen.extend(ids);
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    asked.reverse();
+    assert_eq!(seen, asked, "newest first, each once");
+    for bad in [
+        args(&[("limit", Value::Int(0))]),
+        args(&[("limit", Value::Int(101))]),
+        args(&[("after", Value::from("not-a-cursor"))]),
+        args(&[("after", Value::from("1.' OR 1=1 --"))]),
+    ] {
+        assert_eq!(
+            listed(&h, "alice", bad.clone()).await.unwrap_err(),
+            "invalid_arguments",
+            "{bad:?}"
+        );
+    }
+}
+
+/// A request for a call with half a megabyte of arguments records a bounded preview; the
+/// approver is told it is one, and approving it approves the whole call.
+#[tokio::test]
+async fn a_huge_call_is_recorded_as_a_preview_and_approved_whole() {
+    let h = Harness::with(|b| {
+        let policy = crate::harness::POLICY.replace(
+            "require = [\"kv_delete\"]",
+            "require = [\"kv_delete\", \"kv_set\"]",
+        );
+        b.policy(toml::from_str(&policy).unwrap())
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    let value = format!("prod-{}", "x".repeat(512 * 1024));
+    let set = || args(&[("key", "config".into()), ("value", value.as_str().into())]);
+    let refused = refusal(&wes, "kv_set", set()).await;
+    assert_eq!(refused.code, "approval_required");
+    let id = refused.approval_id.unwrap();
+    let page = listed(&h, "alice", Map::new()).await.unwrap();
+    let shown = &page["approvals"][0];
+    assert_eq!(shown["id"], id.as_str());
+    assert_eq!(shown["arguments_whole"], false, "{shown}");
+    assert!(shown["arguments_bytes"].as_u64().unwrap() > 512 * 1024);
+    assert_eq!(shown["arguments"]["key"], "config");
+    let text = shown["arguments"]["value"].as_str().unwrap();
+    assert!(
+        text.starts_with("prod-x") && text.contains("more bytes not shown"),
+        "{}",
+        &text[..100]
+    );
+    assert!(
+        serde_json::to_string(&page).unwrap().len() < 16 * 1024,
+        "the page stays small"
+    );
+    approve(&h, "alice", &id).await.unwrap();
+    wes.call_tool("kv_set", set()).await.unwrap();
+    let (root, _r) = h.session("root").await;
+    let got = root
+        .call_tool("kv_get", args(&[("key", "config".into())]))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.get("value"),
+        Some(&Value::from(value.as_str())),
+        "stored whole"
+    );
 }

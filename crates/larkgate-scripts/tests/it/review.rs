@@ -98,7 +98,15 @@ async fn a_review_run_records_the_writes_it_would_make_and_publishing_needs_and_
         .unwrap();
     assert_eq!(unset["value"], "none");
     assert!(
-        h.store.approvals(None).await.unwrap().is_empty(),
+        h.store
+            .approvals(larkgate_store::ApprovalQuery {
+                status: None,
+                after: None,
+                limit: 10
+            })
+            .await
+            .unwrap()
+            .is_empty(),
         "a review asks no approver"
     );
     let record = ada.run_record(&review_id).await.unwrap();

@@ -6,9 +6,13 @@ use deadpool_postgres::GenericClient;
 use super::PostgresStore;
 use crate::rows::{self, APPROVAL_COLUMNS};
 use crate::{
-    Approval, ApprovalFor, ApprovalRequest, ApprovalStatus, ApprovalStore, Resolution, Result,
-    StoreError, chain_column,
+    Approval, ApprovalFor, ApprovalQuery, ApprovalRequest, ApprovalStore, Asked, PendingCapReached,
+    Resolution, Result, StoreError, chain_column, signed,
 };
+
+/// The advisory lock (with the schema's hash) under which pending approvals are counted and
+/// created.
+const PENDING_LOCK: i32 = 1818325611;
 
 /// A new approval's id: 64 random bits in hex, as the SQLite store makes them.
 fn new_id() -> Result<String> {
@@ -65,63 +69,79 @@ impl ApprovalStore for PostgresStore {
         Ok(approval)
     }
 
-    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Approval> {
+    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Asked> {
         let ApprovalRequest {
             call,
             details,
             now_ms,
+            caps,
         } = request;
         let key = call.key();
         let authors = chain_column(&call.chain.authors);
-        let client = self.client().await?;
-        // The partial unique index keeps one pending record per call across every process sharing
-        // the database. An insert that finds one pending does nothing; the select that follows is
-        // a statement of its own, so it sees a record another process committed meanwhile. If an
-        // approver resolved that record between the two statements, the next round asks anew.
-        for _ in 0..3 {
-            let inserted = client
-                .query_opt(
-                    &format!(
-                        "INSERT INTO approvals \
-                     (id, principal, tool, args_hash, status, created_at_ms, chain_through, \
-                      chain_authors, arguments, run_id, script) \
-                     VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10) \
-                     ON CONFLICT DO NOTHING RETURNING {APPROVAL_COLUMNS}"
-                    ),
-                    &[
-                        &new_id()?,
-                        &key.principal,
-                        &key.tool,
-                        &key.args_hash,
-                        &now_ms,
-                        &key.through,
-                        &authors,
-                        &details.arguments,
-                        &details.run_id,
-                        &details.script,
-                    ],
-                )
-                .await?;
-            if let Some(row) = inserted {
-                return rows::approval(&row);
-            }
-            let pending = client
-                .query_opt(
-                    &format!(
-                        "SELECT {APPROVAL_COLUMNS} FROM approvals \
+        let mut client = self.client().await?;
+        // The lookup, the count and the insert under one advisory lock on the schema's
+        // pending approvals, so replicas asking at once cannot overshoot a cap; the partial
+        // unique index keeps one pending record per call besides.
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&PENDING_LOCK, &self.schema],
+        )
+        .await?;
+        let pending = tx
+            .query_opt(
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
                      WHERE principal = $1 AND tool = $2 AND args_hash = $3 \
                        AND chain_through = $4 AND status = 'pending'"
-                    ),
-                    &[&key.principal, &key.tool, &key.args_hash, &key.through],
-                )
-                .await?;
-            if let Some(row) = pending {
-                return rows::approval(&row);
-            }
+                ),
+                &[&key.principal, &key.tool, &key.args_hash, &key.through],
+            )
+            .await?;
+        if let Some(row) = pending {
+            return Ok(Asked::Pending(Box::new(rows::approval(&row)?)));
         }
-        Err(StoreError::Busy(
-            "the approval for this call kept changing while it was requested".to_owned(),
-        ))
+        let counts = tx
+            .query_one(
+                "SELECT count(*), count(*) FILTER (WHERE principal = $1) FROM approvals \
+                 WHERE status = 'pending'",
+                &[&key.principal],
+            )
+            .await?;
+        let (all, own): (i64, i64) = (counts.try_get(0)?, counts.try_get(1)?);
+        if all >= signed(caps.total) {
+            return Ok(Asked::CapReached(PendingCapReached::Total));
+        }
+        if own >= signed(caps.per_principal) {
+            return Ok(Asked::CapReached(PendingCapReached::PerPrincipal));
+        }
+        let row = tx
+            .query_one(
+                &format!(
+                    "INSERT INTO approvals \
+                     (id, principal, tool, args_hash, status, created_at_ms, chain_through, \
+                      chain_authors, arguments, run_id, script, arguments_bytes) \
+                     VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7, $8, $9, $10, $11) \
+                     RETURNING {APPROVAL_COLUMNS}"
+                ),
+                &[
+                    &new_id()?,
+                    &key.principal,
+                    &key.tool,
+                    &key.args_hash,
+                    &now_ms,
+                    &key.through,
+                    &authors,
+                    &details.arguments,
+                    &details.run_id,
+                    &details.script,
+                    &details.arguments_bytes.map(signed),
+                ],
+            )
+            .await?;
+        let approval = rows::approval(&row)?;
+        tx.commit().await?;
+        Ok(Asked::Pending(Box::new(approval)))
     }
 
     async fn expire_approvals(&self, created_before_ms: i64) -> Result<u64> {
@@ -173,15 +193,27 @@ impl ApprovalStore for PostgresStore {
         approval_by_id(&self.client().await?, id).await
     }
 
-    async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>> {
+    async fn approvals(&self, query: ApprovalQuery) -> Result<Vec<Approval>> {
         let client = self.client().await?;
+        let (after_ms, after_id) = match &query.after {
+            Some(cursor) => (Some(cursor.created_at_ms), Some(cursor.id.as_str())),
+            None => (None, None),
+        };
         let rows = client
             .query(
                 &format!(
                     "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE $1::text IS NULL OR status = $1 ORDER BY created_at_ms DESC, ord DESC"
+                     WHERE ($1::text IS NULL OR status = $1) \
+                       AND ($2::bigint IS NULL OR created_at_ms < $2 \
+                            OR (created_at_ms = $2 AND id < $3::text)) \
+                     ORDER BY created_at_ms DESC, id DESC LIMIT $4"
                 ),
-                &[&status.map(|s| s.as_str())],
+                &[
+                    &query.status.map(|s| s.as_str()),
+                    &after_ms,
+                    &after_id,
+                    &i64::from(query.limit),
+                ],
             )
             .await?;
         rows.iter().map(rows::approval).collect()

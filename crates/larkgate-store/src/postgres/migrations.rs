@@ -209,6 +209,10 @@ const MIGRATIONS: &[&str] = &[
     r#"ALTER TABLE principals ADD COLUMN issuer TEXT COLLATE "C";
     UPDATE principals SET issuer = '*' WHERE kind IN ('user', 'service')
         AND id NOT IN (SELECT principal FROM tokens);"#,
+    // 6: the size of an approval's whole arguments (what it records is a bounded preview),
+    // and approvals by status and age, for listing a page at a time.
+    r#"ALTER TABLE approvals ADD COLUMN arguments_bytes BIGINT;
+    CREATE INDEX approvals_by_status ON approvals (status, created_at_ms, id);"#,
 ];
 
 /// The newest schema version this larkgate knows.

@@ -6,8 +6,8 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use super::SqliteStore;
 use crate::rows::{self, APPROVAL_COLUMNS};
 use crate::{
-    Approval, ApprovalFor, ApprovalRequest, ApprovalStatus, ApprovalStore, Resolution, Result,
-    StoreError, chain_column,
+    Approval, ApprovalFor, ApprovalQuery, ApprovalRequest, ApprovalStore, Asked, PendingCapReached,
+    Resolution, Result, StoreError, chain_column, signed,
 };
 
 fn approval_by_id(connection: &Connection, id: &str) -> Result<Option<Approval>> {
@@ -22,20 +22,49 @@ fn approval_by_id(connection: &Connection, id: &str) -> Result<Option<Approval>>
 
 #[async_trait::async_trait]
 impl ApprovalStore for SqliteStore {
-    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Approval> {
+    async fn pending_approval(&self, request: ApprovalRequest<'_>) -> Result<Asked> {
         let key = request.call.key();
         let authors = chain_column(&request.call.chain.authors);
-        let (details, now_ms) = (request.details.clone(), request.now_ms);
+        let (details, now_ms, caps) = (request.details.clone(), request.now_ms, request.caps);
         self.with(move |c| {
+            // Immediate: the lookup, the count and the insert are one writer's, even across
+            // processes sharing the file; the partial unique index keeps one pending record
+            // per call besides.
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            // The partial unique index keeps one pending record per call, even across
-            // processes sharing the file.
+            let pending = |tx: &rusqlite::Transaction<'_>| -> Result<Option<Approval>> {
+                tx.prepare_cached(&format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 \
+                       AND chain_through = ?4 AND status = 'pending'"
+                ))?
+                .query_and_then(
+                    params![key.principal, key.tool, key.args_hash, key.through],
+                    |r| rows::approval(r),
+                )?
+                .next()
+                .transpose()
+            };
+            if let Some(approval) = pending(&tx)? {
+                return Ok(Asked::Pending(Box::new(approval)));
+            }
+            let (all, own): (i64, i64) = tx.query_row(
+                "SELECT count(*), count(*) FILTER (WHERE principal = ?1) FROM approvals \
+                 WHERE status = 'pending'",
+                params![key.principal],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            if all >= signed(caps.total) {
+                return Ok(Asked::CapReached(PendingCapReached::Total));
+            }
+            if own >= signed(caps.per_principal) {
+                return Ok(Asked::CapReached(PendingCapReached::PerPrincipal));
+            }
             tx.execute(
                 "INSERT INTO approvals \
                  (id, principal, tool, args_hash, status, created_at_ms, chain_through, \
-                  chain_authors, arguments, run_id, script) \
-                 VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9) \
-                 ON CONFLICT DO NOTHING",
+                  chain_authors, arguments, run_id, script, arguments_bytes) \
+                 VALUES (lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, \
+                  ?9, ?10)",
                 params![
                     key.principal,
                     key.tool,
@@ -46,23 +75,13 @@ impl ApprovalStore for SqliteStore {
                     details.arguments,
                     details.run_id,
                     details.script,
+                    details.arguments_bytes.map(signed),
                 ],
             )?;
-            let approval = tx
-                .prepare(&format!(
-                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                     WHERE principal = ?1 AND tool = ?2 AND args_hash = ?3 \
-                       AND chain_through = ?4 AND status = 'pending'"
-                ))?
-                .query_and_then(
-                    params![key.principal, key.tool, key.args_hash, key.through],
-                    |r| rows::approval(r),
-                )?
-                .next()
-                .transpose()?
+            let approval = pending(&tx)?
                 .ok_or_else(|| StoreError::Missing("the pending approval just made".into()))?;
             tx.commit()?;
-            Ok(approval)
+            Ok(Asked::Pending(Box::new(approval)))
         })
         .await
     }
@@ -143,13 +162,27 @@ impl ApprovalStore for SqliteStore {
         self.with(move |c| approval_by_id(c, &id)).await
     }
 
-    async fn approvals(&self, status: Option<ApprovalStatus>) -> Result<Vec<Approval>> {
+    async fn approvals(&self, query: ApprovalQuery) -> Result<Vec<Approval>> {
         self.with(move |c| {
-            c.prepare(&format!(
+            let (after_ms, after_id) = match &query.after {
+                Some(cursor) => (Some(cursor.created_at_ms), Some(cursor.id.clone())),
+                None => (None, None),
+            };
+            c.prepare_cached(&format!(
                 "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE ?1 IS NULL OR status = ?1 ORDER BY created_at_ms DESC, rowid DESC"
+                 WHERE (?1 IS NULL OR status = ?1) \
+                   AND (?2 IS NULL OR created_at_ms < ?2 OR (created_at_ms = ?2 AND id < ?3)) \
+                 ORDER BY created_at_ms DESC, id DESC LIMIT ?4"
             ))?
-            .query_and_then(params![status.map(|s| s.as_str())], |r| rows::approval(r))?
+            .query_and_then(
+                params![
+                    query.status.map(|s| s.as_str()),
+                    after_ms,
+                    after_id,
+                    query.limit
+                ],
+                |r| rows::approval(r),
+            )?
             .collect()
         })
         .await

@@ -236,6 +236,10 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE principals ADD COLUMN issuer TEXT;
     UPDATE principals SET issuer = '*' WHERE kind IN ('user', 'service')
         AND id NOT IN (SELECT principal FROM tokens);",
+    // 15: the size of an approval's whole arguments (what it records is a bounded preview),
+    // and approvals by status and age, for listing a page at a time.
+    "ALTER TABLE approvals ADD COLUMN arguments_bytes INTEGER;
+    CREATE INDEX approvals_by_status ON approvals (status, created_at_ms, id);",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

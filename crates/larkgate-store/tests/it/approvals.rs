@@ -1,8 +1,9 @@
 use larkgate_store::{
-    ApprovalFor, ApprovalStatus, ApprovalStore, CallChain, Resolution, StoreError,
+    Approval, ApprovalCursor, ApprovalDetails, ApprovalFor, ApprovalQuery, ApprovalStatus,
+    ApprovalStore, Asked, CallChain, PendingCapReached, Resolution, StoreError,
 };
 
-use crate::{Place, asked, on_both};
+use crate::{Place, asked, on_both, pending_page};
 
 /// A call made directly, not inside a script run.
 fn direct() -> CallChain {
@@ -28,6 +29,8 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(for_p1.chain, through("p1", "ada"));
     assert!(for_p1.chain.involves("p1") && for_p1.chain.involves("ada"));
@@ -44,6 +47,8 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     let direct_call = store
         .pending_approval(asked(
@@ -57,6 +62,8 @@ async fn the_same_call_through_another_chain_is_another_approval(place: Place) {
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_ne!(for_p1.id, for_p2.id);
     assert_ne!(for_p1.id, direct_call.id);
@@ -122,6 +129,8 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
                 0,
             ))
             .await
+            .unwrap()
+            .pending()
             .unwrap();
     }
     // Roll the database back to the schema before the chain columns, as an older larkgate
@@ -145,15 +154,14 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
          DROP INDEX audit_by_replica; ALTER TABLE audit DROP COLUMN replica;
          ALTER TABLE audit DROP COLUMN local_seq; DROP TABLE sessions;
          ALTER TABLE principals DROP COLUMN issuer;
+         DROP INDEX approvals_by_status;
+         ALTER TABLE approvals DROP COLUMN arguments_bytes;
          PRAGMA user_version = 6;",
     )
     .unwrap();
     drop(raw);
     let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
-    let pending = store
-        .approvals(Some(ApprovalStatus::Pending))
-        .await
-        .unwrap();
+    let pending = store.approvals(pending_page()).await.unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].chain, direct());
     let again = store
@@ -168,6 +176,8 @@ async fn approvals_from_before_chains_read_as_direct_calls() {
             1,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(again.id, pending[0].id);
 }
@@ -186,6 +196,8 @@ async fn an_unreadable_chain_makes_the_approval_unreadable(place: Place) {
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     place
         .execute(&format!(
@@ -210,6 +222,8 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             1_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     let b = store
         .pending_approval(asked(
@@ -223,6 +237,8 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             2_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(a.id, b.id);
     assert_eq!(a.status, ApprovalStatus::Pending);
@@ -238,6 +254,8 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             2_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     let other_principal = store
         .pending_approval(asked(
@@ -251,17 +269,12 @@ async fn repeated_refused_calls_share_one_pending_record(place: Place) {
             2_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_ne!(a.id, other_args.id);
     assert_ne!(a.id, other_principal.id);
-    assert_eq!(
-        store
-            .approvals(Some(ApprovalStatus::Pending))
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    assert_eq!(store.approvals(pending_page()).await.unwrap().len(), 3);
 }
 
 async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: Place) {
@@ -278,6 +291,8 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert!(
         !store.consume_approval(&pending.id, 1).await.unwrap(),
@@ -332,6 +347,8 @@ async fn an_approval_is_consumed_exactly_once_and_only_before_it_expires(place: 
             600,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_ne!(again.id, pending.id);
     store
@@ -367,6 +384,8 @@ async fn concurrent_consumers_get_one_success(place: Place) {
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     store
         .resolve_approval(
@@ -417,6 +436,8 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
                 ))
                 .await
                 .unwrap()
+                .pending()
+                .unwrap()
                 .id
         }));
     }
@@ -425,10 +446,7 @@ async fn concurrent_requests_share_one_pending_record(place: Place) {
         ids.insert(task.await.unwrap());
     }
     assert_eq!(ids.len(), 1, "{ids:?}");
-    let pending = handles[0]
-        .approvals(Some(ApprovalStatus::Pending))
-        .await
-        .unwrap();
+    let pending = handles[0].approvals(pending_page()).await.unwrap();
     assert_eq!(pending.len(), 1);
 }
 
@@ -446,6 +464,8 @@ async fn only_a_pending_approval_can_be_resolved(place: Place) {
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     let denied = store
         .resolve_approval(
@@ -513,6 +533,8 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
         arguments: Some(r#"{"key":"important","token":"<redacted>"}"#.into()),
         run_id: Some("r1".into()),
         script: Some("cleanup v2".into()),
+        // A preview of 600 kB of arguments.
+        arguments_bytes: Some(600_000),
     };
     let pending = store
         .pending_approval(asked(
@@ -526,8 +548,11 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
             0,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(pending.details, details);
+    assert!(!pending.details.arguments_whole());
     // The first refused call's details stand: the same call again does not rewrite them.
     let other = larkgate_store::ApprovalDetails {
         arguments: Some("{}".into()),
@@ -545,6 +570,8 @@ async fn an_approval_keeps_what_its_approver_is_shown_and_why_they_decided(place
             5,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(
         (again.id.as_str(), &again.details),
@@ -584,6 +611,8 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
             1_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     let young = store
         .pending_approval(asked(
@@ -597,6 +626,8 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
             5_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(store.expire_approvals(2_000).await.unwrap(), 1);
     let status = |id: String| {
@@ -632,6 +663,8 @@ async fn pending_approvals_expire_and_the_next_call_asks_anew(place: Place) {
             6_000,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_ne!(renewed.id, old.id);
     assert_eq!(
@@ -658,6 +691,8 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
                 0,
             ))
             .await
+            .unwrap()
+            .pending()
             .unwrap();
         let other = store
             .pending_approval(asked(
@@ -671,6 +706,8 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
                 0,
             ))
             .await
+            .unwrap()
+            .pending()
             .unwrap();
         let resolved = store
             .resolve_approval(
@@ -741,6 +778,8 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
             5,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     let again = store
         .pending_approval(asked(
@@ -754,11 +793,169 @@ async fn approvals_from_before_details_survive_the_table_rebuild() {
             6,
         ))
         .await
+        .unwrap()
+        .pending()
         .unwrap();
     assert_eq!(first.id, again.id);
 }
 
+fn call<'a>(principal: &'a str, args_hash: &'a str, chain: &'a CallChain) -> ApprovalFor<'a> {
+    ApprovalFor {
+        principal,
+        tool: "kv_delete",
+        args_hash,
+        chain,
+    }
+}
+
+async fn pending_requests_are_capped_per_principal_and_in_total(place: Place) {
+    let store = place.open().await;
+    let details = ApprovalDetails::default();
+    let chain = direct();
+    let caps = larkgate_store::PendingCaps {
+        per_principal: 2,
+        total: 3,
+    };
+    let ask = |principal: &'static str, hash: &'static str, now_ms: i64| {
+        let store = store.clone();
+        let (chain, details) = (chain.clone(), details.clone());
+        async move {
+            store
+                .pending_approval(larkgate_store::ApprovalRequest {
+                    caps,
+                    ..asked(call(principal, hash, &chain), &details, now_ms)
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let first = ask("wes", "a", 1).await.pending().unwrap();
+    ask("wes", "b", 2).await.pending().unwrap();
+    assert_eq!(
+        ask("wes", "c", 3).await,
+        Asked::CapReached(PendingCapReached::PerPrincipal)
+    );
+    // The call that already waits is found, cap or not: repeating it costs nothing.
+    assert_eq!(ask("wes", "a", 4).await.pending().unwrap().id, first.id);
+    ask("eve", "a", 5).await.pending().unwrap();
+    assert_eq!(
+        ask("ada", "a", 6).await,
+        Asked::CapReached(PendingCapReached::Total)
+    );
+    // A decided request no longer counts.
+    store
+        .resolve_approval(
+            &first.id,
+            Resolution {
+                approver: "alice",
+                approve: false,
+                reason: None,
+                now_ms: 7,
+                expires_at_ms: 0,
+            },
+        )
+        .await
+        .unwrap();
+    ask("ada", "a", 8).await.pending().unwrap();
+    assert_eq!(store.approvals(pending_page()).await.unwrap().len(), 3);
+}
+
+async fn requests_from_many_processes_at_once_never_overshoot_the_cap(place: Place) {
+    // Four processes, each asking for eight different calls at once, capped at ten.
+    let handles: Vec<_> = futures::future::join_all((0..4).map(|_| place.open())).await;
+    let caps = larkgate_store::PendingCaps {
+        per_principal: 10,
+        total: 10,
+    };
+    let asks = handles.iter().enumerate().flat_map(|(p, store)| {
+        (0..8).map(move |i| {
+            let store = store.clone();
+            async move {
+                let chain = direct();
+                let details = ApprovalDetails::default();
+                let hash = format!("h{p}-{i}");
+                store
+                    .pending_approval(larkgate_store::ApprovalRequest {
+                        caps,
+                        ..asked(call("wes", &hash, &chain), &details, 1)
+                    })
+                    .await
+                    .unwrap()
+            }
+        })
+    });
+    let answers = futures::future::join_all(asks).await;
+    let recorded = answers
+        .iter()
+        .filter(|a| matches!(a, Asked::Pending(_)))
+        .count();
+    assert_eq!(recorded, 10);
+    assert_eq!(
+        handles[0].approvals(pending_page()).await.unwrap().len(),
+        10
+    );
+}
+
+async fn approvals_are_listed_a_page_at_a_time_newest_first(place: Place) {
+    let store = place.open().await;
+    let chain = direct();
+    let details = ApprovalDetails::default();
+    // Nine requests, three to a millisecond.
+    for i in 0..9 {
+        let hash = format!("h{i}");
+        store
+            .pending_approval(asked(call("wes", &hash, &chain), &details, i / 3))
+            .await
+            .unwrap()
+            .pending()
+            .unwrap();
+    }
+    let mut seen: Vec<Approval> = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .approvals(ApprovalQuery {
+                status: Some(ApprovalStatus::Pending),
+                after: after.clone(),
+                limit: 4,
+            })
+            .await
+            .unwrap();
+        assert!(page.len() <= 4);
+        let Some(last) = page.last() else { break };
+        after = Some(ApprovalCursor::after(last));
+        // A cursor survives being handed to a caller and back.
+        let encoded = after.as_ref().unwrap().encode();
+        assert_eq!(ApprovalCursor::decode(&encoded), after);
+        seen.extend(page);
+    }
+    assert_eq!(seen.len(), 9, "every approval once");
+    let keys: Vec<(i64, String)> = seen
+        .iter()
+        .map(|a| (a.created_at_ms, a.id.clone()))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(keys, sorted, "newest first, then by id");
+    // Another status lists none of them.
+    let denied = store
+        .approvals(ApprovalQuery {
+            status: Some(ApprovalStatus::Denied),
+            after: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert!(denied.is_empty());
+    for bad in ["", "12", "x.abc", "12.", "12.a b", "12.../../x"] {
+        assert_eq!(ApprovalCursor::decode(bad), None, "{bad:?}");
+    }
+}
+
 on_both!(
+    pending_requests_are_capped_per_principal_and_in_total,
+    requests_from_many_processes_at_once_never_overshoot_the_cap,
+    approvals_are_listed_a_page_at_a_time_newest_first,
     concurrent_requests_share_one_pending_record,
     an_unreadable_chain_makes_the_approval_unreadable,
     the_same_call_through_another_chain_is_another_approval,

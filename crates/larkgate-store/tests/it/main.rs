@@ -95,6 +95,19 @@ pub(crate) fn asked<'a>(
         call,
         details,
         now_ms,
+        caps: larkgate_store::PendingCaps {
+            per_principal: 1000,
+            total: 1000,
+        },
+    }
+}
+
+/// The first page of pending approvals, larger than any test makes.
+pub(crate) fn pending_page() -> larkgate_store::ApprovalQuery {
+    larkgate_store::ApprovalQuery {
+        status: Some(larkgate_store::ApprovalStatus::Pending),
+        after: None,
+        limit: 1000,
     }
 }
 

@@ -147,7 +147,10 @@ async fn principals_from_before_bindings_wait_for_a_first_sign_in_unless_they_ho
         Place::Sqlite(_) => {
             drop(place.open().await);
             place
-                .execute("ALTER TABLE principals DROP COLUMN issuer; PRAGMA user_version = 13;")
+                .execute(
+                    "DROP INDEX approvals_by_status; ALTER TABLE approvals DROP COLUMN arguments_bytes;
+                     ALTER TABLE principals DROP COLUMN issuer; PRAGMA user_version = 13;",
+                )
                 .await;
         }
         Place::Postgres(schema) => {

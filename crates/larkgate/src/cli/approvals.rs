@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::Result;
 
 use larkgate_platform::approvals::Decision;
-use larkgate_platform::approvals::tools::ApprovalView;
+use larkgate_platform::approvals::tools::ApprovalsListOutput;
 
 use super::context::StoreContext;
 
@@ -18,7 +18,13 @@ pub(crate) enum Command {
         /// Which ones: pending (default), approved, denied, used, expired, or all.
         #[arg(long, default_value = "pending")]
         status: String,
-        /// Print JSON.
+        /// At most this many (1 to 100).
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+        /// Only those after this point: the `--after` the page before printed.
+        #[arg(long)]
+        after: Option<String>,
+        /// Print JSON (the approvals_list tool's answer: `approvals`, and `next`).
         #[arg(long)]
         json: bool,
     },
@@ -44,23 +50,35 @@ impl Command {
     /// Carries the command out on the store, writing what it reports to `out`.
     pub(crate) async fn run(self, context: &StoreContext, out: &mut impl Write) -> Result<()> {
         match self {
-            Command::List { status, json } => {
+            Command::List {
+                status,
+                limit,
+                after,
+                json,
+            } => {
                 let pending_ttl = context.config.policy.approvals.pending_ttl_seconds;
-                let approvals = larkgate_platform::approvals::list(
+                let page = larkgate_platform::approvals::list(
                     context.store.as_ref(),
                     pending_ttl,
                     &status,
+                    after.as_deref(),
+                    limit,
                     larkgate_store::now_ms(),
                 )
                 .await
                 .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+                let (approvals, next) = (page.approvals, page.next);
                 if json {
-                    // The shape of the approvals_list tool's answer.
-                    let views: Vec<ApprovalView> = approvals.into_iter().map(Into::into).collect();
-                    serde_json::to_writer_pretty(&mut *out, &views)?;
+                    // The approvals_list tool's answer.
+                    let answer = ApprovalsListOutput {
+                        approvals: approvals.into_iter().map(Into::into).collect(),
+                        next,
+                    };
+                    serde_json::to_writer_pretty(&mut *out, &answer)?;
                     writeln!(out)?;
                 } else if approvals.is_empty() {
-                    writeln!(out, "no {status} approvals")?;
+                    let more = if after.is_some() { "more " } else { "" };
+                    writeln!(out, "no {more}{status} approvals")?;
                 } else {
                     for a in approvals {
                         // A call made inside script runs says whose runs they were.
@@ -83,6 +101,12 @@ impl Command {
                             a.principal,
                             a.tool,
                             shown_arguments(&a),
+                        )?;
+                    }
+                    if let Some(next) = next {
+                        writeln!(
+                            out,
+                            "older ones: larkgate approvals list --status {status} --after {next}"
                         )?;
                     }
                 }
@@ -125,11 +149,17 @@ fn shown_arguments(approval: &larkgate_store::Approval) -> String {
                 .collect::<Vec<_>>()
                 .join(", ");
             let lookalikes = display::lookalikes(&serde_json::Value::Object(arguments), 10);
-            if lookalikes.is_empty() {
-                call
-            } else {
-                format!("{call} [look-alikes: {}]", lookalikes.join("; "))
+            let mut shown = call;
+            if !lookalikes.is_empty() {
+                shown = format!("{shown} [look-alikes: {}]", lookalikes.join("; "));
             }
+            if !approval.details.arguments_whole() {
+                shown = format!(
+                    "{shown} [a preview: {} bytes in all; approving approves all of them]",
+                    approval.details.arguments_bytes.unwrap_or_default()
+                );
+            }
+            shown
         }
         None => format!(
             "arguments {}...",

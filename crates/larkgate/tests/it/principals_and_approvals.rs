@@ -233,6 +233,9 @@ require = ["kv_set"]
     let id = approval_id_in(&refused);
     let listed = ok(dir.path(), &["approvals", "list", "--json"]);
     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    // The approvals_list tool's answer: the page, and no next one.
+    assert!(listed.get("next").is_none(), "{listed}");
+    let listed = &listed["approvals"];
     assert_eq!(listed[0]["principal"], "script:w", "{listed}");
     assert_eq!(listed[0]["through"], serde_json::json!(["p1"]));
     assert_eq!(listed[0]["script_authors"], serde_json::json!(["ada"]));
@@ -312,6 +315,7 @@ fn approvers_see_the_arguments_and_give_reasons_a_denied_caller_is_told() {
     assert!(!listed.contains("s3cret"), "{listed}");
     let json: serde_json::Value =
         serde_json::from_str(&ok(d, &["approvals", "list", "--json"])).unwrap();
+    let json = &json["approvals"];
     assert_eq!(
         json[0]["arguments"],
         serde_json::json!({"key": "important", "value": "<redacted>"}),
@@ -467,5 +471,149 @@ fn approvals_list_shows_hidden_characters_as_escapes_and_names_look_alikes() {
             && page.contains("&quot;ｐｒｏｄ&quot; shows as &quot;prod&quot;"),
         "{page}"
     );
+    assert!(server.stop().success());
+}
+
+/// The flood that buried approvers: a writer sends gated calls with half a megabyte of
+/// arguments each over HTTP. Past the caps, each is refused `limit_exceeded` and recorded
+/// nowhere; what is recorded is a preview, so `approvals_list`, the console page and
+/// `approvals list` stay small, a page at a time, and say that each is a preview.
+#[test]
+fn a_flood_of_huge_gated_calls_is_capped_and_approvers_see_small_pages_of_previews() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        POLICY.replace(
+            "require = [\"kv_delete\"]",
+            "require = [\"kv_delete\", \"kv_set\"]\nmax_pending_per_principal = 5\n\
+             max_pending = 6",
+        ),
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "wes", "--roles", "writer"]);
+    ok(d, &["principal", "add", "ada", "--roles", "writer"]);
+    ok(d, &["principal", "add", "alice", "--roles", "approver"]);
+    let token = |name: &str| {
+        ok(d, &["token", "create", "--principal", name])
+            .trim()
+            .to_owned()
+    };
+    let (wes, ada, alice) = (token("wes"), token("ada"), token("alice"));
+    let server = crate::serve::Server::start(d);
+    let url = server.url.clone();
+    let code = |answer: &serde_json::Value| {
+        answer["result"]["_meta"]["larkgate/envelope"]["code"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}"))
+            .to_owned()
+    };
+    let huge = |i: usize| serde_json::json!({"key": format!("k{i}"), "value": format!("{i}{}", "x".repeat(512 * 1024))});
+    let codes: Vec<String> = (0..7)
+        .map(|i| {
+            code(&crate::traces::call(
+                &url,
+                &wes,
+                None,
+                None,
+                "kv_set",
+                huge(i),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "approval_required",
+            "approval_required",
+            "approval_required",
+            "approval_required",
+            "approval_required",
+            "limit_exceeded",
+            "limit_exceeded"
+        ]
+    );
+    let refused = crate::traces::call(&url, &wes, None, None, "kv_set", huge(9));
+    let message = refused["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        message.contains("you already have 5 calls waiting") && !message.contains("xxxx"),
+        "{message}"
+    );
+    assert_eq!(
+        code(&crate::traces::call(
+            &url,
+            &ada,
+            None,
+            None,
+            "kv_set",
+            huge(0)
+        )),
+        "approval_required"
+    );
+    let refused = crate::traces::call(&url, &ada, None, None, "kv_set", huge(1));
+    let message = refused["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(message.contains("6 calls are already waiting"), "{message}");
+
+    // The approver's tool answers, a page at a time, each approval a preview.
+    let first = crate::traces::call(
+        &url,
+        &alice,
+        None,
+        None,
+        "approvals_list",
+        serde_json::json!({}),
+    );
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    let answer = &first["result"]["structuredContent"];
+    let listed = answer["approvals"].as_array().unwrap();
+    assert_eq!(listed.len(), 6);
+    assert!(
+        first.to_string().len() < 128 * 1024,
+        "{} bytes",
+        first.to_string().len()
+    );
+    for approval in listed {
+        assert_eq!(approval["arguments_whole"], false, "{approval}");
+        assert!(approval["arguments_bytes"].as_u64().unwrap() > 512 * 1024);
+    }
+    let paged = crate::traces::call(
+        &url,
+        &alice,
+        None,
+        None,
+        "approvals_list",
+        serde_json::json!({"limit": 4}),
+    );
+    let next = paged["result"]["structuredContent"]["next"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rest = crate::traces::call(
+        &url,
+        &alice,
+        None,
+        None,
+        "approvals_list",
+        serde_json::json!({"limit": 4, "after": next}),
+    );
+    let rest = &rest["result"]["structuredContent"];
+    assert_eq!(rest["approvals"].as_array().unwrap().len(), 2, "{rest}");
+    assert!(rest.get("next").is_none(), "{rest}");
+
+    // The console page: small, saying each is a preview, with a link to older ones.
+    let (status, page) = crate::serve::console_page(&url, &alice, "/admin/approvals");
+    assert_eq!(status, 200);
+    assert!(page.len() < 512 * 1024, "{} bytes", page.len());
+    assert!(page.contains("A preview:"), "{page}");
+    // The command line: a page, and the command that shows the next.
+    let listed = ok(d, &["approvals", "list", "--limit", "4"]);
+    assert!(listed.contains("[a preview: "), "{listed}");
+    let older = listed
+        .lines()
+        .find_map(|l| l.strip_prefix("older ones: "))
+        .unwrap_or_else(|| panic!("{listed}"));
+    let args: Vec<&str> = older.split_whitespace().skip(1).collect();
+    let rest = ok(d, &args);
+    assert_eq!(rest.lines().count(), 2, "{rest}");
     assert!(server.stop().success());
 }
