@@ -13,11 +13,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The arguments that put BIN's /healthz, /readyz and /metrics on a free port of their own
+# (their default port would be every server's at once); none for a larkgate from before
+# they had one, which serves them beside /mcp.
+ops_free_port() {
+    if "$1" serve --help 2>/dev/null | grep -q -- --ops-listen; then echo "--ops-listen 127.0.0.1:0"; fi
+}
+
 # Starts BIN (default: this tree's release build) as `larkgate serve` on a free port, in DIR
 # (its data directory is DIR/larkgate-data); sets $served_url and $served_token.
 start() {
     local dir=$1 bin=${2:-$PWD/target/release/larkgate}
-    (cd "$dir" && exec "$bin" serve --listen 127.0.0.1:0 > "$dir/serve.out" 2> "$dir/serve.err") &
+    # shellcheck disable=SC2046
+    (cd "$dir" && exec "$bin" serve --listen 127.0.0.1:0 $(ops_free_port "$bin") > "$dir/serve.out" 2> "$dir/serve.err") &
     pids+=($!)
     for _ in $(seq 100); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
     served_url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")

@@ -68,8 +68,9 @@ start() {
     shift 2
     mkdir -p "$dir"
     cp "$work/data/larkgate.toml" "$dir/"
+    # shellcheck disable=SC2046
     (cd "$work" && exec env "$@" "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
-        > "$dir/serve.out" 2> "$dir/serve.err") &
+        $(ops_free_port "$binary") > "$dir/serve.out" 2> "$dir/serve.err") &
     pids+=("$!")
     printf -v "${name}_pid" %s "$!"
     for _ in $(seq 300); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done

@@ -68,7 +68,11 @@ EOF
 # token; empty when the store already had an administrator).
 start() {
     local binary=$1 dir=$2
-    (cd "$dir" && exec "$binary" serve --listen 127.0.0.1:0 \
+    local ops=()
+    # Three replicas on one machine: each its own port for /healthz and /metrics (a larkgate
+    # from before they had one serves them beside /mcp).
+    if "$binary" serve --help 2>/dev/null | grep -q -- --ops-listen; then ops=(--ops-listen 127.0.0.1:0); fi
+    (cd "$dir" && exec "$binary" serve --listen 127.0.0.1:0 "${ops[@]}" \
         > "$dir/serve.out" 2> "$dir/serve.err") &
     pids+=($!)
     for _ in $(seq 100); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done

@@ -11,6 +11,49 @@ use serde::{Deserialize, Deserializer};
 /// The default listen address of `serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8940";
 
+/// The default address of the operational endpoints: this machine only, beside the default
+/// `listen`.
+pub const DEFAULT_OPS_LISTEN: &str = "127.0.0.1:8941";
+
+/// Where `/healthz`, `/readyz` and `/metrics` are served (`[server] ops_listen`, `serve
+/// --ops-listen`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpsListen {
+    /// On a listener of their own, with a connection cap of its own, so that whatever
+    /// clients do to `listen` (a full connection cap), health answers.
+    Apart(SocketAddr),
+    /// Beside `/mcp`, on `listen` (`"beside-mcp"`): one port, but a full cap there hides them.
+    BesideMcp,
+}
+
+impl Default for OpsListen {
+    fn default() -> Self {
+        OpsListen::Apart(
+            DEFAULT_OPS_LISTEN
+                .parse()
+                .expect("the default ops address parses"),
+        )
+    }
+}
+
+impl std::str::FromStr for OpsListen {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "beside-mcp" {
+            return Ok(OpsListen::BesideMcp);
+        }
+        parse_socket_address(text)
+            .map(OpsListen::Apart)
+            .map_err(|e| format!("{e}; or \"beside-mcp\" to serve them on `listen`"))
+    }
+}
+
+/// `text` as where the operational endpoints are served.
+pub fn parse_ops_listen(text: &str) -> Result<OpsListen, String> {
+    text.parse()
+}
+
 /// How lines on stderr are written (`[server] log_format`; `--log-format` and
 /// `LARKGATE_LOG_FORMAT` override it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -29,10 +72,9 @@ fn socket_address<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAd
     parse_socket_address(&text).map_err(serde::de::Error::custom)
 }
 
-fn optional_socket_address<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<SocketAddr>, D::Error> {
-    socket_address(deserializer).map(Some)
+fn ops_listen<'de, D: Deserializer<'de>>(deserializer: D) -> Result<OpsListen, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(serde::de::Error::custom)
 }
 
 /// `text` as a socket address, or an error naming the accepted forms.
@@ -53,10 +95,11 @@ pub struct ServerConfig {
     /// Where `/mcp` is served.
     #[serde(deserialize_with = "socket_address")]
     pub listen: SocketAddr,
-    /// Where `/healthz`, `/readyz` and `/metrics` are served instead of on `listen`, with a
-    /// connection cap of their own, so that a full cap on `listen` does not hide them.
-    #[serde(deserialize_with = "optional_socket_address")]
-    pub ops_listen: Option<SocketAddr>,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served: apart from `listen` (by default
+    /// on 127.0.0.1:8941), with a connection cap of their own, so that a full cap on `listen`
+    /// does not hide them; or `"beside-mcp"`.
+    #[serde(deserialize_with = "ops_listen")]
+    pub ops_listen: OpsListen,
     /// The URL clients reach `/mcp` at (for example `https://mcp.example.com/mcp` behind a
     /// reverse proxy): printed in the client configuration, and its host is answered to.
     pub public_url: Option<String>,
@@ -103,7 +146,7 @@ impl Default for ServerConfig {
         let sessions = crate::sessions::SessionLimits::default();
         ServerConfig {
             listen: default_listen(),
-            ops_listen: None,
+            ops_listen: OpsListen::default(),
             public_url: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
@@ -265,13 +308,12 @@ impl ServerConfig {
         if self.max_header_bytes < 8192 {
             return Err("server.max_header_bytes must be at least 8192".to_owned());
         }
-        if self
-            .ops_listen
-            .is_some_and(|ops| ops == self.listen && ops.port() != 0)
+        if matches!(self.ops_listen, OpsListen::Apart(ops) if ops == self.listen && ops.port() != 0)
         {
             return Err(
                 "server.ops_listen must differ from server.listen (it is there so that the \
-                 operational endpoints stay reachable when listen is full)"
+                 operational endpoints stay reachable when listen is full); write \
+                 \"beside-mcp\" to serve them on listen"
                     .to_owned(),
             );
         }

@@ -12,7 +12,7 @@
 //! ```toml
 //! [server]                   # `larkgate serve`'s edge; every key optional (see ServerConfig)
 //! listen = "127.0.0.1:8940"  # where it listens (`--listen` overrides)
-//! ops_listen = "127.0.0.1:8941"  # /healthz, /readyz and /metrics apart from /mcp (default: on `listen`)
+//! ops_listen = "127.0.0.1:8941"  # /healthz, /readyz and /metrics, apart from /mcp (the default; "beside-mcp": on `listen`)
 //! max_connections = 1024
 //! header_read_timeout_ms = 10000
 //! idle_timeout_ms = 60000
@@ -619,6 +619,21 @@ mod tests {
         assert!(
             format!("{err:#}").contains("ops_listen must differ"),
             "{err:#}"
+        );
+        let err = Config::parse("[server]\nops_listen = \"localhost:8941\"").unwrap_err();
+        assert!(format!("{err:#}").contains("\"beside-mcp\""), "{err:#}");
+        // Apart from /mcp by default, on this machine only; beside it when asked.
+        use larkgate_edge::server::OpsListen;
+        assert_eq!(
+            Config::parse("").unwrap().server.ops_listen,
+            OpsListen::Apart("127.0.0.1:8941".parse().unwrap())
+        );
+        assert_eq!(
+            Config::parse("[server]\nops_listen = \"beside-mcp\"")
+                .unwrap()
+                .server
+                .ops_listen,
+            OpsListen::BesideMcp
         );
         let err = Config::parse(
             "[[policy.rate_limits]]\nper = \"principal\"\ncalls = 0\nperiod_seconds = 1",

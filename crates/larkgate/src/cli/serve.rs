@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use axum::http::header;
+use larkgate_edge::server::OpsListen;
 use larkgate_platform::audit::{AuditEntry, AuditSink, EventKind};
 use larkgate_platform::policy::ROLE_ADMIN;
 use larkgate_platform::tokens;
@@ -24,6 +25,10 @@ pub(crate) struct Args {
     /// 127.0.0.1:8940).
     #[arg(long, value_parser = larkgate_edge::server::parse_socket_address)]
     pub(crate) listen: Option<SocketAddr>,
+    /// Where /healthz, /readyz and /metrics are served, as IP:PORT, or `beside-mcp` (default:
+    /// the configuration's `[server] ops_listen`, else 127.0.0.1:8941).
+    #[arg(long, value_parser = larkgate_edge::server::parse_ops_listen)]
+    pub(crate) ops_listen: Option<larkgate_edge::server::OpsListen>,
 }
 
 /// `/metrics`: the platform's metrics plus what only the endpoint knows, refreshed at each
@@ -228,11 +233,7 @@ pub(crate) async fn shutdown_signal() -> &'static str {
     }
 }
 
-pub(crate) async fn run(
-    _args: Args,
-    context: &Context,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> anyhow::Result<()> {
     // `--listen`, else the configuration's: decided when the context opened.
     let address = context.listen.context("serve has a listen address")?;
     let listener = tokio::net::TcpListener::bind(address)
@@ -258,14 +259,22 @@ pub(crate) async fn run(
     let following = follow_changes(context);
     let metrics = Arc::new(Scrape::new(context, Arc::clone(&edge.sessions)));
     let ops = ops_routes(metrics);
-    // The operational endpoints live on `ops_listen` when there is one, else beside `/mcp`.
-    let ops_listener = match server.ops_listen {
-        Some(address) => Some(
+    // The operational endpoints live on a listener of their own unless told to live beside
+    // `/mcp`.
+    let ops_listener = match args.ops_listen.unwrap_or(server.ops_listen) {
+        OpsListen::Apart(address) => Some(
             tokio::net::TcpListener::bind(address)
                 .await
-                .with_context(|| format!("cannot listen on {address} (server.ops_listen)"))?,
+                .with_context(|| {
+                    format!(
+                        "cannot listen on {address} for /healthz, /readyz and /metrics \
+                         (server.ops_listen): if another larkgate on this machine uses it, give \
+                         each its own ([server] ops_listen or --ops-listen IP:PORT), or serve \
+                         them beside /mcp with ops_listen = \"beside-mcp\""
+                    )
+                })?,
         ),
-        None => None,
+        OpsListen::BesideMcp => None,
     };
     let end_streams = edge.end_streams;
     let (app, ops) = match ops_listener {
@@ -277,6 +286,16 @@ pub(crate) async fn run(
     // when it stops). Written before the line below, which says the server is ready.
     let _announced = super::endpoint::announce(&context.data_dir, listen)
         .with_context(|| format!("cannot write {}", super::endpoint::FILE))?;
+    // Said before the line below, which says the server is ready.
+    match &ops {
+        Some((listener, _)) => crate::logging::say(&format!(
+            "serving /healthz, /readyz and /metrics at http://{}",
+            listener.local_addr()?
+        )),
+        None => crate::logging::say(&format!(
+            "serving /healthz, /readyz and /metrics beside /mcp at http://{listen}"
+        )),
+    }
     crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
     crate::logging::say(&context.scripts.memory_budget());
     crate::logging::say(&worker_threads(
@@ -291,10 +310,6 @@ pub(crate) async fn run(
     let (stopping, stopped) = tokio::sync::watch::channel(false);
     let ops_server = match ops {
         Some((listener, ops)) => {
-            crate::logging::say(&format!(
-                "serving /healthz, /readyz and /metrics at http://{}",
-                listener.local_addr()?
-            ));
             let limits = http::accept::SocketLimits {
                 max_connections: OPS_MAX_CONNECTIONS,
                 ..server.sockets()
@@ -443,13 +458,20 @@ fn register_connection_metrics(context: &Context, prefix: &str) -> http::accept:
     );
     metrics.register(
         &format!("{prefix}refused_connections"),
-        "Connections closed on arrival because the connection cap was reached",
+        "Connections closed on arrival because the connection cap was reached and every \
+         connection was serving a request",
         connections.refused.clone(),
     );
     metrics.register(
         &format!("{prefix}timed_out_connections"),
         "Connections closed for a slow request head or for idling",
         connections.timed_out.clone(),
+    );
+    metrics.register(
+        &format!("{prefix}evicted_connections"),
+        "Idle connections closed, oldest first, to make room when the connection cap was \
+         reached",
+        connections.evicted.clone(),
     );
     connections
 }

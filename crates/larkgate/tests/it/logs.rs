@@ -116,7 +116,15 @@ fn serve_in_json_says_where_it_serves_and_logs_the_allow_lists_as_json() {
     ok(d, &["principal", "list"]);
     let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
         .current_dir(d)
-        .args(["--log-format", "json", "serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

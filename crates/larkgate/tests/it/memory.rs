@@ -94,7 +94,7 @@ fn envelope(result: &rmcp::model::CallToolResult) -> serde_json::Value {
     result.meta.clone().expect("an envelope in _meta").0["larkgate/envelope"].clone()
 }
 
-/// The server's metrics, from the base URL `/mcp` is under.
+/// The server's metrics, from its operational endpoints' base URL.
 async fn metrics(base: &str) -> String {
     let response = reqwest::get(format!("{base}/metrics")).await.unwrap();
     response.text().await.unwrap()
@@ -117,7 +117,7 @@ fn eight_runs_of_a_dict_of_10e7_ints_at_once_stay_within_the_budget_while_the_se
         "[scripts]\nmemory_budget_bytes = {budget}\nstart_wait_ms = 600000\nmax_wall_time_ms = 600000\n"
     ));
     let url = server.url.clone();
-    let base = url.trim_end_matches("/mcp").to_owned();
+    let base = server.ops.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = sample(server.pid(), stop.clone());
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -252,7 +252,7 @@ fn a_run_that_does_not_get_its_turn_in_time_is_refused_saying_why_and_is_not_rec
         288 * MIB
     ));
     let url = server.url.clone();
-    let base = url.trim_end_matches("/mcp").to_owned();
+    let base = server.ops.clone();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let forever =

@@ -92,7 +92,16 @@ fn an_older_schema_is_migrated_and_a_newer_one_is_refused_with_what_to_do() {
     assert!(ok(dir.path(), &["call", "kv_get", "--arg", "key=kept"]).contains("yes"));
 
     runtime.block_on(schema.execute("UPDATE larkgate_schema SET version = 99"));
-    for command in [&["serve", "--listen", "127.0.0.1:0"][..], &["migrate"]] {
+    for command in [
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ][..],
+        &["migrate"],
+    ] {
         let error = fails(dir.path(), command);
         assert!(
             error.contains("schema version 99, newer than this larkgate knows"),
@@ -118,7 +127,13 @@ fn wrong_store_settings_are_explained_without_the_password() {
     for command in [
         &["check"][..],
         &["migrate"],
-        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ],
     ] {
         let error = fails(d, command);
         assert!(
@@ -153,7 +168,16 @@ fn wrong_store_settings_are_explained_without_the_password() {
     ));
     let checked = ok(d, &["check"]);
     assert!(checked.contains("not contacted"), "{checked}");
-    for command in [&["migrate"][..], &["serve", "--listen", "127.0.0.1:0"]] {
+    for command in [
+        &["migrate"][..],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ],
+    ] {
         let error = fails(d, command);
         assert!(error.contains(&format!("127.0.0.1:{port}")), "{error}");
         assert!(error.to_lowercase().contains("refused"), "{error}");
@@ -178,7 +202,13 @@ fn wrong_store_settings_are_explained_without_the_password() {
     ));
     let output = Command::new(env!("CARGO_BIN_EXE_larkgate"))
         .current_dir(d)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ])
         .env("LARKGATE_TEST_DB_PASSWORD", "hunter2-from-the-environment")
         .output()
         .unwrap();
@@ -226,7 +256,7 @@ fn the_database_going_away_under_load_loses_no_acknowledged_call_and_service_res
         .trim()
         .to_owned();
     let server = Server::start(d);
-    let base = server.url.trim_end_matches("/mcp").to_owned();
+    let base = server.ops.clone();
     let ready = |base: &str| {
         reqwest::blocking::get(format!("{base}/readyz"))
             .unwrap()

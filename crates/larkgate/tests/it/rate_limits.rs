@@ -111,8 +111,7 @@ fn two_gateways_sharing_redis_admit_the_limit_once_between_them() {
             .all(|c| c.starts_with("rate_limited ada is calling kv_set too often")),
         "{codes:?}"
     );
-    let base = first.url.trim_end_matches("/mcp");
-    let metrics = reqwest::blocking::get(format!("{base}/metrics"))
+    let metrics = reqwest::blocking::get(format!("{}/metrics", first.ops))
         .unwrap()
         .text()
         .unwrap();
@@ -152,8 +151,7 @@ fn with_redis_unreachable_calls_are_refused_saying_why_and_counted() {
     );
     assert!(!refused.contains(&port.to_string()), "{refused}");
     assert_ne!(other.is_error, Some(true), "{other:?}");
-    let base = server.url.trim_end_matches("/mcp");
-    let metrics = reqwest::blocking::get(format!("{base}/metrics"))
+    let metrics = reqwest::blocking::get(format!("{}/metrics", server.ops))
         .unwrap()
         .text()
         .unwrap();

@@ -282,7 +282,7 @@ async fn resources_and_prompts_cross_the_pipeline_from_real_servers_in_both_revi
         "{long_page}"
     );
     // The metrics count reads by method, not by URI (templates make URIs without number).
-    let metrics_url = format!("{}/metrics", url.trim_end_matches("/mcp"));
+    let metrics_url = format!("{}/metrics", server.ops);
     let metrics = tokio::task::spawn_blocking(move || {
         reqwest::blocking::get(metrics_url).unwrap().text().unwrap()
     })

@@ -17,6 +17,8 @@ use crate::ok;
 pub(crate) struct Server {
     child: Child,
     pub(crate) url: String,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served (`http://IP:PORT`).
+    pub(crate) ops: String,
     pub(crate) first_start: String,
     /// What it wrote to stderr before the line naming its URL (an upstream's stderr logged
     /// while serve connected it, say).
@@ -34,9 +36,19 @@ impl Server {
 
     /// [`Server::start`] with these variables added to its environment.
     pub(crate) fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Server {
+        // The operational endpoints on a port of their own too (the default, 8941, would be
+        // every test's at once), unless the test's configuration says where.
+        let configured = std::fs::read_to_string(crate::config_path(dir))
+            .is_ok_and(|text| text.contains("ops_listen"));
+        let ops_flag: &[&str] = if configured {
+            &[]
+        } else {
+            &["--ops-listen", "127.0.0.1:0"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
             .current_dir(dir)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(ops_flag)
             .envs(env.iter().copied())
             // Its own process group, as a shell gives a foreground command (see `interrupt`).
             .process_group(0)
@@ -54,6 +66,7 @@ impl Server {
             }
             before_url.push(line.trim_end().to_owned());
         };
+        let ops = ops_in(&before_url);
         // Keep draining stderr so the server never blocks on it.
         let (errors, stderr_lines) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -73,6 +86,7 @@ impl Server {
         Server {
             child,
             url,
+            ops,
             first_start,
             before_url,
             stderr: stderr_lines,
@@ -83,19 +97,6 @@ impl Server {
     /// The server's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
-    }
-
-    /// The rest of the first line on stderr, after the URL's, that starts with `prefix`.
-    pub(crate) fn stderr_line(&self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .stderr
-                .recv_timeout(std::time::Duration::from_secs(30))
-                .unwrap_or_else(|_| panic!("serve wrote no line starting {prefix:?}"));
-            if let Some(rest) = line.trim().strip_prefix(prefix) {
-                return rest.to_owned();
-            }
-        }
     }
 
     /// Every line it writes to stderr from now until one containing `needle`, that one
@@ -165,6 +166,23 @@ impl Server {
         std::mem::forget(self);
         status
     }
+}
+
+/// The base URL of the operational endpoints in what `serve` said before it was ready.
+pub(crate) fn ops_in(lines: &[String]) -> String {
+    lines
+        .iter()
+        .find_map(|line| {
+            let line = line.trim();
+            line.strip_prefix("larkgate: serving /healthz, /readyz and /metrics at ")
+                .or_else(|| {
+                    line.strip_prefix(
+                        "larkgate: serving /healthz, /readyz and /metrics beside /mcp at ",
+                    )
+                })
+        })
+        .unwrap_or_else(|| panic!("serve named no address for /healthz: {lines:?}"))
+        .to_owned()
 }
 
 impl Drop for Server {
@@ -324,6 +342,7 @@ fn first_start_then_restart(dir: &Path) -> String {
     );
     let token = token_in(&server.first_start);
     let url = server.url.clone();
+    let ops = server.ops.clone();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let metrics = runtime.block_on(async {
         let admin = client(&url, &token, Revisions::Latest).await.unwrap();
@@ -345,8 +364,7 @@ fn first_start_then_restart(dir: &Path) -> String {
         assert_eq!(unknown.is_error, Some(true));
         // Metrics: calls by tool and code (an unknown tool gets no label of its own),
         // latencies, upstream health.
-        let base = url.trim_end_matches("/mcp");
-        let text = reqwest::get(format!("{base}/metrics"))
+        let text = reqwest::get(format!("{ops}/metrics"))
             .await
             .unwrap()
             .text()
@@ -411,6 +429,7 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
     let server = Server::start(d);
     assert!(server.first_start.is_empty(), "tokens exist: no bootstrap");
     let url = server.url.clone();
+    let ops = server.ops.clone();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         // Each revision, as ada: her tools, her calls.
@@ -560,10 +579,9 @@ fn bearer_tokens_hosts_origins_and_sessions_are_enforced() {
         assert!(!still.list_tools().await.unwrap().is_empty());
 
         // Health endpoints need no token.
-        let base = url.trim_end_matches("/mcp");
-        let health = http.get(format!("{base}/healthz")).send().await.unwrap();
+        let health = http.get(format!("{ops}/healthz")).send().await.unwrap();
         assert_eq!(health.status(), 200);
-        let ready = http.get(format!("{base}/readyz")).send().await.unwrap();
+        let ready = http.get(format!("{ops}/readyz")).send().await.unwrap();
         assert_eq!(ready.status(), 200);
     });
     assert!(server.stop().success());

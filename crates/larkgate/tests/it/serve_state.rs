@@ -56,6 +56,7 @@ fn a_restart_keeps_principals_tokens_scripts_versions_runs_approvals_and_audit()
 
     let server = Server::start(dir.path());
     let url = server.url.clone();
+    let ops = server.ops.clone();
     let (run_id, approval_id) = runtime.block_on(async {
         let ada = client(&url, &token("author"), Revisions::Latest)
             .await
@@ -94,8 +95,7 @@ fn a_restart_keeps_principals_tokens_scripts_versions_runs_approvals_and_audit()
         )
         .await;
         // The worker pool and run gauges are exported.
-        let base = url.trim_end_matches("/mcp");
-        let metrics = reqwest::get(format!("{base}/metrics"))
+        let metrics = reqwest::get(format!("{ops}/metrics"))
             .await
             .unwrap()
             .text()
@@ -253,7 +253,7 @@ impl RunInFlight {
     fn start(config: &str, source: &'static str) -> Self {
         let (dir, server, token) = admin_gateway(config);
         let url = server.url.clone();
-        let base = url.trim_end_matches("/mcp").to_owned();
+        let base = server.ops.clone();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let call = runtime.spawn(async move {
             let c = client(&url, &token, Revisions::Latest).await.unwrap();

@@ -175,7 +175,7 @@ async fn upstreams_added_reviewed_and_removed_beside_a_running_gateway_take_effe
         shown.contains("as the running larkgate sees them"),
         "{shown}"
     );
-    let metrics_url = format!("{}/metrics", server.url.trim_end_matches("/mcp"));
+    let metrics_url = format!("{}/metrics", server.ops);
     let metrics = || {
         let url = metrics_url.clone();
         async move {
