@@ -240,6 +240,23 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
     let listen = listener.local_addr()?;
+    // The operational endpoints live on a listener of their own unless told to live beside
+    // `/mcp`; bound before anything is written, so a port in use changes nothing.
+    let ops_listener = match args.ops_listen.unwrap_or(context.server.ops_listen) {
+        OpsListen::Apart(address) => Some(
+            tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot listen on {address} for /healthz, /readyz and /metrics \
+                         (server.ops_listen): if another larkgate on this machine uses it, give \
+                         each its own ([server] ops_listen or --ops-listen IP:PORT), or serve \
+                         them beside /mcp with ops_listen = \"beside-mcp\""
+                    )
+                })?,
+        ),
+        OpsListen::BesideMcp => None,
+    };
     let server = &context.server;
     http::accept::make_room_for(server.max_connections + OPS_MAX_CONNECTIONS);
     let edge = http::routes::assemble(http::routes::EdgeParts {
@@ -259,23 +276,6 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     let following = follow_changes(context);
     let metrics = Arc::new(Scrape::new(context, Arc::clone(&edge.sessions)));
     let ops = ops_routes(metrics);
-    // The operational endpoints live on a listener of their own unless told to live beside
-    // `/mcp`.
-    let ops_listener = match args.ops_listen.unwrap_or(server.ops_listen) {
-        OpsListen::Apart(address) => Some(
-            tokio::net::TcpListener::bind(address)
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot listen on {address} for /healthz, /readyz and /metrics \
-                         (server.ops_listen): if another larkgate on this machine uses it, give \
-                         each its own ([server] ops_listen or --ops-listen IP:PORT), or serve \
-                         them beside /mcp with ops_listen = \"beside-mcp\""
-                    )
-                })?,
-        ),
-        OpsListen::BesideMcp => None,
-    };
     let end_streams = edge.end_streams;
     let (app, ops) = match ops_listener {
         Some(listener) => (edge.router, Some((listener, ops))),

@@ -455,3 +455,41 @@ fn the_client_finds_the_server_takes_flags_anywhere_and_says_what_failed_in_its_
     assert!(said.contains("nothing answers at"), "{said}");
     clean(&said);
 }
+
+/// Two larkgate processes on one machine: the second finds the operational port taken and
+/// says what to set, before it creates or prints anything.
+#[test]
+fn an_operational_port_in_use_is_refused_with_what_to_set_before_anything_is_written() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(crate::config_path(dir.path()), "").unwrap();
+    let output = crate::larkgate_in(
+        dir.path(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    assert!(!output.status.success());
+    let said = crate::stderr(&output);
+    assert!(
+        said.contains(&format!("cannot listen on 127.0.0.1:{port} for /healthz"))
+            && said.contains("--ops-listen IP:PORT")
+            && said.contains("\"beside-mcp\""),
+        "{said}"
+    );
+    let printed = crate::stdout(&output);
+    assert!(
+        !printed.contains("lgt_"),
+        "a first-start token was printed: {printed}"
+    );
+    // Nothing was created: a later start is still the first.
+    assert_eq!(
+        crate::ok(dir.path(), &["token", "list"]).trim(),
+        "no tokens"
+    );
+}
