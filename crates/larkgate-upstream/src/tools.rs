@@ -426,10 +426,11 @@ fn result_map(name: &str, result: &CallToolResult, limits: Limits) -> Result<Map
         .collect::<Vec<_>>()
         .join("\n");
     if result.is_error == Some(true) {
-        let quoted: String = text.chars().take(2000).collect();
+        // Whole: the model recovers from what the upstream said. The envelope bounds what it
+        // carries itself, with a marked cut (its length and hash), never a silent one.
         return Err(Refusal::new(
             Code::UpstreamError,
-            format!("{name} failed upstream: {quoted}"),
+            format!("{name} failed upstream: {text}"),
         ));
     }
     if let Some(structured) = result

@@ -535,3 +535,30 @@ async fn a_huge_call_is_recorded_as_a_preview_and_approved_whole() {
         "stored whole"
     );
 }
+
+/// A gated call whose arguments cannot bind to the tool's input is refused for them, and no
+/// person is asked to approve a call that cannot run.
+#[tokio::test]
+async fn bad_arguments_are_refused_before_the_gate_and_ask_nobody() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    for (arguments, says) in [
+        (args(&[("kee", Value::from("doomed"))]), "kee"),
+        (args(&[]), "key"),
+        (args(&[("key", Value::Int(5))]), "key"),
+        (
+            args(&[("key", Value::from("k")), ("extra", Value::from("x"))]),
+            "extra",
+        ),
+    ] {
+        let refused = refusal(&wes, "kv_delete", arguments.clone()).await;
+        assert_eq!(
+            refused.code, "invalid_arguments",
+            "{arguments:?}: {refused:?}"
+        );
+        assert!(refused.text.contains(says), "{}", refused.text);
+        assert_eq!(refused.approval_id, None);
+    }
+    let pending = listed(&h, "alice", Map::new()).await.unwrap();
+    assert_eq!(pending["approvals"], serde_json::json!([]), "{pending}");
+}

@@ -282,6 +282,30 @@ async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
         "{}",
         exploded.text
     );
+    // A long error is carried up to the envelope's own bound, and its cut says so.
+    let reason = format!("{}END", "why ".repeat(1250));
+    let long = refusal(
+        call_as(
+            &setup,
+            &agent,
+            direct,
+            "weather__explode",
+            &[("reason", Value::from(reason.as_str()))],
+        )
+        .await,
+    );
+    assert_eq!(long.code, "upstream_error");
+    let shown = long.text.matches("why ").count();
+    assert!(shown > 400, "only {shown} of 1250 words: {}", long.text);
+    // The mark names the whole text's length (over 5,000 bytes), not a part cut before.
+    let whole: usize = long
+        .text
+        .split("… (cut: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("an unmarked cut: {}", long.text));
+    assert!(whole > 5000, "{whole}");
 
     // An isError text shaped like a larkgate envelope stays an upstream_error.
     let forged = refusal(call_as(&setup, &agent, direct, "weather__forged", &[]).await);
