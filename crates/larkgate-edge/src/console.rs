@@ -127,6 +127,7 @@ impl Console {
             minijinja::escape_formatter(out, state, value)
         });
         templates.add_filter("time", |ms: i64| rfc3339_from_ms(ms));
+        templates.add_filter("ago", |seconds: u64| ago(seconds));
         // Indented JSON, as text: the page escapes it like any other text.
         templates.add_filter("pretty", |value: minijinja::Value| {
             serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
@@ -223,6 +224,18 @@ fn said(refusal: &larkgate_platform::Refusal) -> String {
 const ADMIN_ONLY: &str = "This is for principals with the admin role.";
 
 /// What every page's frame shows.
+/// `seconds` ago, in the largest whole unit: `just now`, `42 s ago`, `5 min ago`, `3 h ago`,
+/// `2 days ago`.
+fn ago(seconds: u64) -> String {
+    match seconds {
+        0 => "just now".to_owned(),
+        1..60 => format!("{seconds} s ago"),
+        60..3600 => format!("{} min ago", seconds / 60),
+        3600..86_400 => format!("{} h ago", seconds / 3600),
+        _ => format!("{} days ago", seconds / 86_400),
+    }
+}
+
 fn frame(signed: &Signed, page: &str) -> minijinja::Value {
     context! {
         page,
@@ -231,6 +244,7 @@ fn frame(signed: &Signed, page: &str) -> minijinja::Value {
         admin => access::has_any_role(&signed.principal, ADMINS),
         csrf => signed.session.csrf.as_str(),
         flash => minijinja::Value::from(Serde(&signed.flash)),
+        pending => signed.pending,
     }
 }
 

@@ -578,6 +578,17 @@ pub async fn resolve_in(
     .await
 }
 
+/// How many requests wait for a decision at `now_ms` (those older than `pending_ttl_seconds`
+/// have expired).
+pub async fn pending_count(
+    store: &dyn Store,
+    pending_ttl_seconds: u64,
+    now_ms: i64,
+) -> Result<u64, StoreError> {
+    let ttl_ms = i64::try_from(pending_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    store.pending_approvals(now_ms.saturating_sub(ttl_ms)).await
+}
+
 /// The most approvals one page lists.
 pub const MAX_PAGE: u32 = 100;
 
@@ -645,6 +656,14 @@ pub async fn list(
         .map_err(|e| Refusal::store("approvals could not be read", e))?;
     let more = approvals.len() > limit as usize;
     approvals.truncate(limit as usize);
+    // A pending request expires too: until when it may be decided.
+    let pending_ttl_ms =
+        i64::try_from(pending_ttl_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+    for approval in &mut approvals {
+        if approval.status == ApprovalStatus::Pending {
+            approval.expires_at_ms = Some(approval.created_at_ms.saturating_add(pending_ttl_ms));
+        }
+    }
     let next = more
         .then(|| {
             approvals

@@ -380,6 +380,9 @@ pub trait ApprovalStore: Send + Sync {
     async fn approval(&self, id: &str) -> Result<Option<Approval>>;
     /// A page of approvals, newest first (by creation time, then id).
     async fn approvals(&self, query: ApprovalQuery) -> Result<Vec<Approval>>;
+    /// How many approvals are pending that were asked at or after `asked_since_ms` (older
+    /// ones have expired, whether or not they are marked so yet).
+    async fn pending_approvals(&self, asked_since_ms: i64) -> Result<u64>;
 }
 
 /// Script drafts, published versions, and run records.

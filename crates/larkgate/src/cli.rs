@@ -195,6 +195,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             _ => None,
         },
         pool: matches!(cli.command, Command::Serve(_) | Command::Stdio(_)),
+        // A command that runs until interrupted must not hold the audit log: `serve`, `call`
+        // and `run` beside it need it.
+        own_audit_log: !matches!(&cli.command, Command::Approvals(command) if command.runs_on()),
     };
     // One worker thread per core, or as many as `TOKIO_WORKER_THREADS` says.
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -65,10 +65,11 @@ pub(super) async fn approvals_page(
             return refused(&console, &signed, StatusCode::BAD_REQUEST, &said(&refusal));
         }
     };
+    let now_ms = services.clock.now_ms();
     let rows: Vec<ApprovalRow> = page
         .approvals
         .into_iter()
-        .map(ApprovalView::from)
+        .map(|a| ApprovalView::listed(a, now_ms))
         .map(|view| ApprovalRow {
             arguments_text: view.arguments.as_ref().map(|a| display::json(a, true)),
             lookalikes: view

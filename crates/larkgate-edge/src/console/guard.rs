@@ -84,6 +84,9 @@ pub(super) struct Signed {
     pub(super) session: Session,
     pub(super) principal: Principal,
     pub(super) flash: Option<Flash>,
+    /// Requests waiting for a decision, for the navigation (`None` if they could not be
+    /// counted: the page is shown all the same).
+    pub(super) pending: Option<u64>,
 }
 
 /// Why a request is not signed in.
@@ -128,11 +131,21 @@ pub(super) async fn signed_in(
             )));
         }
     };
+    let services = console.platform.services();
+    let pending = larkgate_platform::approvals::pending_count(
+        store,
+        services.policy.approvals.pending_ttl_seconds,
+        services.clock.now_ms(),
+    )
+    .await
+    .inspect_err(|error| tracing::debug!(%error, "pending approvals could not be counted"))
+    .ok();
     Ok(Signed {
         id: id.to_owned(),
         session,
         principal,
         flash,
+        pending,
     })
 }
 

@@ -60,13 +60,26 @@ pub struct ApprovalView {
     pub resolved_by: Option<String>,
     /// Why, when they said.
     pub reason: Option<String>,
-    /// Until when it may be used.
+    /// Until when it may be used; for a pending request, until when it may be decided.
     pub expires_at_ms: Option<i64>,
+    /// How long ago it was asked, in whole seconds, when it was listed.
+    pub age_seconds: Option<u64>,
     /// For a call made inside script runs: who started each run on the way, outermost first
     /// (empty for a call made directly). None of them may resolve it.
     pub through: Vec<String>,
     /// The authors of the scripts on the way, who may not resolve it either.
     pub script_authors: Vec<String>,
+}
+
+impl ApprovalView {
+    /// `approval` as listed at `now_ms`, with its age.
+    pub fn listed(approval: larkgate_store::Approval, now_ms: i64) -> Self {
+        let age_ms = now_ms.saturating_sub(approval.created_at_ms).max(0);
+        ApprovalView {
+            age_seconds: Some((age_ms / 1000) as u64),
+            ..approval.into()
+        }
+    }
 }
 
 impl From<larkgate_store::Approval> for ApprovalView {
@@ -89,6 +102,7 @@ impl From<larkgate_store::Approval> for ApprovalView {
             resolved_by: a.resolved_by,
             reason: a.reason,
             expires_at_ms: a.expires_at_ms,
+            age_seconds: None,
             through: a.chain.through,
             script_authors: a.chain.authors,
         }
@@ -166,17 +180,22 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
                 let pending_ttl = ctx.services.policy.approvals.pending_ttl_seconds;
+                let now_ms = ctx.services.clock.now_ms();
                 let page = super::list(
                     ctx.services.store.as_ref(),
                     pending_ttl,
                     status,
                     input.after.as_deref(),
                     input.limit.unwrap_or(DEFAULT_PAGE),
-                    ctx.services.clock.now_ms(),
+                    now_ms,
                 )
                 .await?;
                 Ok(ApprovalsListOutput {
-                    approvals: page.approvals.into_iter().map(Into::into).collect(),
+                    approvals: page
+                        .approvals
+                        .into_iter()
+                        .map(|a| ApprovalView::listed(a, now_ms))
+                        .collect(),
                     next: page.next,
                 })
             })

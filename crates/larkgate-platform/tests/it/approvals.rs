@@ -562,3 +562,44 @@ async fn bad_arguments_are_refused_before_the_gate_and_ask_nobody() {
     let pending = listed(&h, "alice", Map::new()).await.unwrap();
     assert_eq!(pending["approvals"], serde_json::json!([]), "{pending}");
 }
+
+/// A pending request is listed with until when it may be decided and how long it has waited.
+#[tokio::test]
+async fn a_pending_request_is_listed_with_its_expiry_and_age() {
+    let h = Harness::new().await;
+    let (wes, _t) = h.session("wes").await;
+    let id = ask(&wes, "k").await;
+    h.clock.advance(Duration::from_secs(90));
+    let page = listed(&h, "alice", Map::new()).await.unwrap();
+    let shown = &page["approvals"][0];
+    assert_eq!(shown["id"], id.as_str());
+    assert_eq!(shown["age_seconds"], 90, "{shown}");
+    let created = shown["created_at_ms"].as_i64().unwrap();
+    assert_eq!(
+        shown["expires_at_ms"].as_i64(),
+        Some(created + 3_600_000),
+        "the policy's pending_ttl_seconds: {shown}"
+    );
+    assert_eq!(
+        larkgate_platform::approvals::pending_count(
+            h.store.as_ref(),
+            3600,
+            larkgate_platform::clock::WallClock::now_ms(&h.clock)
+        )
+        .await
+        .unwrap(),
+        1
+    );
+    // Past its time it is no longer counted, even before anything marks it expired.
+    h.clock.advance(Duration::from_secs(3600));
+    assert_eq!(
+        larkgate_platform::approvals::pending_count(
+            h.store.as_ref(),
+            3600,
+            larkgate_platform::clock::WallClock::now_ms(&h.clock)
+        )
+        .await
+        .unwrap(),
+        0
+    );
+}

@@ -218,4 +218,16 @@ impl ApprovalStore for PostgresStore {
             .await?;
         rows.iter().map(rows::approval).collect()
     }
+
+    async fn pending_approvals(&self, asked_since_ms: i64) -> Result<u64> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM approvals WHERE status = 'pending' AND created_at_ms >= $1",
+                &[&asked_since_ms],
+            )
+            .await?;
+        let count: i64 = row.try_get(0)?;
+        Ok(count.max(0) as u64)
+    }
 }

@@ -187,4 +187,17 @@ impl ApprovalStore for SqliteStore {
         })
         .await
     }
+
+    async fn pending_approvals(&self, asked_since_ms: i64) -> Result<u64> {
+        self.read(move |c| {
+            let count: i64 = c
+                .prepare_cached(
+                    "SELECT count(*) FROM approvals \
+                     WHERE status = 'pending' AND created_at_ms >= ?1",
+                )?
+                .query_row([asked_since_ms], |r| r.get(0))?;
+            Ok(count.max(0) as u64)
+        })
+        .await
+    }
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::Result;
 
 use larkgate_platform::approvals::Decision;
-use larkgate_platform::approvals::tools::ApprovalsListOutput;
+use larkgate_platform::approvals::tools::{ApprovalView, ApprovalsListOutput};
 
 use super::context::StoreContext;
 
@@ -25,8 +25,11 @@ pub(crate) enum Command {
         #[arg(long)]
         after: Option<String>,
         /// Print JSON (the approvals_list tool's answer: `approvals`, and `next`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Then keep printing new pending requests as they come, until interrupted.
+        #[arg(long)]
+        watch: bool,
     },
     /// Approve a pending request: the requester may make that one call, once.
     Approve {
@@ -47,6 +50,11 @@ pub(crate) enum Command {
 }
 
 impl Command {
+    /// Whether it runs until interrupted (`list --watch`).
+    pub(crate) fn runs_on(&self) -> bool {
+        matches!(self, Command::List { watch: true, .. })
+    }
+
     /// Carries the command out on the store, writing what it reports to `out`.
     pub(crate) async fn run(self, context: &StoreContext, out: &mut impl Write) -> Result<()> {
         match self {
@@ -55,23 +63,30 @@ impl Command {
                 limit,
                 after,
                 json,
+                watch,
             } => {
                 let pending_ttl = context.config.policy.approvals.pending_ttl_seconds;
+                let now_ms = larkgate_store::now_ms();
                 let page = larkgate_platform::approvals::list(
                     context.store.as_ref(),
                     pending_ttl,
                     &status,
                     after.as_deref(),
                     limit,
-                    larkgate_store::now_ms(),
+                    now_ms,
                 )
                 .await
                 .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
                 let (approvals, next) = (page.approvals, page.next);
+                let mut seen: std::collections::HashSet<String> =
+                    approvals.iter().map(|a| a.id.clone()).collect();
                 if json {
                     // The approvals_list tool's answer.
                     let answer = ApprovalsListOutput {
-                        approvals: approvals.into_iter().map(Into::into).collect(),
+                        approvals: approvals
+                            .into_iter()
+                            .map(|a| ApprovalView::listed(a, now_ms))
+                            .collect(),
                         next,
                     };
                     serde_json::to_writer_pretty(&mut *out, &answer)?;
@@ -81,27 +96,7 @@ impl Command {
                     writeln!(out, "no {more}{status} approvals")?;
                 } else {
                     for a in approvals {
-                        // A call made inside script runs says whose runs they were.
-                        let via = if a.chain.through.is_empty() {
-                            String::new()
-                        } else {
-                            format!("  via {}", a.chain.through.join(" > "))
-                        };
-                        let script = a
-                            .details
-                            .script
-                            .as_deref()
-                            .map(|s| format!("  in {s}"))
-                            .unwrap_or_default();
-                        writeln!(
-                            out,
-                            "{}  {:<8}  {:<16} {}({}){via}{script}",
-                            a.id,
-                            a.status.as_str(),
-                            a.principal,
-                            a.tool,
-                            shown_arguments(&a),
-                        )?;
+                        writeln!(out, "{}", line(&a, now_ms))?;
                     }
                     if let Some(next) = next {
                         writeln!(
@@ -109,6 +104,9 @@ impl Command {
                             "older ones: larkgate approvals list --status {status} --after {next}"
                         )?;
                     }
+                }
+                if watch {
+                    watch_new(context, &mut seen, out).await?;
                 }
             }
             Command::Approve { id, reason } => {
@@ -127,6 +125,96 @@ impl Command {
             }
         }
         Ok(())
+    }
+}
+
+/// How often `approvals list --watch` looks for new requests.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Prints each pending request not in `seen` as it comes, oldest first, until interrupted.
+async fn watch_new(
+    context: &StoreContext,
+    seen: &mut std::collections::HashSet<String>,
+    out: &mut impl Write,
+) -> Result<()> {
+    crate::logging::say("watching for new requests to approve (Ctrl-C to stop)");
+    out.flush()?;
+    let pending_ttl = context.config.policy.approvals.pending_ttl_seconds;
+    let mut every = tokio::time::interval(WATCH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let now_ms = larkgate_store::now_ms();
+        let page = match larkgate_platform::approvals::list(
+            context.store.as_ref(),
+            pending_ttl,
+            "pending",
+            None,
+            i64::from(larkgate_platform::approvals::MAX_PAGE),
+            now_ms,
+        )
+        .await
+        {
+            Ok(page) => page,
+            // The store may be busy or away for a moment: the next look says more.
+            Err(refusal) => {
+                tracing::warn!(message = %refusal.message, "new requests could not be read");
+                continue;
+            }
+        };
+        // Only the ones still pending are remembered: the set stays as small as the queue.
+        let pending: std::collections::HashSet<String> =
+            page.approvals.iter().map(|a| a.id.clone()).collect();
+        for a in page.approvals.iter().rev() {
+            if !seen.contains(&a.id) {
+                writeln!(out, "{}", line(a, now_ms))?;
+            }
+        }
+        out.flush()?;
+        *seen = pending;
+    }
+}
+
+/// One approval as `approvals list` prints it: id, status, who, the call, where it was made,
+/// and for a pending request its age and how long it may still be decided.
+fn line(a: &larkgate_store::Approval, now_ms: i64) -> String {
+    // A call made inside script runs says whose runs they were.
+    let via = if a.chain.through.is_empty() {
+        String::new()
+    } else {
+        format!("  via {}", a.chain.through.join(" > "))
+    };
+    let script = a
+        .details
+        .script
+        .as_deref()
+        .map(|s| format!("  in {s}"))
+        .unwrap_or_default();
+    let when = match (a.status, a.expires_at_ms) {
+        (larkgate_store::ApprovalStatus::Pending, Some(expires)) => format!(
+            "  asked {} ago, expires in {}",
+            duration(now_ms.saturating_sub(a.created_at_ms)),
+            duration(expires.saturating_sub(now_ms))
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{}  {:<8}  {:<16} {}({}){via}{script}{when}",
+        a.id,
+        a.status.as_str(),
+        a.principal,
+        a.tool,
+        shown_arguments(a),
+    )
+}
+
+/// `ms` in the largest whole unit: `42 s`, `5 min`, `3 h`.
+fn duration(ms: i64) -> String {
+    let seconds = ms.max(0) / 1000;
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min", seconds / 60),
+        _ => format!("{} h", seconds / 3600),
     }
 }
 

@@ -41,6 +41,9 @@ pub(crate) struct Options {
     /// Whether to keep script workers started (long-running commands) rather than start one
     /// per run.
     pub(crate) pool: bool,
+    /// Whether to own the audit log when no other process does (events are handed to the
+    /// store's inbox otherwise).
+    pub(crate) own_audit_log: bool,
 }
 
 pub(crate) struct Context {
@@ -138,12 +141,16 @@ impl StoreContext {
             store_intents: config.audit.store_intents,
             ..AuditOptions::default()
         };
-        let (log, events): (_, Arc<dyn AuditSink>) =
+        let forwarding = || -> Arc<dyn AuditSink> { Arc::new(ForwardingAudit::new(store.clone())) };
+        let (log, events): (_, Arc<dyn AuditSink>) = if !options.own_audit_log {
+            (None, forwarding())
+        } else {
             match AuditLog::open(&data_dir, store.clone(), audit_options).await {
                 Ok(log) => (Some(log.clone()), log),
-                Err(AuditError::Busy(_)) => (None, Arc::new(ForwardingAudit::new(store.clone()))),
+                Err(AuditError::Busy(_)) => (None, forwarding()),
                 Err(error) => return Err(error.into()),
-            };
+            }
+        };
         Ok(StoreContext {
             config,
             data_dir,

@@ -56,6 +56,8 @@ struct Scrape {
         prometheus_client::metrics::gauge::Gauge,
     >,
     store_pool_waiting: prometheus_client::metrics::gauge::Gauge,
+    /// Requests waiting for an approver's decision.
+    approvals_pending: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Scrape {
@@ -71,6 +73,7 @@ impl Scrape {
             store: context.store.clone(),
             store_pool: Default::default(),
             store_pool_waiting: Default::default(),
+            approvals_pending: Default::default(),
         };
         let metrics = &scrape.platform.services().metrics;
         metrics.register(
@@ -82,6 +85,11 @@ impl Scrape {
             "idle_workers",
             "Script workers started and waiting for a run",
             scrape.idle_workers.clone(),
+        );
+        metrics.register(
+            "approvals_pending",
+            "Approval requests waiting for an approver's decision",
+            scrape.approvals_pending.clone(),
         );
         metrics.register(
             "upstream_tools",
@@ -131,8 +139,26 @@ impl Scrape {
         }
     }
 
-    fn render(&self) -> String {
+    async fn render(&self) -> String {
         let metrics = &self.platform.services().metrics;
+        let services = self.platform.services();
+        let counted = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            larkgate_platform::approvals::pending_count(
+                self.store.as_ref(),
+                services.policy.approvals.pending_ttl_seconds,
+                services.clock.now_ms(),
+            ),
+        )
+        .await;
+        match counted {
+            Ok(Ok(pending)) => {
+                self.approvals_pending.set(pending as i64);
+            }
+            // The gauge keeps its last value; readiness says when the store is not answering.
+            Ok(Err(error)) => tracing::debug!(%error, "pending approvals could not be counted"),
+            Err(_) => tracing::debug!("pending approvals were not counted within 1 s"),
+        }
         metrics.active_sessions.set(self.sessions.len() as i64);
         if let Some(pool) = self.scripts.pool() {
             self.idle_workers.set(pool.idle() as i64);
@@ -440,7 +466,7 @@ fn ops_routes(metrics: Arc<Scrape>) -> axum::Router {
                             header::CONTENT_TYPE,
                             "application/openmetrics-text; version=1.0.0; charset=utf-8",
                         )],
-                        metrics.render(),
+                        metrics.render().await,
                     )
                 }
             }),

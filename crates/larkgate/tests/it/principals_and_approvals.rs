@@ -605,6 +605,19 @@ fn a_flood_of_huge_gated_calls_is_capped_and_approvers_see_small_pages_of_previe
     assert_eq!(status, 200);
     assert!(page.len() < 512 * 1024, "{} bytes", page.len());
     assert!(page.contains("A preview:"), "{page}");
+    // Approvers see how many wait: in the console's navigation, and on /metrics.
+    assert!(
+        page.contains("title=\"6 waiting for a decision\""),
+        "{page}"
+    );
+    let metrics = reqwest::blocking::get(format!("{}/metrics", server.ops))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(
+        metrics.lines().any(|l| l == "larkgate_approvals_pending 6"),
+        "{metrics}"
+    );
     // The command line: a page, and the command that shows the next.
     let listed = ok(d, &["approvals", "list", "--limit", "4"]);
     assert!(listed.contains("[a preview: "), "{listed}");
@@ -616,4 +629,59 @@ fn a_flood_of_huge_gated_calls_is_capped_and_approvers_see_small_pages_of_previe
     let rest = ok(d, &args);
     assert_eq!(rest.lines().count(), 2, "{rest}");
     assert!(server.stop().success());
+}
+
+/// `approvals list --watch` prints each new request as it comes, with how long it may wait.
+#[test]
+fn approvals_list_watch_prints_new_requests_as_they_come() {
+    use std::io::BufRead;
+    let dir = setup();
+    let d = dir.path();
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(d)
+        .args(["approvals", "list", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let mut stderr = std::io::BufReader::new(watch.stderr.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "no pending approvals");
+    // Ready: it says it is watching.
+    loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "watch exited");
+        if line.contains("watching for new requests") {
+            break;
+        }
+    }
+    let mut ids = Vec::new();
+    for key in ["first", "second"] {
+        let refused = fails(
+            d,
+            &[
+                "--as",
+                "wes",
+                "call",
+                "kv_delete",
+                "--arg",
+                &format!("key={key}"),
+            ],
+        );
+        ids.push(approval_id_in(&refused));
+    }
+    for (id, key) in ids.iter().zip(["first", "second"]) {
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with(id.as_str())
+                && line.contains(&format!("kv_delete(key=\"{key}\")"))
+                && line.contains("expires in 59 min"),
+            "{line}"
+        );
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
 }
