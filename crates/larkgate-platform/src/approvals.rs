@@ -390,6 +390,30 @@ fn expired(id: &str, while_pending: bool) -> Refusal {
     }
 }
 
+/// Whether a call that ended with `refusal` reached its tool, so that the approval it ran
+/// under is spent. Only `upstream_unavailable` says it did not: larkgate could not reach the
+/// upstream (it is down, its connection failed, or it refused larkgate's own credentials).
+/// Everything else spends it: an answer of any kind (an `isError` result is
+/// `upstream_error`), a `timeout` (the request was sent, and the upstream may have acted on
+/// it), a response over the byte limit, and a published script's run however it ended. The
+/// refusals before dispatch (an intent that could not be written, say) never consumed it.
+pub fn reached_the_tool(refusal: &Refusal) -> bool {
+    refusal.code != Code::UpstreamUnavailable
+}
+
+/// Gives back approval `id`, consumed at `used_at_ms` by a call that did not reach its tool
+/// ([`reached_the_tool`]); whether it was given back (a failure is logged: the caller then
+/// asks anew, as for a spent approval).
+pub async fn restore(store: &dyn Store, id: &str, used_at_ms: i64) -> bool {
+    match store.restore_approval(id, used_at_ms).await {
+        Ok(restored) => restored,
+        Err(error) => {
+            tracing::warn!(%error, approval = id, "an unspent approval could not be given back");
+            false
+        }
+    }
+}
+
 /// Consumes approval `id` at dispatch (at `now_ms`): once, and only while it is unexpired.
 pub async fn consume(store: &dyn Store, id: &str, now_ms: i64) -> Result<(), Refusal> {
     match store.consume_approval(id, now_ms).await {

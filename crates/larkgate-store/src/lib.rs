@@ -373,6 +373,10 @@ pub trait ApprovalStore: Send + Sync {
     /// Marks an approved, unexpired approval used. Returns `false` — and changes nothing — if
     /// it is no longer approved or has expired, so two calls can never both consume it.
     async fn consume_approval(&self, id: &str, now_ms: i64) -> Result<bool>;
+    /// Gives back an approval consumed at `used_at_ms` whose call never reached its tool:
+    /// approved again, with its expiry as it was. `false` — and changes nothing — unless it is
+    /// still used by that consumption.
+    async fn restore_approval(&self, id: &str, used_at_ms: i64) -> Result<bool>;
     /// Resolves the pending approval `id` as `resolution` says: approved (valid until its
     /// `expires_at_ms`) or denied.
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval>;

@@ -140,12 +140,23 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         otel.name = format!("dispatch {}", request.tool),
         gen_ai.tool.name = %request.tool,
     );
+    // Whether the approval the call ran under was given back: its call never reached the tool.
+    let mut unspent = None;
     let result = async {
         match &request.approval_id {
             Some(id) => {
-                match approvals::consume(services.store.as_ref(), id, services.clock.now_ms()).await
-                {
-                    Ok(()) => run(&services, &identity, &tool, arguments).await,
+                let used_at_ms = services.clock.now_ms();
+                match approvals::consume(services.store.as_ref(), id, used_at_ms).await {
+                    Ok(()) => {
+                        let result = run(&services, &identity, &tool, arguments).await;
+                        if let Err(refusal) = &result
+                            && !approvals::reached_the_tool(refusal)
+                            && approvals::restore(services.store.as_ref(), id, used_at_ms).await
+                        {
+                            unspent = Some(id.clone());
+                        }
+                        result
+                    }
                     Err(refusal) => Err(refusal),
                 }
             }
@@ -154,6 +165,23 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
     }
     .instrument(dispatch)
     .await;
+    let result = result.map_err(|refusal| match &unspent {
+        Some(id) => {
+            let hint = format!(
+                "approval {id} is not spent: call again with the same arguments once the \
+                 upstream is back"
+            );
+            Refusal {
+                approval_id: Some(id.clone()),
+                hint: Some(match refusal.hint.as_deref() {
+                    Some(before) => format!("{before}; {hint}"),
+                    None => hint,
+                }),
+                ..refusal
+            }
+        }
+        None => refusal,
+    });
     let outcome = AuditEntry {
         kind: Some(AuditKind::Outcome),
         code: Some(match &result {
@@ -162,7 +190,13 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
         }),
         intent_seq: Some(intent_seq),
         duration_us: Some(started.elapsed().as_micros() as u64),
-        detail: result.as_ref().err().map(|r| r.message.clone()),
+        detail: result.as_ref().err().map(|r| match &unspent {
+            Some(id) => format!(
+                "{} (approval {id} given back: the call did not reach the tool)",
+                r.message
+            ),
+            None => r.message.clone(),
+        }),
         ..base
     };
     if let Err(error) = services.audit.append(outcome) {

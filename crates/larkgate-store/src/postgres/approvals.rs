@@ -189,6 +189,18 @@ impl ApprovalStore for PostgresStore {
         Ok(changed == 1)
     }
 
+    async fn restore_approval(&self, id: &str, used_at_ms: i64) -> Result<bool> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE approvals SET status = 'approved', used_at_ms = NULL \
+             WHERE id = $1 AND status = 'used' AND used_at_ms = $2",
+                &[&id, &used_at_ms],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
     async fn approval(&self, id: &str) -> Result<Option<Approval>> {
         approval_by_id(&self.client().await?, id).await
     }

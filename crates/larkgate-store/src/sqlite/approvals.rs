@@ -130,6 +130,19 @@ impl ApprovalStore for SqliteStore {
         .await
     }
 
+    async fn restore_approval(&self, id: &str, used_at_ms: i64) -> Result<bool> {
+        let id = id.to_owned();
+        self.with(move |c| {
+            let changed = c.execute(
+                "UPDATE approvals SET status = 'approved', used_at_ms = NULL \
+                 WHERE id = ?1 AND status = 'used' AND used_at_ms = ?2",
+                params![id, used_at_ms],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
         let (id, approver) = (id.to_owned(), resolution.approver.to_owned());
         let reason = resolution.reason.map(str::to_owned);

@@ -11,7 +11,7 @@ use larkgate_caller::{CallError, Caller};
 use larkgate_platform::audit::{AuditLog, AuditOptions};
 use larkgate_platform::{Platform, RunContext, RunKind, approvals};
 use larkgate_store::{
-    AuditStore, IssuerBinding, Principal, PrincipalKind, SqliteStore, UpstreamStore,
+    ApprovalStatus, AuditStore, IssuerBinding, Principal, PrincipalKind, SqliteStore, UpstreamStore,
 };
 use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::tools::{Approval, Link, adopt, handlers};
@@ -650,4 +650,75 @@ async fn a_tools_list_changed_notification_refreshes_the_upstream_s_tools() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     maintenance.abort();
+}
+
+/// The status of approval `id`.
+async fn status_of(setup: &Setup, id: &str) -> larkgate_store::ApprovalStatus {
+    setup
+        .platform
+        .services()
+        .store
+        .approval(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+}
+
+/// An approval is spent by a call that reached the tool, however the tool answered (an error,
+/// a timeout after the request was sent); a call that never reached it (the upstream is down)
+/// leaves it approved, says so, and the same call runs under it once the upstream is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_is_spent_only_by_a_call_that_reached_the_tool() {
+    let limits = UpstreamLimits {
+        call_timeout: Duration::from_millis(500),
+        ..UpstreamLimits::default()
+    };
+    let setup = setup(Approval::Always, limits).await;
+    let agent = principal("agent-1", &["agent"]);
+    let approver = principal("alice", &["approver"]);
+    let direct = RunKind::Direct;
+    let approved = |tool: &'static str, args: Vec<(&'static str, Value)>| {
+        let (setup, agent, approver) = (&setup, &agent, &approver);
+        async move {
+            let first = refusal(call_as(setup, agent, direct, tool, &args).await);
+            assert_eq!(first.code, "approval_required", "{}", first.text);
+            let id = first.approval_id.unwrap();
+            approve(setup, approver, &id).await;
+            (id, args)
+        }
+    };
+
+    // The upstream is down: not reached, not spent.
+    let (id, args) = approved("weather__forecast", vec![("city", Value::from("Oslo"))]).await;
+    let client = setup.link.client().unwrap();
+    setup.link.down("taken down by the test".to_owned());
+    let down = refusal(call_as(&setup, &agent, direct, "weather__forecast", &args).await);
+    assert_eq!(down.code, "upstream_unavailable", "{}", down.text);
+    assert_eq!(down.approval_id.as_deref(), Some(id.as_str()));
+    assert!(
+        down.text.contains(&format!("approval {id} is not spent")),
+        "{}",
+        down.text
+    );
+    assert_eq!(status_of(&setup, &id).await, ApprovalStatus::Approved);
+    // Back up, the same call runs under it, once.
+    setup.link.connected(client);
+    let ran = call_as(&setup, &agent, direct, "weather__forecast", &args)
+        .await
+        .unwrap();
+    assert_eq!(ran["days"], Value::Int(1));
+    assert_eq!(status_of(&setup, &id).await, ApprovalStatus::Used);
+
+    // The tool answered with an error: spent.
+    let (id, args) = approved("weather__explode", vec![("reason", Value::from("x"))]).await;
+    let failed = refusal(call_as(&setup, &agent, direct, "weather__explode", &args).await);
+    assert_eq!(failed.code, "upstream_error");
+    assert_eq!(status_of(&setup, &id).await, ApprovalStatus::Used);
+
+    // Sent, then no answer in time: the upstream may have acted, so spent.
+    let (id, args) = approved("weather__slow", vec![("seconds", Value::Int(10))]).await;
+    let late = refusal(call_as(&setup, &agent, direct, "weather__slow", &args).await);
+    assert_eq!(late.code, "timeout");
+    assert_eq!(status_of(&setup, &id).await, ApprovalStatus::Used);
 }
