@@ -88,6 +88,28 @@ pub struct ToolRefused {
     pub code: Code,
     /// The tool's own text.
     pub text: String,
+    /// The tool that refused.
+    pub tool: String,
+    /// For `approval_required` and `approval_denied` (and an approval given back): its id.
+    pub approval_id: Option<String>,
+    /// How long to wait before trying again, when the refusal says (whole seconds, rounded
+    /// up).
+    pub retry_after_seconds: Option<u64>,
+}
+
+impl ToolRefused {
+    /// `refusal` of a call to `tool`.
+    pub fn of(tool: &str, refusal: RefusalError) -> Self {
+        ToolRefused {
+            retry_after_seconds: refusal
+                .retry_after
+                .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
+            code: refusal.code,
+            text: refusal.text,
+            tool: tool.to_owned(),
+            approval_id: refusal.approval_id,
+        }
+    }
 }
 
 /// A limit reached inside a host call.
@@ -216,21 +238,22 @@ fn bind(state: &RunState, name: &str, args: &CallArgs<'_>) -> starlark::Result<M
         let shape = InputShape::new(shape).map_err(|e| other(e.to_string()))?;
         return shape
             .bind_starlark(name, positional, &named)
-            .map_err(|e| invalid_arguments(e.to_string()));
+            .map_err(|e| invalid_arguments(name, e.to_string()));
     }
     if !positional.is_empty() {
-        return Err(invalid_arguments(format!(
-            "{name}() takes keyword arguments only"
-        )));
+        return Err(invalid_arguments(
+            name,
+            format!("{name}() takes keyword arguments only"),
+        ));
     }
     let mut map = Map::new();
     for (key, value) in named {
         let value = from_starlark(value, state.values)
-            .map_err(|e| invalid_arguments(format!("{name}(): argument `{key}`: {e}")))?;
+            .map_err(|e| invalid_arguments(name, format!("{name}(): argument `{key}`: {e}")))?;
         map.insert(key.to_owned(), value);
     }
     if let Some(schema) = tool.map(|t| &t.input_schema) {
-        check_schema(name, schema, &map).map_err(invalid_arguments)?;
+        check_schema(name, schema, &map).map_err(|text| invalid_arguments(name, text))?;
     }
     Ok(map)
 }
@@ -315,10 +338,9 @@ fn request_raising<'v>(
                 message: format!("the answer to {name}: {e}"),
             })
         }),
-        Err(CallOutcome::Refused(refusal)) => Err(starlark::Error::new_other(ToolRefused {
-            code: refusal.code,
-            text: refusal.text,
-        })),
+        Err(CallOutcome::Refused(refusal)) => {
+            Err(starlark::Error::new_other(ToolRefused::of(name, refusal)))
+        }
         Err(CallOutcome::Limit(limit)) => Err(starlark::Error::new_other(limit)),
     }
 }
@@ -330,13 +352,21 @@ fn call_trying<'v>(
     eval: &mut Evaluator<'v, '_, '_>,
 ) -> starlark::Result<SValue<'v>> {
     let heap = eval.heap();
-    let refused = |code: Code, text: String, retry: Option<u64>| {
+    let refused = |r: &ToolRefused| {
         let error = heap.alloc(AllocStruct([
-            ("code", heap.alloc(code.as_str())),
-            ("message", heap.alloc(text)),
+            ("code", heap.alloc(r.code.as_str())),
+            ("message", heap.alloc(r.text.as_str())),
+            ("tool", heap.alloc(r.tool.as_str())),
+            (
+                "approval_id",
+                r.approval_id
+                    .as_deref()
+                    .map_or(SValue::new_none(), |id| heap.alloc(id)),
+            ),
             (
                 "retry_after_seconds",
-                retry.map_or(SValue::new_none(), |s| heap.alloc(s as i64)),
+                r.retry_after_seconds
+                    .map_or(SValue::new_none(), |s| heap.alloc(s as i64)),
             ),
         ]));
         heap.alloc(AllocStruct([
@@ -352,7 +382,7 @@ fn call_trying<'v>(
             ("error", SValue::new_none()),
         ]))),
         Err(error) => match error_source::<ToolRefused>(&error) {
-            Some(r) => Ok(refused(r.code, r.text.clone(), None)),
+            Some(r) => Ok(refused(r)),
             None => Err(error),
         },
     }
@@ -369,11 +399,11 @@ pub(crate) fn error_source<E: std::error::Error + Send + Sync + 'static>(
 }
 
 /// An `invalid_arguments` refusal raised before the call leaves the engine.
-fn invalid_arguments(text: String) -> starlark::Error {
-    starlark::Error::new_other(ToolRefused {
-        code: Code::InvalidArguments,
-        text,
-    })
+fn invalid_arguments(tool: &str, text: String) -> starlark::Error {
+    starlark::Error::new_other(ToolRefused::of(
+        tool,
+        RefusalError::new(Code::InvalidArguments, text),
+    ))
 }
 
 /// A tool as a Starlark callable.
@@ -503,11 +533,14 @@ pub(crate) fn host_globals(builder: &mut GlobalsBuilder) {
         let mut map = Map::new();
         for (key, value) in arguments {
             let Some(text) = value.unpack_str() else {
-                return Err(invalid_arguments(format!(
-                    "prompt_get(): argument `{key}` must be a string (prompt arguments are \
-                     text), got {}",
-                    value.get_type()
-                )));
+                return Err(invalid_arguments(
+                    name,
+                    format!(
+                        "prompt_get(): argument `{key}` must be a string (prompt arguments are \
+                         text), got {}",
+                        value.get_type()
+                    ),
+                ));
             };
             map.insert(key, text.into());
         }

@@ -340,6 +340,7 @@ async fn drive<C: Caller>(
                             code: Code::LimitExceeded,
                             text: format!("more than {} tool calls", limits.max_tool_calls),
                             retry_after_ms: None,
+                            approval_id: None,
                         }
                     } else {
                         // A slow tool is bounded by the run's deadline like the worker is.
@@ -366,6 +367,7 @@ async fn drive<C: Caller>(
                                      the {MAX_FRAME}-byte limit"
                                 ),
                                 retry_after_ms: None,
+                                approval_id: None,
                             },
                         )?,
                         other => other?,
@@ -435,6 +437,7 @@ async fn answer<C: Caller>(
         code,
         text,
         retry_after_ms: None,
+        approval_id: None,
     };
     // No conversion here: the arguments go on as the JSON the worker sent (conversion 1 of 2,
     // in the worker), and the pipeline converts them (2 of 2) and binds them, with authority.
@@ -457,6 +460,7 @@ async fn answer<C: Caller>(
             code: r.code,
             text: r.text,
             retry_after_ms: r.retry_after.map(|d| d.as_millis() as u64),
+            approval_id: r.approval_id,
         },
         Err(CallError::Transport(text)) => refused(Code::Internal, text),
     }

@@ -147,6 +147,10 @@ pub enum RunError {
         code: Code,
         /// The tool's own text.
         text: String,
+        /// The tool that refused (`None` from a worker that did not say).
+        tool: Option<String>,
+        /// For an approval refusal: the approval's id.
+        approval_id: Option<String>,
     },
     /// The script raised an error (`fail(...)`, a type error, ...): its author's to fix.
     #[error("the script failed: {0}")]
@@ -408,6 +412,8 @@ fn classify(
         return RunError::Refused {
             code: refused.code,
             text: refused.text.clone(),
+            tool: Some(refused.tool.clone()),
+            approval_id: refused.approval_id.clone(),
         };
     }
     if let Some(limit) = error_source::<HostLimit>(error) {

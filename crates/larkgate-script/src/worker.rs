@@ -83,7 +83,7 @@ pub enum FromWorker {
 pub enum CallAnswer {
     /// The structured result.
     Ok(serde_json::Value),
-    /// A refusal: code, text, retry-after in milliseconds.
+    /// A refusal: code, text, retry-after in milliseconds, and the approval it is about.
     Refused {
         /// The code.
         code: Code,
@@ -91,6 +91,9 @@ pub enum CallAnswer {
         text: String,
         /// When to retry.
         retry_after_ms: Option<u64>,
+        /// For `approval_required` and `approval_denied` (and an approval given back): its id.
+        #[serde(default)]
+        approval_id: Option<String>,
     },
 }
 
@@ -125,6 +128,12 @@ pub enum WireError {
         code: Code,
         /// The text.
         text: String,
+        /// The tool that refused.
+        #[serde(default)]
+        tool: Option<String>,
+        /// For an approval refusal: the approval's id.
+        #[serde(default)]
+        approval_id: Option<String>,
     },
     /// The script raised an error.
     Raised(String),
@@ -165,9 +174,16 @@ impl From<&RunError> for WireError {
                 limit: (*limit).to_owned(),
                 message: message.clone(),
             },
-            RunError::Refused { code, text } => WireError::Refused {
+            RunError::Refused {
+                code,
+                text,
+                tool,
+                approval_id,
+            } => WireError::Refused {
                 code: *code,
                 text: text.clone(),
+                tool: tool.clone(),
+                approval_id: approval_id.clone(),
             },
             RunError::Raised(m) => WireError::Raised(m.clone()),
             RunError::Failed(m) => WireError::Failed(m.clone()),
@@ -184,7 +200,17 @@ impl From<WireError> for RunError {
                 limit: limit_name(&limit),
                 message,
             },
-            WireError::Refused { code, text } => RunError::Refused { code, text },
+            WireError::Refused {
+                code,
+                text,
+                tool,
+                approval_id,
+            } => RunError::Refused {
+                code,
+                text,
+                tool,
+                approval_id,
+            },
             WireError::Raised(m) => RunError::Raised(m),
             WireError::Failed(m) => RunError::Failed(m),
         }
@@ -250,10 +276,11 @@ impl Host for PipeHost {
                 code,
                 text,
                 retry_after_ms,
+                approval_id,
             }) => Err(CallError::Refused(RefusalError {
                 code,
                 retry_after: retry_after_ms.map(Duration::from_millis),
-                approval_id: None,
+                approval_id,
                 text,
             })),
             Err(e) => Err(CallError::Transport(e.to_string())),

@@ -33,10 +33,29 @@ impl Finished {
     /// The failed run as a refusal: its own code and text, and where to read the record.
     pub fn refusal(&self, error: &RunError) -> Refusal {
         let code = error.code();
-        Refusal::new(code, format!("run {} failed: {error}", self.record.id)).with_hint(format!(
-            "read the run with run_get(run_id=\"{}\")",
-            self.record.id
-        ))
+        let id = &self.record.id;
+        let read = format!("read the run with run_get(run_id=\"{id}\")");
+        match error {
+            // A call inside the run was refused: the caller hears which, and for an approval
+            // its id, so that it can be approved and the script called again.
+            RunError::Refused {
+                tool: Some(tool),
+                approval_id,
+                text,
+                ..
+            } => Refusal {
+                approval_id: approval_id.clone(),
+                ..Refusal::new(code, format!("run {id} failed: its call of {tool} was refused: {text} [{code}]"))
+                    .with_hint(match approval_id {
+                        Some(approval) => format!(
+                            "an approver decides approval {approval} (the call of {tool} inside \
+                             this script); then call the script again with the same arguments; {read}"
+                        ),
+                        None => read,
+                    })
+            },
+            _ => Refusal::new(code, format!("run {id} failed: {error}")).with_hint(read),
+        }
     }
 }
 

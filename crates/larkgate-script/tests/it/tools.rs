@@ -217,7 +217,9 @@ fn a_refusal_raises_with_the_tools_own_text_and_code_unless_tried() {
         err,
         RunError::Refused {
             code: Code::Forbidden,
-            text: "ada may not call kv_get".into()
+            text: "ada may not call kv_get".into(),
+            tool: Some("kv_get".into()),
+            approval_id: None,
         }
     );
     let source = r#"

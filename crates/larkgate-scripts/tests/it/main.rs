@@ -2,6 +2,7 @@
 //! nesting and the runs' budget, through the platform's tools as agents call them; and what the
 //! service must keep in step with the engine.
 
+mod approvals;
 mod authority;
 mod budget;
 mod drafts;
