@@ -265,7 +265,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             }
         };
         // `serve` stops on Ctrl-C and SIGTERM itself, gracefully; other commands stop here.
-        let watcher = (!serving).then(|| tokio::spawn(stop_on_signal(context.scripts.clone())));
+        let watcher = (!serving).then(|| {
+            let shutdown = serve::Shutdown::listen();
+            tokio::spawn(stop_on_signal(shutdown, context.scripts.clone()))
+        });
         let result = command.await;
         if let Some(watcher) = watcher {
             watcher.abort();
@@ -281,8 +284,11 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
 /// command then ends with that error); a command waiting on something else (a slow upstream)
 /// ends two seconds later. What it appended to the audit chain is already in the journal,
 /// which the next larkgate to open the log replays.
-async fn stop_on_signal(scripts: std::sync::Arc<larkgate_scripts::Scripts>) {
-    let signal = serve::shutdown_signal().await;
+async fn stop_on_signal(
+    shutdown: serve::Shutdown,
+    scripts: std::sync::Arc<larkgate_scripts::Scripts>,
+) {
+    let signal = shutdown.signalled().await;
     crate::logging::say(&format!("stopped by {signal}"));
     scripts.cancel_active().await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;

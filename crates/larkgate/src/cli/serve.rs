@@ -240,22 +240,49 @@ async fn bootstrap(context: &Context, url: &str, out: &mut impl Write) -> anyhow
 }
 
 /// Resolves at Ctrl-C (SIGINT) or SIGTERM, naming which.
-pub(crate) async fn shutdown_signal() -> &'static str {
-    let interrupt = tokio::signal::ctrl_c();
+/// Ctrl-C (SIGINT) and SIGTERM, caught from the moment [`Shutdown::listen`] returns: a signal
+/// that arrives before anything waits for it is kept, never left to its default action (which
+/// would kill the process without its graceful stop).
+pub(crate) struct Shutdown {
     #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("a SIGTERM handler can be installed");
-        tokio::select! {
-            _ = interrupt => "Ctrl-C",
-            _ = terminate.recv() => "SIGTERM",
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    /// Installs the handlers now. Must be called within a tokio runtime.
+    pub(crate) fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Shutdown {
+                interrupt: signal(SignalKind::interrupt())
+                    .expect("a SIGINT handler can be installed"),
+                terminate: signal(SignalKind::terminate())
+                    .expect("a SIGTERM handler can be installed"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Shutdown {}
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-        "Ctrl-C"
+
+    /// Waits for the first of them; names it.
+    pub(crate) async fn signalled(mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => "Ctrl-C",
+                _ = self.terminate.recv() => "SIGTERM",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
     }
 }
 
@@ -322,6 +349,9 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
             "serving /healthz, /readyz and /metrics beside /mcp at http://{listen}"
         )),
     }
+    // Caught from before the line below, which says the server is ready: a signal sent as soon
+    // as it is read stops the server gracefully.
+    let shutdown = Shutdown::listen();
     crate::logging::say(&format!("serving MCP at http://{listen}/mcp"));
     crate::logging::say(&context.scripts.memory_budget());
     crate::logging::say(&worker_threads(
@@ -361,7 +391,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         stopped.clone(),
     );
     let signalled = async move {
-        shutdown_signal().await;
+        shutdown.signalled().await;
         crate::logging::say(&format!(
             "shutting down; in-flight calls have {} s to finish",
             grace.as_secs_f64()
