@@ -53,8 +53,9 @@ pub struct AddInput {
     pub alias: String,
     /// Its Streamable HTTP endpoint, on a public address.
     pub url: String,
-    /// `always` (the default: every call needs an approver's approval) or `never` (the
-    /// policy's approval patterns decide).
+    /// `always` (the default: every call needs an approver's approval), `writes` (calls of
+    /// the tools that do not declare themselves read-only need one) or `never` (the policy's
+    /// approval patterns decide).
     pub approval: Option<String>,
 }
 
@@ -168,10 +169,11 @@ pub fn tools(
             Box::pin(async move {
                 let approval = match input.approval.as_deref() {
                     None | Some("always") => Approval::Always,
+                    Some("writes") => Approval::Writes,
                     Some("never") => Approval::Never,
                     Some(other) => {
                         return Err(refused(ManageError::Invalid(format!(
-                            "approval {other:?} is neither \"always\" nor \"never\""
+                            "approval {other:?} is not \"always\", \"writes\" or \"never\""
                         ))));
                     }
                 };

@@ -35,8 +35,46 @@ pub enum Approval {
     /// Every call needs an approver's approval (the default).
     #[default]
     Always,
+    /// Calls of the tools that do not declare themselves read-only need one: the operator's
+    /// explicit choice to believe the upstream's `readOnlyHint`. The hint is part of each
+    /// tool's pinned definition, so a tool that starts claiming to be read-only is
+    /// quarantined until an admin reviews it, as for any change.
+    Writes,
     /// The policy's approval patterns decide, as for any tool.
     Never,
+}
+
+impl Approval {
+    /// Whether a call of a tool that does (`read_only`) or does not declare itself read-only
+    /// needs an approval by this setting (the policy's own patterns apply besides).
+    pub fn gates(self, read_only: bool) -> bool {
+        match self {
+            Approval::Always => true,
+            Approval::Writes => !read_only,
+            Approval::Never => false,
+        }
+    }
+
+    /// The setting as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Approval::Always => "always",
+            Approval::Writes => "writes",
+            Approval::Never => "never",
+        }
+    }
+
+    /// What it means, in a sentence for an operator.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Approval::Always => "every call needs an approver's approval",
+            Approval::Writes => {
+                "calls of the tools that do not declare themselves read-only need an approver's \
+                 approval"
+            }
+            Approval::Never => "the policy's approval patterns decide",
+        }
+    }
 }
 
 /// The separator between an upstream's alias and its tool's name.
@@ -146,7 +184,7 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
             output_schema: tool.output_schema.as_ref().map(|s| (**s).clone()),
             read_only: annotations.read_only == Some(true),
             annotations,
-            requires_approval: approval == Approval::Always,
+            requires_approval: approval.gates(annotations.read_only == Some(true)),
             ..ToolSpec::new(name, origin)
         });
     }

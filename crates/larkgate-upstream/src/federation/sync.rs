@@ -245,6 +245,7 @@ impl Federation {
             .map_err(Fatal)?;
         let adoption = adopt(alias, &checked.usable, config.approval);
         let count = adoption.specs.len();
+        let gated = gated(&adoption);
         let published = self.platform.tool_table().replace_upstream(
             alias,
             handlers(adoption.specs, &upstream.link, Limits::default()),
@@ -258,6 +259,7 @@ impl Federation {
         status.server = client.server_shown();
         status.protocol = client.protocol_version().map(|v| v.to_string());
         status.tools = count;
+        status.gated = gated;
         status.quarantined = checked.quarantined;
         status.dropped = client.dropped_tools();
         let mut problems = upstream.problems.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,6 +293,7 @@ impl Federation {
             .collect();
         let adoption = adopt(alias, &tools, config.approval);
         let count = adoption.specs.len();
+        let gated = gated(&adoption);
         self.platform
             .tool_table()
             .replace_upstream(
@@ -298,13 +301,21 @@ impl Federation {
                 handlers(adoption.specs, &upstream.link, Limits::default()),
             )
             .map_err(|e| Fatal(format!("upstream {alias:?}: {e}")))?;
-        upstream
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .tools = count;
+        let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.tools = count;
+        status.gated = gated;
         Ok(())
     }
+}
+
+/// The names of the adopted tools its upstream's `approval` setting gates.
+fn gated(adoption: &crate::tools::Adoption) -> Vec<String> {
+    adoption
+        .specs
+        .iter()
+        .filter(|spec| spec.requires_approval)
+        .map(|spec| spec.name.clone())
+        .collect()
 }
 
 /// Checks `tools` of upstream `alias` against its stored pins, saves the pins that changed,

@@ -29,6 +29,14 @@ pub struct UpstreamStatus {
     pub tools: usize,
     /// Tools held back until reviewed.
     pub quarantined: Vec<String>,
+    /// Its `approval` setting (`always`, `writes` or `never`).
+    #[serde(default)]
+    #[schemars(with = "String")]
+    pub approval: crate::tools::Approval,
+    /// The federated tools (larkgate's names) whose calls its `approval` setting gates (the
+    /// policy's own approval patterns may gate others).
+    #[serde(default)]
+    pub gated: Vec<String>,
     /// Tools dropped for being over `max_tools`.
     pub dropped: usize,
     /// Tools dropped for their names, each with why (listed twice, a mapped name another tool
@@ -133,6 +141,7 @@ impl Upstream {
             status: Mutex::new(UpstreamStatus {
                 alias: config.alias.clone(),
                 url: config.target(),
+                approval: config.approval,
                 added,
                 ..UpstreamStatus::default()
             }),

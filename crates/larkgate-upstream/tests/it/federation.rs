@@ -722,3 +722,37 @@ async fn an_approval_is_spent_only_by_a_call_that_reached_the_tool() {
     assert_eq!(late.code, "timeout");
     assert_eq!(status_of(&setup, &id).await, ApprovalStatus::Used);
 }
+
+/// `approval = "writes"`: the operator believes the upstream's read-only claims. Its tools
+/// that declare themselves read-only run without an approval; the others need one. (A tool
+/// that starts claiming to be read-only changes its pinned definition, and is quarantined
+/// until reviewed: `pinning.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writes_upstream_gates_only_the_tools_that_do_not_declare_themselves_read_only() {
+    let setup = setup(Approval::Writes, UpstreamLimits::default()).await;
+    let agent = principal("agent-1", &["agent"]);
+    let direct = RunKind::Direct;
+    let read = call_as(
+        &setup,
+        &agent,
+        direct,
+        "weather__forecast",
+        &[("city", Value::from("Oslo"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(read["days"], Value::Int(1));
+    let write = refusal(
+        call_as(
+            &setup,
+            &agent,
+            direct,
+            "weather__explode",
+            &[("reason", Value::from("x"))],
+        )
+        .await,
+    );
+    assert_eq!(write.code, "approval_required", "{}", write.text);
+    assert!(Approval::Writes.gates(false) && !Approval::Writes.gates(true));
+    assert!(Approval::Always.gates(true) && !Approval::Never.gates(false));
+}

@@ -180,6 +180,68 @@ fn sign_in_warnings(
     warnings
 }
 
+/// For each upstream (configured, or added and stored), which of its tools its `approval`
+/// setting gates, read from the definitions pinned in a SQLite store when its file exists.
+fn approval_lines(config: &Config, data_dir: &Path) -> anyhow::Result<Vec<String>> {
+    use larkgate_upstream::config::UpstreamConfig;
+    use larkgate_upstream::federation::UpstreamStatus;
+    let database = data_dir.join(larkgate_store::DATABASE_FILE).exists();
+    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    runtime.block_on(async {
+        let store = match database {
+            true => Some(SqliteStore::open(data_dir)?),
+            false => None,
+        };
+        let mut upstreams: Vec<UpstreamConfig> = config.upstreams.clone();
+        if let Some(store) = &store {
+            for record in store.upstreams().await? {
+                if let Ok(added) = serde_json::from_str::<UpstreamConfig>(&record.config) {
+                    upstreams.push(added);
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        for upstream in upstreams {
+            let alias = upstream.alias.as_str();
+            let pins = match &store {
+                Some(store) => store.pins(alias).await?,
+                None => Vec::new(),
+            };
+            let tools: Vec<rmcp::model::Tool> = pins
+                .iter()
+                .filter(|pin| pin.status == larkgate_store::PinStatus::Approved)
+                .filter_map(|pin| serde_json::from_str(&pin.definition).ok())
+                .collect();
+            if tools.is_empty() {
+                lines.push(format!(
+                    "upstream {alias}: approval {}: {} (its tools are known once it has \
+                     connected)",
+                    upstream.approval.as_str(),
+                    upstream.approval.describe()
+                ));
+                continue;
+            }
+            let adoption = larkgate_upstream::tools::adopt(alias, &tools, upstream.approval);
+            let status = UpstreamStatus {
+                approval: upstream.approval,
+                tools: adoption.specs.len(),
+                gated: adoption
+                    .specs
+                    .iter()
+                    .filter(|spec| spec.requires_approval)
+                    .map(|spec| spec.name.clone())
+                    .collect(),
+                ..UpstreamStatus::default()
+            };
+            lines.push(format!(
+                "upstream {alias}: {}",
+                super::upstream::gates(&status)
+            ));
+        }
+        Ok(lines)
+    })
+}
+
 /// The principals and stored upstream aliases of `data_dir`, when its database exists.
 fn stored(data_dir: &Path) -> anyhow::Result<(Vec<Principal>, Vec<String>)> {
     if !data_dir.join(larkgate_store::DATABASE_FILE).exists() {
@@ -245,6 +307,11 @@ pub(crate) fn run(
         config.policy.roles.len(),
         config.upstreams.len()
     )?;
+    if postgres.is_none() {
+        for line in approval_lines(config, &located.data_dir)? {
+            writeln!(out, "{line}")?;
+        }
+    }
     match postgres {
         None => writeln!(
             out,

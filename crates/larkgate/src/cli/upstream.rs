@@ -142,8 +142,31 @@ pub(crate) struct AddArgs {
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub(crate) enum ApprovalArg {
+    /// Every call needs an approval.
     Always,
+    /// Calls of the tools that do not declare themselves read-only need one.
+    Writes,
+    /// The policy's approval patterns decide.
     Never,
+}
+
+/// Which of an upstream's tools its `approval` setting gates, in a line.
+pub(crate) fn gates(s: &larkgate_upstream::federation::UpstreamStatus) -> String {
+    use larkgate_upstream::tools::Approval;
+    let setting = s.approval.as_str();
+    match s.approval {
+        Approval::Always => format!("approval {setting}: every call of its tools is gated"),
+        Approval::Never => format!("approval {setting}: the policy's approval patterns decide"),
+        Approval::Writes if s.gated.is_empty() => format!(
+            "approval {setting}: none of its {} tools is gated (each declares itself read-only)",
+            s.tools
+        ),
+        Approval::Writes => format!(
+            "approval {setting}: gated are {} (the other {} declare themselves read-only)",
+            s.gated.join(", "),
+            s.tools.saturating_sub(s.gated.len())
+        ),
+    }
 }
 
 impl Command {
@@ -208,6 +231,7 @@ impl Command {
                     allow,
                     approval: match approval {
                         ApprovalArg::Always => Approval::Always,
+                        ApprovalArg::Writes => Approval::Writes,
                         ApprovalArg::Never => Approval::Never,
                     },
                     revisions: if legacy {
@@ -272,6 +296,7 @@ impl Command {
                                 format!(", dropped: {}", s.invalid.join("; "))
                             },
                         )?;
+                        writeln!(out, "  {}", gates(&s))?;
                     } else {
                         writeln!(
                             out,

@@ -447,3 +447,45 @@ fn an_upstream_name_with_terminal_escapes_is_shown_as_text() {
     assert!(added.contains(shown), "{added}");
     drop(peer);
 }
+
+/// `approval = "writes"` in the configuration: `upstream list` and `check` say which tools it
+/// gates, and a read-only tool runs while a write waits for an approver.
+#[test]
+fn a_writes_upstream_says_which_tools_it_gates_and_gates_only_those() {
+    let peer = weather();
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(
+        crate::config_path(dir),
+        format!(
+            "{POLICY}\n[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+             approval = \"writes\"\n",
+            peer.url
+        ),
+    )
+    .unwrap();
+    // Before it has ever connected, `check` knows the setting, not yet the tools.
+    let checked = ok(dir, &["check"]);
+    assert!(
+        checked.contains("upstream weather: approval writes: calls of the tools that do not")
+            && checked.contains("(its tools are known once it has connected)"),
+        "{checked}"
+    );
+    let listed = ok(dir, &["upstream", "list"]);
+    let line = listed
+        .lines()
+        .find(|l| l.contains("approval writes"))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(line.contains("gated are weather__"), "{line}");
+    assert!(line.contains("weather__explode"), "{line}");
+    assert!(!line.contains("weather__forecast"), "{line}");
+    // Once connected, its pins say the same to `check`.
+    let checked = ok(dir, &["check"]);
+    assert!(
+        checked.contains(&format!("upstream weather: {}", line.trim())),
+        "{checked}"
+    );
+    ok(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
+    let gated = fails(dir, &["call", "weather__explode", "--arg", "reason=x"]);
+    assert!(gated.contains("approval_required"), "{gated}");
+}

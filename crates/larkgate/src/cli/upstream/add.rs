@@ -10,7 +10,6 @@ use larkgate_platform::Platform;
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::config::{Grant, OAuthConfig, UpstreamConfig};
 use larkgate_upstream::manage;
-use larkgate_upstream::tools::Approval;
 
 use super::{platform, takes_effect};
 use crate::cli::context::StoreContext;
@@ -167,14 +166,7 @@ pub(super) async fn add(
             added.dropped_over_max_tools
         )?;
     }
-    writeln!(
-        out,
-        "approval: {}",
-        match config.approval {
-            Approval::Always => "every call needs an approver's approval",
-            Approval::Never => "the policy's approval patterns decide",
-        }
-    )?;
+    writeln!(out, "approval: {}", config.approval.describe())?;
     writeln!(
         out,
         "saved; its tool definitions are pinned; {}",
