@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use allocative::Allocative;
-use larkgate_binding::{InputShape, Limits, Map, Value, from_starlark, map_to_starlark};
+use larkgate_binding::{InputShape, Limits, Map, from_starlark, map_to_starlark};
 use larkgate_caller::barrier::{Barrier, write_barrier};
 use larkgate_caller::{CallError, Caller, Code, RefusalError, RunKind, Target, ToolInfo};
 use starlark::any::ProvidesStaticType;
@@ -252,64 +252,11 @@ fn bind(state: &RunState, name: &str, args: &CallArgs<'_>) -> starlark::Result<M
             .map_err(|e| invalid_arguments(name, format!("{name}(): argument `{key}`: {e}")))?;
         map.insert(key.to_owned(), value);
     }
-    if let Some(schema) = tool.map(|t| &t.input_schema) {
-        check_schema(name, schema, &map).map_err(|text| invalid_arguments(name, text))?;
+    if let Some(schema) = tool.and_then(|t| t.input_schema.as_object()) {
+        larkgate_binding::check_schema(name, schema, &map)
+            .map_err(|text| invalid_arguments(name, text))?;
     }
     Ok(map)
-}
-
-/// Checks the top-level types a JSON Schema states (the server validates again).
-fn check_schema(name: &str, schema: &serde_json::Value, map: &Map) -> Result<(), String> {
-    let properties = schema.get("properties").and_then(|p| p.as_object());
-    for required in schema
-        .get("required")
-        .and_then(|r| r.as_array())
-        .into_iter()
-        .flatten()
-    {
-        if let Some(required) = required.as_str()
-            && !map.contains_key(required)
-        {
-            return Err(format!(
-                "{name}() is missing the required argument `{required}`"
-            ));
-        }
-    }
-    for (key, value) in map {
-        let Some(property) = properties.and_then(|p| p.get(key)) else {
-            if schema.get("additionalProperties") == Some(&serde_json::Value::Bool(false)) {
-                return Err(format!(
-                    "{name}() got an unexpected keyword argument `{key}`"
-                ));
-            }
-            continue;
-        };
-        let types: Vec<&str> = match property.get("type") {
-            Some(serde_json::Value::String(t)) => vec![t.as_str()],
-            Some(serde_json::Value::Array(ts)) => ts.iter().filter_map(|t| t.as_str()).collect(),
-            _ => continue,
-        };
-        let fits = types.iter().any(|t| {
-            matches!(
-                (*t, value),
-                ("string", Value::Str(_))
-                    | ("boolean", Value::Bool(_))
-                    | ("null", Value::Null)
-                    | ("integer", Value::Int(_))
-                    | ("number", Value::Int(_) | Value::Float(_))
-                    | ("array", Value::List(_))
-                    | ("object", Value::Map(_))
-            )
-        });
-        if !fits {
-            return Err(format!(
-                "{name}(): argument `{key}` must be {}, got {}",
-                types.join(" or "),
-                value.type_name()
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Calls `name` and converts the outcome: a dict, or an error raised into the script.

@@ -1,5 +1,6 @@
 //! `arguments`: within the size cap, inside the value limits, and — for tools with an input
-//! shape — bound to it. Produces the canonical arguments and their hash, which the approval
+//! shape — bound to it; for tools without one (an upstream's), checked against the top level
+//! of its JSON input schema. Produces the canonical arguments and their hash, which the approval
 //! gate and the audit record both use.
 
 use std::sync::Arc;
@@ -42,10 +43,27 @@ impl Step for Arguments {
         // the one authoritative binding.
         let map = from_json_object(raw, limits.values).map_err(|e| refuse_arguments(&e))?;
         let tool = request.resolved.as_ref().map(Arc::clone);
-        let canonical = match tool.as_ref().and_then(|t| t.input.as_ref()) {
-            Some(shape) => shape
-                .bind_map(&request.tool, &map)
-                .map_err(|e| refuse_arguments(&e))?,
+        let canonical = match tool.as_ref() {
+            Some(tool) => match &tool.input {
+                Some(shape) => shape
+                    .bind_map(&request.tool, &map)
+                    .map_err(|e| refuse_arguments(&e))?,
+                // An upstream's tool (it has no shape): its JSON Schema's required keys, closed
+                // keys and top-level types, before an approval is asked for a call that cannot
+                // run (the upstream checks the rest). larkgate's own tools without a shape
+                // check their arguments themselves, in their own words.
+                None if tool.spec.origin.source == larkgate_caller::Source::Upstream => {
+                    larkgate_binding::check_schema(&request.tool, &tool.spec.input_schema, &map)
+                        .map_err(|text| {
+                            Refusal::new(Code::InvalidArguments, text).with_hint(
+                                "call it with the arguments its input schema names (tools/list \
+                                 shows it)",
+                            )
+                        })?;
+                    map
+                }
+                None => map,
+            },
             None => map,
         };
         request.args_hash = Some(arguments_hash(&canonical));

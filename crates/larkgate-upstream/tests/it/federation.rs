@@ -756,3 +756,36 @@ async fn a_writes_upstream_gates_only_the_tools_that_do_not_declare_themselves_r
     assert!(Approval::Writes.gates(false) && !Approval::Writes.gates(true));
     assert!(Approval::Always.gates(true) && !Approval::Never.gates(false));
 }
+
+/// A gated upstream tool called with arguments its input schema refuses is refused for them
+/// before the gate: nobody is asked to approve a call that cannot run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_an_upstream_tool_cannot_take_are_refused_before_anyone_is_asked() {
+    let setup = setup(Approval::Always, UpstreamLimits::default()).await;
+    let agent = principal("agent-1", &["agent"]);
+    for (args, says) in [
+        (
+            vec![("cityy", Value::from("Oslo"))],
+            "required argument `city`",
+        ),
+        (vec![("city", Value::Int(5))], "`city` must be string"),
+    ] {
+        let refused =
+            refusal(call_as(&setup, &agent, RunKind::Direct, "weather__forecast", &args).await);
+        assert_eq!(refused.code, "invalid_arguments", "{}", refused.text);
+        assert!(refused.text.contains(says), "{}", refused.text);
+        assert_eq!(refused.approval_id, None);
+    }
+    let asked = setup
+        .platform
+        .services()
+        .store
+        .approvals(larkgate_store::ApprovalQuery {
+            status: None,
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert!(asked.is_empty(), "{asked:?}");
+}
