@@ -220,6 +220,7 @@ pub async fn serve(
         let (permits, held) = (Arc::clone(&permits), Arc::clone(&held));
         let connection = connection(
             stream,
+            Instant::now(),
             peer,
             app.clone(),
             Arc::clone(&limits),
@@ -255,6 +256,9 @@ fn prepare(stream: &TcpStream) {
 /// One accepted connection, to be served once it has a place under the cap.
 struct Connection {
     stream: TcpStream,
+    /// When it was accepted: its age among the connections held counts from here, in the
+    /// order they arrived, whenever its task first runs.
+    accepted_at: Instant,
     peer: SocketAddr,
     app: axum::Router,
     limits: Arc<SocketLimits>,
@@ -264,6 +268,7 @@ struct Connection {
 
 fn connection(
     stream: TcpStream,
+    accepted_at: Instant,
     peer: SocketAddr,
     app: axum::Router,
     limits: Arc<SocketLimits>,
@@ -272,6 +277,7 @@ fn connection(
 ) -> Connection {
     Connection {
         stream,
+        accepted_at,
         peer,
         app,
         limits,
@@ -284,7 +290,7 @@ impl Connection {
     /// Served by hyper until it closes, times out, is displaced, or is shut down; among the
     /// connections `held` while it is open.
     async fn run(self, held: &Held) {
-        let activity = Arc::new(Activity::new());
+        let activity = Arc::new(Activity::since(self.accepted_at));
         let id = held.add(Arc::clone(&activity));
         self.serve(activity).await;
         held.remove(id);
@@ -293,6 +299,7 @@ impl Connection {
     async fn serve(self, activity: Arc<Activity>) {
         let Connection {
             stream,
+            accepted_at: _,
             peer,
             app,
             limits,
@@ -388,9 +395,15 @@ struct Activity {
 const NO_HEAD: u64 = u64::MAX;
 
 impl Activity {
+    #[cfg(test)]
     fn new() -> Self {
+        Activity::since(Instant::now())
+    }
+
+    /// The activity of a connection accepted at `start`.
+    fn since(start: Instant) -> Self {
         Activity {
-            start: Instant::now(),
+            start,
             in_flight: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
             head_ms: AtomicU64::new(NO_HEAD),
