@@ -96,6 +96,9 @@ pub struct CallRequest {
     /// and the gate pass it untouched, and the journal records it as an intended write and
     /// answers a placeholder instead of dispatching it ([`crate::review`]).
     pub intercepted: bool,
+    /// For a review run's call the approval gate held: what it said (the call is then
+    /// intercepted and recorded with it, never made).
+    pub review_gate: Option<crate::review::ReviewGate>,
 }
 
 impl CallRequest {
@@ -117,6 +120,7 @@ impl CallRequest {
             args_hash: None,
             approval_id: None,
             intercepted: false,
+            review_gate: None,
         }
     }
 

@@ -1,7 +1,9 @@
 //! Review runs: what a draft would change, recorded instead of made.
 //!
 //! A draft run in review mode ([`RunKind::Review`](crate::RunKind::Review)) calls read-only
-//! tools as any draft does. A call to a tool that may write (anything not classified
+//! tools as any draft does, but for those the approval gate holds: the gate makes (or finds)
+//! the request for the call, and it is intercepted and recorded with it ([`ReviewGate`]), so
+//! that one review run shows every approval the run would need, and spends none. A call to a tool that may write (anything not classified
 //! read-only, fail closed) crosses authenticate, authorize and the argument checks like any
 //! call, then the write barrier marks it *intercepted*: the rate limit and the approval gate
 //! let it pass untouched (nothing is sent, so nothing is spent or approved), and the journal,
@@ -29,7 +31,7 @@ pub const MAX_INTENDED_WRITES: usize = 1000;
 /// The most bytes of recorded arguments (canonical JSON) one review run keeps.
 pub const MAX_INTENDED_BYTES: usize = 1024 * 1024;
 
-/// A call a review run would have made to a tool that may write.
+/// A call a review run would have made to a tool that may write, or to a gated tool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IntendedWrite {
     /// The tool it would have called.
@@ -37,6 +39,36 @@ pub struct IntendedWrite {
     /// Its canonical arguments, with the fields `[policy.approvals] redact` names shown as
     /// `"<redacted>"`.
     pub arguments: serde_json::Value,
+    /// For a call the approval gate holds: `requested` (a request for these exact arguments
+    /// was made, `approval_id`: once approved, the same call in a draft run goes through),
+    /// `approved` (one is approved and was not spent), or `needed` (a write: the run that
+    /// makes it asks then, as its own principal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+    /// The approval request, for `requested` and `approved`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+/// What the approval gate said of a review run's call it held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReviewGate {
+    /// A request for the call was made (or was waiting): its id.
+    Requested(String),
+    /// An approval for the call is granted and was not spent: its id.
+    Approved(String),
+    /// A write the gate would hold: its real run asks.
+    Needed,
+}
+
+impl ReviewGate {
+    fn parts(&self) -> (&'static str, Option<String>) {
+        match self {
+            ReviewGate::Requested(id) => ("requested", Some(id.clone())),
+            ReviewGate::Approved(id) => ("approved", Some(id.clone())),
+            ReviewGate::Needed => ("needed", None),
+        }
+    }
 }
 
 impl IntendedWrite {
@@ -107,7 +139,13 @@ impl Reviews {
 
     /// Records `tool` called with `shown` (the redacted canonical arguments, as JSON text) in
     /// the ledger of `run_id`; answers its place (1, 2, ...).
-    pub fn record(&self, run_id: Option<&str>, tool: &str, shown: &str) -> Result<usize, Refusal> {
+    pub fn record(
+        &self,
+        run_id: Option<&str>,
+        tool: &str,
+        shown: &str,
+        gate: Option<&ReviewGate>,
+    ) -> Result<usize, Refusal> {
         let mut open = self.lock();
         let ledger = run_id.and_then(|id| open.get_mut(id)).ok_or_else(|| {
             Refusal::internal(
@@ -140,9 +178,15 @@ impl Reviews {
             Refusal::internal("the intended write could not be recorded", e.to_string())
         })?;
         ledger.bytes += bytes;
+        let (approval, approval_id) = match gate.map(ReviewGate::parts) {
+            Some((state, id)) => (Some(state.to_owned()), id),
+            None => (None, None),
+        };
         ledger.record.intended_writes.push(IntendedWrite {
             tool: tool.to_owned(),
             arguments,
+            approval,
+            approval_id,
         });
         Ok(ledger.record.intended_writes.len())
     }
@@ -171,11 +215,11 @@ mod tests {
         let reviews = Reviews::default();
         reviews.open("run-1");
         assert_eq!(
-            reviews.record(Some("run-1"), "kv_set", r#"{"key":"a"}"#),
+            reviews.record(Some("run-1"), "kv_set", r#"{"key":"a"}"#, None),
             Ok(1)
         );
         assert_eq!(
-            reviews.record(Some("run-1"), "kv_delete", r#"{"key":"b"}"#),
+            reviews.record(Some("run-1"), "kv_delete", r#"{"key":"b"}"#, None),
             Ok(2)
         );
         for tool in ["kv_get", "kv_set", "kv_delete", "kv_get"] {
@@ -200,14 +244,16 @@ mod tests {
         reviews.open("mine");
         // No ledger: another run's id, no run at all, a closed one.
         for id in [Some("theirs"), None, Some("")] {
-            let refusal = reviews.record(id, "kv_set", "{}").unwrap_err();
+            let refusal = reviews.record(id, "kv_set", "{}", None).unwrap_err();
             assert_eq!(refusal.code, Code::Internal, "{id:?}");
         }
         // Too many.
         for _ in 0..MAX_INTENDED_WRITES {
-            reviews.record(Some("mine"), "kv_set", "{}").unwrap();
+            reviews.record(Some("mine"), "kv_set", "{}", None).unwrap();
         }
-        let refusal = reviews.record(Some("mine"), "kv_set", "{}").unwrap_err();
+        let refusal = reviews
+            .record(Some("mine"), "kv_set", "{}", None)
+            .unwrap_err();
         assert_eq!(refusal.code, Code::LimitExceeded);
         assert!(refusal.message.contains("intended writes limit"));
         assert_eq!(
@@ -217,8 +263,10 @@ mod tests {
         // Too large.
         reviews.open("big");
         let half = format!("{{\"v\":\"{}\"}}", "x".repeat(MAX_INTENDED_BYTES / 2));
-        reviews.record(Some("big"), "kv_set", &half).unwrap();
-        let refusal = reviews.record(Some("big"), "kv_set", &half).unwrap_err();
+        reviews.record(Some("big"), "kv_set", &half, None).unwrap();
+        let refusal = reviews
+            .record(Some("big"), "kv_set", &half, None)
+            .unwrap_err();
         assert_eq!(refusal.code, Code::LimitExceeded);
         assert_eq!(reviews.close("big").intended_writes.len(), 1);
     }

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use larkgate_store::CallChain;
 
+use crate::RunKind;
 use crate::approvals;
 use crate::envelope::Refusal;
+use crate::review::ReviewGate;
 use crate::services::Services;
 
 use super::{CallRequest, Step};
@@ -26,18 +28,27 @@ pub struct Gate {
 impl Step for Gate {
     const NAME: &'static str = "approval gate";
     async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
-        if request.intercepted {
-            // A review run's intended write is recorded, never made: nothing to count or approve.
-            return Ok(());
-        }
         let operator_gated = request
             .resolved
             .as_ref()
             .is_some_and(|t| t.spec.requires_approval);
         let policy = &self.services.policy;
-        if !operator_gated && !policy.requires_approval_of(request.kind, &request.target) {
+        let gated = operator_gated || policy.requires_approval_of(request.kind, &request.target);
+        if request.intercepted {
+            // A review run's intended write is recorded, never made: nothing is approved or
+            // spent; the record says when its real run would ask for an approval.
+            if gated {
+                request.review_gate = Some(ReviewGate::Needed);
+            }
             return Ok(());
         }
+        if !gated {
+            return Ok(());
+        }
+        let review = request
+            .identity
+            .as_ref()
+            .is_some_and(|i| i.run.kind == RunKind::Review);
         let principal = request.principal_id().to_owned();
         let hash = request.args_hash.clone().unwrap_or_default();
         let direct = CallChain::default();
@@ -53,6 +64,23 @@ impl Step for Gate {
                 .as_ref()
                 .and_then(|i| i.run.run_id.as_deref()),
         };
+        if review {
+            // A review run collects every approval its real run would need in one pass: the
+            // request is made (or found), the call recorded, never made, and nothing spent.
+            let said = match approvals::admit(&self.services, &call).await {
+                Ok(id) => ReviewGate::Approved(id),
+                Err(refusal) if refusal.code == crate::envelope::Code::ApprovalRequired => {
+                    match refusal.approval_id {
+                        Some(id) => ReviewGate::Requested(id),
+                        None => return Err(refusal),
+                    }
+                }
+                Err(refusal) => return Err(refusal),
+            };
+            request.intercepted = true;
+            request.review_gate = Some(said);
+            return Ok(());
+        }
         let id = approvals::admit(&self.services, &call).await?;
         request.approval_id = Some(id);
         Ok(())

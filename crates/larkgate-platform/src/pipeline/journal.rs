@@ -217,9 +217,12 @@ fn intercept(
     base: AuditEntry,
 ) -> Result<ToolOutput, Refusal> {
     let shown = approvals::shown_arguments(arguments, &services.policy.approvals.redact);
-    let index = services
-        .reviews
-        .record(base.run_id.as_deref(), &request.tool, &shown.text)?;
+    let index = services.reviews.record(
+        base.run_id.as_deref(),
+        &request.tool,
+        &shown.text,
+        request.review_gate.as_ref(),
+    )?;
     let record = AuditEntry {
         kind: Some(AuditKind::Review),
         args: services

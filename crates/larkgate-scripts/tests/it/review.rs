@@ -64,7 +64,8 @@ async fn a_review_run_records_the_writes_it_would_make_and_publishing_needs_and_
     // gated (kv_delete needs an approval), and nothing is written.
     let expected_writes = json!([
         {"tool": "kv_set", "arguments": {"key": "Ada", "value": "<redacted>"}},
-        {"tool": "kv_delete", "arguments": {"key": "old-Ada"}},
+        // Gated: the run that makes it (published, as its own principal) asks then.
+        {"tool": "kv_delete", "arguments": {"key": "old-Ada"}, "approval": "needed"},
     ]);
     let mut review_id = String::new();
     for _ in 0..2 {

@@ -600,7 +600,7 @@ fn a_review_run_records_what_a_draft_would_write_and_publishing_shows_it() {
         record["intended_writes"],
         serde_json::json!([
             {"tool": "kv_set", "arguments": {"key": "Ada", "value": "<redacted>"}},
-            {"tool": "kv_delete", "arguments": {"key": "old-Ada"}},
+            {"tool": "kv_delete", "arguments": {"key": "old-Ada"}, "approval": "needed"},
         ])
     );
     let tail = ok(dir.path(), &["audit", "tail", "--principal", "ada"]);
@@ -661,7 +661,7 @@ fn a_review_run_records_what_a_draft_would_write_and_publishing_shows_it() {
     let review: serde_json::Value = serde_json::from_str(&review).unwrap();
     assert_eq!(
         review["intended_writes"][1],
-        serde_json::json!({"tool": "kv_delete", "arguments": {"key": "older-Bo"}}),
+        serde_json::json!({"tool": "kv_delete", "arguments": {"key": "older-Bo"}, "approval": "needed"}),
         "{review}"
     );
     let bad = fails(
