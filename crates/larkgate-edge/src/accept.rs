@@ -218,15 +218,15 @@ pub async fn serve(
         }
         prepare(&stream);
         let (permits, held) = (Arc::clone(&permits), Arc::clone(&held));
-        let connection = connection(
+        let connection = Connection {
             stream,
-            Instant::now(),
+            accepted_at: Instant::now(),
             peer,
-            app.clone(),
-            Arc::clone(&limits),
-            metrics.clone(),
-            shutdown.clone(),
-        );
+            app: app.clone(),
+            limits: Arc::clone(&limits),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        };
         tokio::spawn(async move {
             let permit = match permit {
                 Some(permit) => permit,
@@ -264,26 +264,6 @@ struct Connection {
     limits: Arc<SocketLimits>,
     metrics: ConnectionMetrics,
     shutdown: watch::Receiver<bool>,
-}
-
-fn connection(
-    stream: TcpStream,
-    accepted_at: Instant,
-    peer: SocketAddr,
-    app: axum::Router,
-    limits: Arc<SocketLimits>,
-    metrics: ConnectionMetrics,
-    shutdown: watch::Receiver<bool>,
-) -> Connection {
-    Connection {
-        stream,
-        accepted_at,
-        peer,
-        app,
-        limits,
-        metrics,
-        shutdown,
-    }
 }
 
 impl Connection {

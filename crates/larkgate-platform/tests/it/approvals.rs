@@ -580,26 +580,14 @@ async fn a_pending_request_is_listed_with_its_expiry_and_age() {
         Some(created + 3_600_000),
         "the policy's pending_ttl_seconds: {shown}"
     );
-    assert_eq!(
-        larkgate_platform::approvals::pending_count(
-            h.store.as_ref(),
-            3600,
-            larkgate_platform::clock::WallClock::now_ms(&h.clock)
-        )
-        .await
-        .unwrap(),
-        1
-    );
+    let counted = || async {
+        let now_ms = larkgate_platform::clock::WallClock::now_ms(&h.clock);
+        larkgate_platform::approvals::pending_count(h.store.as_ref(), 3600, now_ms)
+            .await
+            .unwrap()
+    };
+    assert_eq!(counted().await, 1);
     // Past its time it is no longer counted, even before anything marks it expired.
     h.clock.advance(Duration::from_secs(3600));
-    assert_eq!(
-        larkgate_platform::approvals::pending_count(
-            h.store.as_ref(),
-            3600,
-            larkgate_platform::clock::WallClock::now_ms(&h.clock)
-        )
-        .await
-        .unwrap(),
-        0
-    );
+    assert_eq!(counted().await, 0);
 }
