@@ -4,7 +4,7 @@ never pass a client's token on).
 
 Usage: python trace_peer.py
 
-Binds 127.0.0.1 on a free port, prints the port on one line, then serves Streamable HTTP at
+Listens on 127.0.0.1 on a free port, prints the port on one line, then serves Streamable HTTP at
 /mcp until killed. Its one tool, `seen`, answers the `traceparent` of the HTTP request that
 carried the call, the one in the call's `_meta`, and the request's `Authorization` header.
 """
@@ -36,6 +36,7 @@ def seen(ctx: Context) -> dict:
 def main():
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue from now on, before the server loop starts
     print(sock.getsockname()[1], flush=True)
     app = server.streamable_http_app(json_response=True)
     config = uvicorn.Config(app, log_level="warning")
