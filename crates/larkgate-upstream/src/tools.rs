@@ -90,6 +90,17 @@ pub struct Adoption {
     pub invalid: Vec<(String, String)>,
 }
 
+impl Adoption {
+    /// The names of the adopted tools its upstream's `approval` setting gates.
+    pub fn gated(&self) -> Vec<String> {
+        self.specs
+            .iter()
+            .filter(|spec| spec.requires_approval)
+            .map(|spec| spec.name.clone())
+            .collect()
+    }
+}
+
 /// The MCP-facing name of upstream `alias`'s tool `original`: `<alias>__<original>`, with each
 /// character outside `A-Z a-z 0-9 _ -` replaced by `_` — MCP allows `.` (and servers send
 /// more), but the function-calling APIs of language models do not. The original name stays in

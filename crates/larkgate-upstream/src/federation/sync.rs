@@ -245,7 +245,7 @@ impl Federation {
             .map_err(Fatal)?;
         let adoption = adopt(alias, &checked.usable, config.approval);
         let count = adoption.specs.len();
-        let gated = gated(&adoption);
+        let gated = adoption.gated();
         let published = self.platform.tool_table().replace_upstream(
             alias,
             handlers(adoption.specs, &upstream.link, Limits::default()),
@@ -293,7 +293,7 @@ impl Federation {
             .collect();
         let adoption = adopt(alias, &tools, config.approval);
         let count = adoption.specs.len();
-        let gated = gated(&adoption);
+        let gated = adoption.gated();
         self.platform
             .tool_table()
             .replace_upstream(
@@ -306,16 +306,6 @@ impl Federation {
         status.gated = gated;
         Ok(())
     }
-}
-
-/// The names of the adopted tools its upstream's `approval` setting gates.
-fn gated(adoption: &crate::tools::Adoption) -> Vec<String> {
-    adoption
-        .specs
-        .iter()
-        .filter(|spec| spec.requires_approval)
-        .map(|spec| spec.name.clone())
-        .collect()
 }
 
 /// Checks `tools` of upstream `alias` against its stored pins, saves the pins that changed,

@@ -180,11 +180,19 @@ fn sign_in_warnings(
     warnings
 }
 
-/// For each upstream (configured, or added and stored), which of its tools its `approval`
-/// setting gates, read from the definitions pinned in a SQLite store when its file exists.
-fn approval_lines(config: &Config, data_dir: &Path) -> anyhow::Result<Vec<String>> {
-    use larkgate_upstream::config::UpstreamConfig;
-    use larkgate_upstream::federation::UpstreamStatus;
+/// What `check` reads of a SQLite store, when its file exists: no network is touched.
+#[derive(Default)]
+struct Stored {
+    principals: Vec<Principal>,
+    /// The aliases of the upstreams added at run time.
+    aliases: Vec<String>,
+    /// For each upstream, configured or added, which of its tools its `approval` setting
+    /// gates.
+    approvals: Vec<String>,
+}
+
+/// What `data_dir`'s store holds for `config`'s checks, read in one opening of it.
+fn stored(config: &Config, data_dir: &Path) -> anyhow::Result<Stored> {
     let database = data_dir.join(larkgate_store::DATABASE_FILE).exists();
     let runtime = tokio::runtime::Builder::new_current_thread().build()?;
     runtime.block_on(async {
@@ -192,73 +200,64 @@ fn approval_lines(config: &Config, data_dir: &Path) -> anyhow::Result<Vec<String
             true => Some(SqliteStore::open(data_dir)?),
             false => None,
         };
-        let mut upstreams: Vec<UpstreamConfig> = config.upstreams.clone();
-        if let Some(store) = &store {
-            for record in store.upstreams().await? {
-                if let Ok(added) = serde_json::from_str::<UpstreamConfig>(&record.config) {
-                    upstreams.push(added);
-                }
-            }
-        }
-        let mut lines = Vec::new();
-        for upstream in upstreams {
-            let alias = upstream.alias.as_str();
-            let pins = match &store {
-                Some(store) => store.pins(alias).await?,
-                None => Vec::new(),
-            };
-            let tools: Vec<rmcp::model::Tool> = pins
-                .iter()
-                .filter(|pin| pin.status == larkgate_store::PinStatus::Approved)
-                .filter_map(|pin| serde_json::from_str(&pin.definition).ok())
-                .collect();
-            if tools.is_empty() {
-                lines.push(format!(
-                    "upstream {alias}: approval {}: {} (its tools are known once it has \
-                     connected)",
-                    upstream.approval.as_str(),
-                    upstream.approval.describe()
-                ));
-                continue;
-            }
-            let adoption = larkgate_upstream::tools::adopt(alias, &tools, upstream.approval);
-            let status = UpstreamStatus {
-                approval: upstream.approval,
-                tools: adoption.specs.len(),
-                gated: adoption
-                    .specs
-                    .iter()
-                    .filter(|spec| spec.requires_approval)
-                    .map(|spec| spec.name.clone())
-                    .collect(),
-                ..UpstreamStatus::default()
-            };
-            lines.push(format!(
-                "upstream {alias}: {}",
-                super::upstream::gates(&status)
-            ));
-        }
-        Ok(lines)
+        let (principals, records) = match &store {
+            Some(store) => (store.principals().await?, store.upstreams().await?),
+            None => (Vec::new(), Vec::new()),
+        };
+        let approvals = approval_lines(config, store.as_ref(), &records).await?;
+        Ok(Stored {
+            principals,
+            aliases: records.into_iter().map(|u| u.alias).collect(),
+            approvals,
+        })
     })
 }
 
-/// The principals and stored upstream aliases of `data_dir`, when its database exists.
-fn stored(data_dir: &Path) -> anyhow::Result<(Vec<Principal>, Vec<String>)> {
-    if !data_dir.join(larkgate_store::DATABASE_FILE).exists() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    runtime.block_on(async {
-        let store = SqliteStore::open(data_dir)?;
-        let principals = store.principals().await?;
-        let aliases = store
-            .upstreams()
-            .await?
-            .into_iter()
-            .map(|u| u.alias)
+/// For each upstream (configured, or added: `records`), which of its tools its `approval`
+/// setting gates, from the definitions pinned in `store`.
+async fn approval_lines(
+    config: &Config,
+    store: Option<&SqliteStore>,
+    records: &[larkgate_store::UpstreamRecord],
+) -> anyhow::Result<Vec<String>> {
+    use larkgate_upstream::config::UpstreamConfig;
+    use larkgate_upstream::federation::UpstreamStatus;
+    let added = records
+        .iter()
+        .filter_map(|record| serde_json::from_str::<UpstreamConfig>(&record.config).ok());
+    let mut lines = Vec::new();
+    for upstream in config.upstreams.iter().cloned().chain(added) {
+        let alias = upstream.alias.as_str();
+        let pins = match store {
+            Some(store) => store.pins(alias).await?,
+            None => Vec::new(),
+        };
+        let tools: Vec<rmcp::model::Tool> = pins
+            .iter()
+            .filter(|pin| pin.status == larkgate_store::PinStatus::Approved)
+            .filter_map(|pin| serde_json::from_str(&pin.definition).ok())
             .collect();
-        Ok((principals, aliases))
-    })
+        if tools.is_empty() {
+            lines.push(format!(
+                "upstream {alias}: approval {}: {} (its tools are known once it has connected)",
+                upstream.approval.as_str(),
+                upstream.approval.describe()
+            ));
+            continue;
+        }
+        let adoption = larkgate_upstream::tools::adopt(alias, &tools, upstream.approval);
+        let status = UpstreamStatus {
+            approval: upstream.approval,
+            tools: adoption.specs.len(),
+            gated: adoption.gated(),
+            ..UpstreamStatus::default()
+        };
+        lines.push(format!(
+            "upstream {alias}: {}",
+            super::upstream::gates(&status)
+        ));
+    }
+    Ok(lines)
 }
 
 /// `larkgate check`: loads and validates the configuration, including every upstream's
@@ -282,9 +281,13 @@ pub(crate) fn run(
         .store
         .postgres(|name| std::env::var(name).ok())
         .map_err(anyhow::Error::msg)?;
-    let (principals, stored_aliases) = match &postgres {
-        None => stored(&located.data_dir)?,
-        Some(_) => (Vec::new(), Vec::new()),
+    let Stored {
+        principals,
+        aliases: stored_aliases,
+        approvals,
+    } = match &postgres {
+        None => stored(config, &located.data_dir)?,
+        Some(_) => Stored::default(),
     };
     let aliases = config
         .upstreams
@@ -307,10 +310,8 @@ pub(crate) fn run(
         config.policy.roles.len(),
         config.upstreams.len()
     )?;
-    if postgres.is_none() {
-        for line in approval_lines(config, &located.data_dir)? {
-            writeln!(out, "{line}")?;
-        }
+    for line in approvals {
+        writeln!(out, "{line}")?;
     }
     match postgres {
         None => writeln!(
