@@ -162,6 +162,8 @@ pub enum Change {
     Scripts,
     /// Upstreams, or the pins (and quarantines) of their tools.
     Upstreams,
+    /// An approval was decided or withdrawn.
+    Approvals,
     /// Anything may have changed (changes could not be followed for a while): read again
     /// whatever is followed.
     Everything,
@@ -173,6 +175,7 @@ impl Change {
         match table {
             "script_versions" => Some(Change::Scripts),
             "upstreams" | "upstream_pins" => Some(Change::Upstreams),
+            "approvals" => Some(Change::Approvals),
             _ => None,
         }
     }
@@ -380,6 +383,9 @@ pub trait ApprovalStore: Send + Sync {
     /// Resolves the pending approval `id` as `resolution` says: approved (valid until its
     /// `expires_at_ms`) or denied.
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval>;
+    /// Withdraws the pending approval `id` (its caller cancelled the call that waited for it),
+    /// noting when and by whom. `false` — and changes nothing — unless it is pending.
+    async fn withdraw_approval(&self, id: &str, by: &str, now_ms: i64) -> Result<bool>;
     /// One approval.
     async fn approval(&self, id: &str) -> Result<Option<Approval>>;
     /// A page of approvals, newest first (by creation time, then id).

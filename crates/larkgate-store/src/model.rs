@@ -122,6 +122,9 @@ pub enum ApprovalStatus {
     /// Nobody decided while it was pending (the policy's `pending_ttl_seconds`); a new call
     /// asks anew.
     Expired,
+    /// The caller gave up while its call waited for a decision (it cancelled the call): nobody
+    /// is left to run it, so approvers are no longer asked. A new call asks anew.
+    Withdrawn,
 }
 
 impl ApprovalStatus {
@@ -133,6 +136,7 @@ impl ApprovalStatus {
             ApprovalStatus::Denied => "denied",
             ApprovalStatus::Used => "used",
             ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Withdrawn => "withdrawn",
         }
     }
 
@@ -144,6 +148,7 @@ impl ApprovalStatus {
             "denied" => ApprovalStatus::Denied,
             "used" => ApprovalStatus::Used,
             "expired" => ApprovalStatus::Expired,
+            "withdrawn" => ApprovalStatus::Withdrawn,
             _ => return None,
         })
     }

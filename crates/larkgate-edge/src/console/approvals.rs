@@ -88,7 +88,7 @@ pub(super) async fn approvals_page(
             status,
             next => page.next,
             first_page => query.after.is_none(),
-            statuses => ["pending", "approved", "denied", "used", "expired", "all"],
+            statuses => ["pending", "approved", "denied", "used", "expired", "withdrawn", "all"],
             ..frame(&signed, "approvals")
         },
     )

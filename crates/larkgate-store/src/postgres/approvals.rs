@@ -36,6 +36,18 @@ async fn approval_by_id(client: &impl GenericClient, id: &str) -> Result<Option<
 
 #[async_trait::async_trait]
 impl ApprovalStore for PostgresStore {
+    async fn withdraw_approval(&self, id: &str, by: &str, now_ms: i64) -> Result<bool> {
+        let client = self.client().await?;
+        let changed = client
+            .execute(
+                "UPDATE approvals SET status = 'withdrawn', resolved_by = $2, resolved_at_ms = $3 \
+                 WHERE id = $1 AND status = 'pending'",
+                &[&id, &by, &now_ms],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
         let Resolution {
             approver,

@@ -213,6 +213,15 @@ const MIGRATIONS: &[&str] = &[
     // and approvals by status and age, for listing a page at a time.
     r#"ALTER TABLE approvals ADD COLUMN arguments_bytes BIGINT;
     CREATE INDEX approvals_by_status ON approvals (status, created_at_ms, id);"#,
+    // 7: an approval its caller withdrew (it cancelled the call that waited for a decision);
+    // and a notification on `larkgate_changes` whenever a pending approval is decided,
+    // withdrawn or expires, so the replica holding a call that waits for it learns at once.
+    r#"ALTER TABLE approvals DROP CONSTRAINT approvals_status_check;
+    ALTER TABLE approvals ADD CONSTRAINT approvals_status_check CHECK (status IN
+        ('pending', 'approved', 'denied', 'used', 'expired', 'withdrawn'));
+    CREATE TRIGGER approvals_notify AFTER UPDATE OF status ON approvals FOR EACH ROW
+        WHEN (OLD.status = 'pending' AND NEW.status <> 'pending')
+        EXECUTE FUNCTION larkgate_notify_change();"#,
 ];
 
 /// The newest schema version this larkgate knows.

@@ -143,6 +143,19 @@ impl ApprovalStore for SqliteStore {
         .await
     }
 
+    async fn withdraw_approval(&self, id: &str, by: &str, now_ms: i64) -> Result<bool> {
+        let (id, by) = (id.to_owned(), by.to_owned());
+        self.with(move |c| {
+            let changed = c.execute(
+                "UPDATE approvals SET status = 'withdrawn', resolved_by = ?2, resolved_at_ms = ?3 \
+                 WHERE id = ?1 AND status = 'pending'",
+                params![id, by, now_ms],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
     async fn resolve_approval(&self, id: &str, resolution: Resolution<'_>) -> Result<Approval> {
         let (id, approver) = (id.to_owned(), resolution.approver.to_owned());
         let reason = resolution.reason.map(str::to_owned);

@@ -240,6 +240,38 @@ const MIGRATIONS: &[&str] = &[
     // and approvals by status and age, for listing a page at a time.
     "ALTER TABLE approvals ADD COLUMN arguments_bytes INTEGER;
     CREATE INDEX approvals_by_status ON approvals (status, created_at_ms, id);",
+    // 16: an approval its caller withdrew (it cancelled the call that waited for a decision).
+    // The status check gains `withdrawn`, which SQLite changes only by rebuilding.
+    "CREATE TABLE approvals_new (
+        id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN
+            ('pending', 'approved', 'denied', 'used', 'expired', 'withdrawn')),
+        created_at_ms INTEGER NOT NULL,
+        resolved_by TEXT,
+        resolved_at_ms INTEGER,
+        expires_at_ms INTEGER,
+        used_at_ms INTEGER,
+        chain_through TEXT NOT NULL DEFAULT '[]',
+        chain_authors TEXT NOT NULL DEFAULT '[]',
+        arguments TEXT,
+        run_id TEXT,
+        script TEXT,
+        reason TEXT,
+        arguments_bytes INTEGER
+    ) STRICT;
+    INSERT INTO approvals_new SELECT id, principal, tool, args_hash, status, created_at_ms,
+        resolved_by, resolved_at_ms, expires_at_ms, used_at_ms, chain_through, chain_authors,
+        arguments, run_id, script, reason, arguments_bytes FROM approvals;
+    DROP TABLE approvals;
+    ALTER TABLE approvals_new RENAME TO approvals;
+    CREATE INDEX approvals_by_call ON approvals (principal, tool, args_hash, chain_through, status);
+    CREATE UNIQUE INDEX approvals_one_pending ON approvals (principal, tool, args_hash, chain_through)
+        WHERE status = 'pending';
+    CREATE INDEX approvals_pending_since ON approvals (created_at_ms) WHERE status = 'pending';
+    CREATE INDEX approvals_by_status ON approvals (status, created_at_ms, id);",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -952,7 +952,144 @@ async fn approvals_are_listed_a_page_at_a_time_newest_first(place: Place) {
     }
 }
 
+/// A caller that gave up on its waiting call withdraws its request: once, only while it is
+/// pending; nobody decides it after; the same call asks anew.
+async fn a_pending_request_is_withdrawn_once_and_the_call_asks_anew(place: Place) {
+    let store = place.open().await;
+    let chain = direct();
+    let call = || ApprovalFor {
+        principal: "alice",
+        tool: "kv_delete",
+        args_hash: "h",
+        chain: &chain,
+    };
+    let details = ApprovalDetails::default();
+    let first = store
+        .pending_approval(asked(call(), &details, 1_000))
+        .await
+        .unwrap()
+        .pending()
+        .unwrap();
+    assert!(
+        store
+            .withdraw_approval(&first.id, "alice", 2_000)
+            .await
+            .unwrap()
+    );
+    let withdrawn = store.approval(&first.id).await.unwrap().unwrap();
+    assert_eq!(withdrawn.status, ApprovalStatus::Withdrawn);
+    assert_eq!(withdrawn.resolved_by.as_deref(), Some("alice"));
+    assert_eq!(withdrawn.resolved_at_ms, Some(2_000));
+    assert!(
+        !store
+            .withdraw_approval(&first.id, "alice", 3_000)
+            .await
+            .unwrap(),
+        "twice"
+    );
+    assert!(
+        !store
+            .withdraw_approval("nope", "alice", 3_000)
+            .await
+            .unwrap()
+    );
+    let approve = |now_ms| Resolution {
+        approver: "carol",
+        approve: true,
+        reason: None,
+        now_ms,
+        expires_at_ms: 9_000,
+    };
+    let error = store
+        .resolve_approval(&first.id, approve(3_000))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("already withdrawn"), "{error}");
+    // It admits nothing, and the same call's next request is a new one.
+    assert_eq!(store.resolved_approval(call()).await.unwrap(), None);
+    let again = store
+        .pending_approval(asked(call(), &details, 4_000))
+        .await
+        .unwrap()
+        .pending()
+        .unwrap();
+    assert_ne!(again.id, first.id);
+    // A decided approval is not withdrawn.
+    store
+        .resolve_approval(&again.id, approve(5_000))
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .withdraw_approval(&again.id, "alice", 6_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.approval(&again.id).await.unwrap().unwrap().status,
+        ApprovalStatus::Approved
+    );
+    let listed = store
+        .approvals(ApprovalQuery {
+            status: Some(ApprovalStatus::Withdrawn),
+            after: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|a| &a.id).collect::<Vec<_>>(),
+        [&first.id]
+    );
+}
+
+/// The SQLite table rebuild that admits `withdrawn` keeps every approval as it was.
+#[tokio::test]
+async fn approvals_survive_the_rebuild_that_admits_withdrawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let chain = through("p1", "ada");
+    let details = ApprovalDetails {
+        arguments: Some(r#"{"key":"k"}"#.to_owned()),
+        arguments_bytes: Some(11),
+        run_id: Some("run-1".to_owned()),
+        script: Some("tidy v2".to_owned()),
+    };
+    let before = {
+        let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+        let pending = store
+            .pending_approval(asked(
+                ApprovalFor {
+                    principal: "alice",
+                    tool: "kv_delete",
+                    args_hash: "h",
+                    chain: &chain,
+                },
+                &details,
+                1_000,
+            ))
+            .await
+            .unwrap()
+            .pending()
+            .unwrap();
+        store.approval(&pending.id).await.unwrap().unwrap()
+    };
+    // Back to the version before the rebuild, as a database written by the larkgate before.
+    let connection =
+        rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    connection.pragma_update(None, "user_version", 15).unwrap();
+    drop(connection);
+    let store = larkgate_store::SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(store.approval(&before.id).await.unwrap().unwrap(), before);
+    assert!(
+        store
+            .withdraw_approval(&before.id, "alice", 2_000)
+            .await
+            .unwrap()
+    );
+}
+
 on_both!(
+    a_pending_request_is_withdrawn_once_and_the_call_asks_anew,
     pending_requests_are_capped_per_principal_and_in_total,
     requests_from_many_processes_at_once_never_overshoot_the_cap,
     approvals_are_listed_a_page_at_a_time_newest_first,

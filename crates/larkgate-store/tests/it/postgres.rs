@@ -443,6 +443,78 @@ async fn next_change(
         .map(|change| change.unwrap())
 }
 
+/// A pending approval decided, withdrawn or expired through any process is told to every
+/// process as it commits (a replica holding a call that waits for it learns at once); asking,
+/// and using an approval, are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_decision_on_a_pending_approval_is_told_and_nothing_else_about_approvals() {
+    use larkgate_store::{ApprovalFor, ApprovalStore, CallChain, Resolution};
+    let schema = TestSchema::create().await;
+    let deciding = PostgresStore::open(&schema.settings()).await.unwrap();
+    let watching = PostgresStore::open(&schema.settings()).await.unwrap();
+    let mut changes = watching.watch_changes().unwrap();
+    assert_eq!(
+        next_change(&mut changes, 10).await,
+        Some(Change::Everything)
+    );
+    let chain = CallChain::default();
+    let details = Default::default();
+    let ask = |args_hash: &'static str| {
+        let (deciding, chain, details) = (&deciding, &chain, &details);
+        async move {
+            let call = ApprovalFor {
+                principal: "alice",
+                tool: "kv_delete",
+                args_hash,
+                chain,
+            };
+            deciding
+                .pending_approval(crate::asked(call, details, 1_000))
+                .await
+                .unwrap()
+                .pending()
+                .unwrap()
+                .id
+        }
+    };
+    let resolution = |approve| Resolution {
+        approver: "carol",
+        approve,
+        reason: None,
+        now_ms: 2_000,
+        expires_at_ms: 9_000,
+    };
+    let approved = ask("a").await;
+    deciding
+        .resolve_approval(&approved, resolution(true))
+        .await
+        .unwrap();
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Approvals));
+    let denied = ask("d").await;
+    deciding
+        .resolve_approval(&denied, resolution(false))
+        .await
+        .unwrap();
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Approvals));
+    let withdrawn = ask("w").await;
+    assert!(
+        deciding
+            .withdraw_approval(&withdrawn, "alice", 3_000)
+            .await
+            .unwrap()
+    );
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Approvals));
+    ask("e").await;
+    assert_eq!(deciding.expire_approvals(5_000).await.unwrap(), 1);
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Approvals));
+    // Asking, and spending an approval, are nobody's decision: the next thing told is a
+    // change made after them (notifications arrive in the order their changes committed).
+    ask("x").await;
+    assert!(deciding.consume_approval(&approved, 3_000).await.unwrap());
+    schema.execute("DELETE FROM script_versions").await;
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Scripts));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_made_anywhere_are_told_and_a_reconnection_says_everything() {
     let schema = TestSchema::create().await;

@@ -15,7 +15,7 @@ use super::context::StoreContext;
 pub(crate) enum Command {
     /// List approval requests, newest first.
     List {
-        /// Which ones: pending (default), approved, denied, used, expired, or all.
+        /// Which ones: pending (default), approved, denied, used, expired, withdrawn, or all.
         #[arg(long, default_value = "pending")]
         status: String,
         /// At most this many (1 to 100).
