@@ -29,6 +29,7 @@
 //! changed after approval either.
 
 pub mod tools;
+pub mod wait;
 
 use larkgate_binding::{Map, Value, canonical_map_json};
 use larkgate_store::{
@@ -583,7 +584,7 @@ pub async fn resolve(
 }
 
 /// [`resolve`] on a platform's services: its store, its audit sink, its policy's lifetime and
-/// its clock.
+/// its clock; calls of this process waiting for the decision learn of it at once.
 pub async fn resolve_in(
     services: &Services,
     approver: &Principal,
@@ -600,6 +601,7 @@ pub async fn resolve_in(
         services.clock.now_ms(),
     )
     .await
+    .inspect(|_| services.decisions.told())
 }
 
 /// How many requests wait for a decision at `now_ms` (those older than `pending_ttl_seconds`
@@ -643,7 +645,7 @@ pub async fn list(
             Refusal::new(
                 Code::InvalidArguments,
                 format!(
-                    "the status must be pending, approved, denied, used, expired or all, not \
+                    "the status must be pending, approved, denied, used, expired, withdrawn or all, not \
                      {other:?}"
                 ),
             )

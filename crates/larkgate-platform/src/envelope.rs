@@ -37,7 +37,12 @@ pub struct Refusal {
     /// For `approval_required`: the approval's id.
     pub approval_id: Option<String>,
     /// For `internal`: the id the failure's details were logged under.
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<Box<str>>,
+    /// For `approval_required` when a 2026-07-28 call's wait for its decision goes on: the
+    /// `requestState` its client echoes to wait on ([`crate::approvals::wait`]). Not part of
+    /// the envelope: the edge answers `input_required` instead. (This and the correlation id
+    /// are boxed: they are rare, and a refusal is returned on every path.)
+    pub wait_state: Option<Box<String>>,
 }
 
 impl Refusal {
@@ -50,6 +55,7 @@ impl Refusal {
             retry_after: None,
             approval_id: None,
             correlation_id: None,
+            wait_state: None,
         }
     }
 
@@ -88,7 +94,7 @@ impl Refusal {
         let id = correlation_id();
         tracing::error!(correlation_id = %id, %detail, "internal failure: {summary}");
         Refusal {
-            correlation_id: Some(id.clone()),
+            correlation_id: Some(id.clone().into()),
             ..Refusal::new(
                 Code::Internal,
                 format!("larkgate failed: {summary} (correlation id {id})"),
@@ -134,7 +140,7 @@ impl Refusal {
         let id = correlation_id();
         tracing::warn!(correlation_id = %id, %detail, "refused: {message}");
         Refusal {
-            correlation_id: Some(id.clone()),
+            correlation_id: Some(id.clone().into()),
             ..Refusal::new(code, format!("{message} (correlation id {id})"))
         }
     }
@@ -159,7 +165,7 @@ impl Refusal {
             hint: self.hint.as_deref().map(bounded),
             retry_after_seconds: self.retry_after_seconds(),
             approval_id: self.approval_id.clone(),
-            correlation_id: self.correlation_id.clone(),
+            correlation_id: self.correlation_id.as_deref().map(str::to_owned),
         }
     }
 
@@ -298,7 +304,11 @@ mod tests {
     fn an_internal_refusal_tells_the_caller_nothing_but_a_correlation_id() {
         let detail = "database error: no such table: approvals at /srv/larkgate-data/db.sqlite";
         let refusal = Refusal::internal("approvals could not be read", detail);
-        let id = refusal.correlation_id.clone().expect("a correlation id");
+        let id = refusal
+            .correlation_id
+            .as_deref()
+            .expect("a correlation id")
+            .to_owned();
         assert_eq!(id.len(), 16);
         assert!(refusal.message.contains(&id), "{}", refusal.message);
         assert!(refusal.message.contains("approvals could not be read"));

@@ -41,6 +41,7 @@ pub mod bounded;
 pub mod capabilities;
 pub mod catalog;
 pub mod clock;
+pub mod decisions;
 pub mod display;
 pub mod envelope;
 pub mod failing;

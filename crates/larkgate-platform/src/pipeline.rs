@@ -99,6 +99,10 @@ pub struct CallRequest {
     /// For a review run's call the approval gate held: what it said (the call is then
     /// intercepted and recorded with it, never made).
     pub review_gate: Option<crate::review::ReviewGate>,
+    /// How the client waits for an approval's decision, for a call straight from a client
+    /// (none for a script's calls, which are refused at once): the gate holds a gated call
+    /// whose rule has a `wait_seconds` ([`crate::approvals::wait`]).
+    pub waiting: Option<crate::approvals::wait::Waiting>,
 }
 
 impl CallRequest {
@@ -121,6 +125,7 @@ impl CallRequest {
             approval_id: None,
             intercepted: false,
             review_gate: None,
+            waiting: None,
         }
     }
 

@@ -118,6 +118,7 @@ impl PlatformBuilder {
             metrics: crate::metrics::Metrics::default(),
             reviews: crate::review::Reviews::default(),
             clock: self.wall_clock,
+            decisions: crate::decisions::Decisions::default(),
         });
         let registry = Arc::new(ToolTable::new(self.registry));
         let catalog = Arc::new(Catalog::default());
@@ -278,6 +279,21 @@ impl Platform {
     ) -> Result<crate::registry::ToolOutput, Refusal> {
         self.dispatch(CallRequest::new(identity, tool, arguments))
             .await
+    }
+
+    /// [`Platform::call_for_client`] for a client that waits for an approval's decision as
+    /// `waiting` says, where the call's `require` rule has a wait
+    /// ([`crate::approvals::wait`]).
+    pub async fn call_waiting(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        tool: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        waiting: crate::approvals::wait::Waiting,
+    ) -> Result<crate::registry::ToolOutput, Refusal> {
+        let mut request = CallRequest::new(identity, tool, arguments);
+        request.waiting = Some(waiting);
+        self.dispatch(request).await
     }
 
     async fn dispatch(&self, request: CallRequest) -> Result<crate::registry::ToolOutput, Refusal> {

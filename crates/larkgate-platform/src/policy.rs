@@ -18,6 +18,8 @@
 //!
 //! [approvals]
 //! require = ["kv_delete", "github__*"]
+//! # or, for a call that waits for its decision (up to 120 s) instead of being refused at once:
+//! # require = ["kv_delete", { tool = "github__*", wait_seconds = 120 }]
 //! resources = []                    # reads that need an approval (none by default)
 //! prompts = []                      # prompt gets that need one (none by default)
 //! ttl_seconds = 3600                # how long an approval stays usable
@@ -232,13 +234,84 @@ pub struct RoleRules {
     pub prompts: Vec<Pattern>,
 }
 
+/// One `require` rule: the tools whose every call needs an approval for its exact arguments,
+/// and how long such a call, when its client waits, is held open for the decision (0: it is
+/// refused `approval_required` at once). Written as a pattern (`"kv_delete"`) or as a table
+/// (`{ tool = "kv_delete", wait_seconds = 120 }`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RuleText", into = "RuleText")]
+pub struct ApprovalRule {
+    /// The tools.
+    pub tool: Pattern,
+    /// How long a gated call may wait for its decision, in seconds.
+    pub wait_seconds: u64,
+}
+
+impl ApprovalRule {
+    /// A rule with no wait.
+    pub fn new(tool: Pattern) -> Self {
+        ApprovalRule {
+            tool,
+            wait_seconds: 0,
+        }
+    }
+}
+
+/// An [`ApprovalRule`] as the configuration writes it.
+#[derive(Serialize, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a tool pattern, or a table { tool = \"PATTERN\", wait_seconds = N }"
+)]
+enum RuleText {
+    Pattern(String),
+    Table(RuleTable),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleTable {
+    tool: String,
+    #[serde(default)]
+    wait_seconds: u64,
+}
+
+impl TryFrom<RuleText> for ApprovalRule {
+    type Error = String;
+    fn try_from(text: RuleText) -> Result<Self, String> {
+        Ok(match text {
+            RuleText::Pattern(pattern) => ApprovalRule::new(Pattern::new(&pattern)?),
+            RuleText::Table(RuleTable { tool, wait_seconds }) => ApprovalRule {
+                tool: Pattern::new(&tool)?,
+                wait_seconds,
+            },
+        })
+    }
+}
+
+impl From<ApprovalRule> for RuleText {
+    fn from(rule: ApprovalRule) -> Self {
+        match rule.wait_seconds {
+            0 => RuleText::Pattern(rule.tool.into()),
+            wait_seconds => RuleText::Table(RuleTable {
+                tool: rule.tool.into(),
+                wait_seconds,
+            }),
+        }
+    }
+}
+
+/// The longest a call may wait for its approval's decision.
+pub const MAX_WAIT_SECONDS: u64 = 3600;
+
 /// Which calls need an approver's approval.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalRules {
-    /// Tools whose every call needs an approval for its exact arguments.
+    /// Tools whose every call needs an approval for its exact arguments, each with how long
+    /// a call whose client waits is held for the decision.
     #[serde(default)]
-    pub require: Vec<Pattern>,
+    pub require: Vec<ApprovalRule>,
     /// Resources whose every read needs an approval (reads are read-only: none by default).
     #[serde(default)]
     pub resources: Vec<UriPattern>,
@@ -415,6 +488,20 @@ impl Policy {
                     .to_owned(),
             );
         }
+        let most = self.approvals.pending_ttl_seconds.min(MAX_WAIT_SECONDS);
+        if let Some(rule) = self
+            .approvals
+            .require
+            .iter()
+            .find(|r| r.wait_seconds > most)
+        {
+            return Err(format!(
+                "approvals: the rule for {:?} waits {} s, longer than a request is kept \
+                 pending ({} s, pending_ttl_seconds) or the longest wait ({MAX_WAIT_SECONDS} s): \
+                 lower its wait_seconds",
+                rule.tool, rule.wait_seconds, self.approvals.pending_ttl_seconds,
+            ));
+        }
         for (i, rule) in self.rate_limits.iter().enumerate() {
             if rule.calls == 0 || rule.period_seconds == 0 || rule.burst == Some(0) {
                 return Err(format!(
@@ -444,7 +531,24 @@ impl Policy {
 
     /// Whether calls of `tool` need an approval.
     pub fn requires_approval(&self, tool: &str) -> bool {
-        self.approvals.require.iter().any(|p| p.matches(tool))
+        self.approvals.require.iter().any(|r| r.tool.matches(tool))
+    }
+
+    /// How long a gated call of `kind` to `name` whose client waits is held for its decision:
+    /// the longest `wait_seconds` of the `require` rules naming the tool; `None` for no wait
+    /// (and for reads and gets, which are refused at once).
+    pub fn approval_wait(&self, kind: TargetKind, name: &str) -> Option<std::time::Duration> {
+        if kind != TargetKind::Tool {
+            return None;
+        }
+        self.approvals
+            .require
+            .iter()
+            .filter(|r| r.tool.matches(name))
+            .map(|r| r.wait_seconds)
+            .max()
+            .filter(|&seconds| seconds > 0)
+            .map(std::time::Duration::from_secs)
     }
 
     /// Whether `principal` may list and read the resource (or template) at larkgate `uri`.
@@ -554,6 +658,73 @@ mod tests {
         assert!(policy.may_call(&viewer, "kv_get"));
         assert!(policy.requires_approval("kv_delete"));
         assert_eq!(policy.approvals.ttl_seconds, 3600);
+    }
+
+    #[test]
+    fn a_require_rule_is_a_pattern_or_a_table_with_its_wait() {
+        let policy: Policy = toml::from_str(
+            r#"
+            [approvals]
+            require = ["kv_delete", { tool = "kv_*", wait_seconds = 120 }, { tool = "weather__*" }]
+            "#,
+        )
+        .unwrap();
+        policy.validate().unwrap();
+        let wait = |kind, name| policy.approval_wait(kind, name).map(|d| d.as_secs());
+        // The longest wait of the rules naming the tool; none where no rule waits.
+        assert_eq!(wait(TargetKind::Tool, "kv_delete"), Some(120));
+        assert_eq!(wait(TargetKind::Tool, "kv_set"), Some(120));
+        assert_eq!(wait(TargetKind::Tool, "weather__forecast"), None);
+        assert_eq!(wait(TargetKind::Tool, "clock_now"), None);
+        assert_eq!(wait(TargetKind::Resource, "kv_set"), None);
+        assert!(policy.requires_approval("weather__forecast"));
+        // Written back as it was read: a bare pattern where nothing waits.
+        let text = toml::to_string(&policy.approvals).unwrap();
+        assert!(
+            text.contains(
+                r#"require = ["kv_delete", { tool = "kv_*", wait_seconds = 120 }, "weather__*"]"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_too_long_wait_is_refused_with_what_to_change() {
+        let table = [
+            (
+                r#"require = [{ tool = "kv get", wait_seconds = 5 }]"#,
+                "not a tool pattern",
+            ),
+            (
+                r#"require = [{ tool = "kv_set", wait = 5 }]"#,
+                "a tool pattern, or a table",
+            ),
+            (
+                r#"require = [{ wait_seconds = 5 }]"#,
+                "a tool pattern, or a table",
+            ),
+            (
+                r#"require = [{ tool = "kv_set", wait_seconds = -1 }]"#,
+                "a tool pattern, or a table",
+            ),
+            (r#"require = [7]"#, "a tool pattern, or a table"),
+        ];
+        for (line, says) in table {
+            let err = toml::from_str::<Policy>(&format!("[approvals]\n{line}\n")).unwrap_err();
+            assert!(err.to_string().contains(says), "{line}: {err}");
+        }
+        let too_long = [
+            "require = [{ tool = \"kv_set\", wait_seconds = 61 }]\npending_ttl_seconds = 60",
+            "require = [{ tool = \"kv_set\", wait_seconds = 3601 }]\npending_ttl_seconds = 7200",
+        ];
+        for text in too_long {
+            let policy: Policy = toml::from_str(&format!("[approvals]\n{text}\n")).unwrap();
+            let err = policy.validate().unwrap_err();
+            assert!(
+                err.contains("\"kv_set\" waits") && err.contains("lower its wait_seconds"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

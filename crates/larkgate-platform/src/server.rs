@@ -41,14 +41,16 @@ use std::sync::Arc;
 use larkgate_caller::ENVELOPE_META_KEY;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
-    SubscriptionFilter,
+    GetPromptResponse, GetPromptResult, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use crate::RunKind;
+use crate::approvals::wait::{Progress, Rounds, Waiting};
 use crate::envelope::{Code, Refusal};
 use crate::identity::{RunContext, SessionIdentity};
 use crate::observe::Exchange;
@@ -434,9 +436,25 @@ impl ServerHandler for PlatformServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let platform = &self.platform;
+        let waiting = waiting(&context, request.request_state);
+        // A client's own call over an edge (HTTP, stdio) may wait for an approval; a call
+        // in a session opened in this process is refused at once: a script's (its run holds a
+        // worker and has a deadline of its own) and the command line's one-shot `call`.
+        let over_an_edge = !matches!(self.identity, Identity::Bound(_));
         let result = self
-            .observed(&context, |identity| {
-                platform.call_for_client(identity, &request.name, request.arguments)
+            .observed(&context, |identity| async move {
+                match identity.as_ref().map(|i| i.run.kind) {
+                    Some(RunKind::Direct) if over_an_edge => {
+                        platform
+                            .call_waiting(identity, &request.name, request.arguments, waiting)
+                            .await
+                    }
+                    _ => {
+                        platform
+                            .call_for_client(identity, &request.name, request.arguments)
+                            .await
+                    }
+                }
             })
             .await;
         let result = match result {
@@ -453,8 +471,54 @@ impl ServerHandler for PlatformServer {
                 let json = serde_json::Value::Object(larkgate_binding::map_to_json(&value));
                 CallToolResult::structured(json)
             }
+            // 2026-07-28: the wait for an approval goes on in the client's next round.
+            Err(Refusal {
+                wait_state: Some(state),
+                ..
+            }) => return Ok(InputRequiredResult::from_request_state(*state).into()),
             Err(refusal) => refusal.to_result(),
         };
         Ok(result.into())
+    }
+}
+
+/// How the client of `context` waits for an approval's decision: until it cancels the call
+/// (or, over HTTP, goes away); told of the wait by progress notifications when it asked for
+/// them; a round at a time on 2026-07-28, whose retry echoes `request_state`.
+fn waiting(context: &RequestContext<RoleServer>, request_state: Option<String>) -> Waiting {
+    let cancelled = context.ct.clone();
+    let progress = context.meta.get_progress_token().map(|token| {
+        Box::new(PeerProgress {
+            peer: context.peer.clone(),
+            token,
+        }) as Box<dyn Progress>
+    });
+    let stateless = context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize());
+    Waiting {
+        cancelled: Box::pin(async move { cancelled.cancelled_owned().await }),
+        progress,
+        rounds: stateless.then_some(Rounds {
+            echoed: request_state,
+        }),
+    }
+}
+
+/// Progress notifications to the client that asked for them with `token`.
+struct PeerProgress {
+    peer: rmcp::Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+#[async_trait::async_trait]
+impl Progress for PeerProgress {
+    async fn tell(&self, progress: f64, total: f64, message: String) {
+        let mut params = ProgressNotificationParam::new(self.token.clone(), progress);
+        params.total = Some(total);
+        params.message = Some(message);
+        if let Err(error) = self.peer.notify_progress(params).await {
+            tracing::debug!(%error, "a waiting call's progress could not be sent");
+        }
     }
 }

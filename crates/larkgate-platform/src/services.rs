@@ -53,4 +53,6 @@ pub struct Services {
     pub reviews: Reviews,
     /// The time of day approvals are requested, resolved and expire by.
     pub clock: Arc<dyn WallClock>,
+    /// The approval decisions calls waiting for one watch.
+    pub decisions: crate::decisions::Decisions,
 }

@@ -55,6 +55,8 @@ pub(crate) struct Edge {
     _dir: tempfile::TempDir,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) audit: Arc<AuditLog>,
+    /// The platform behind the edge.
+    pub(crate) platform: Platform,
     /// `http://127.0.0.1:PORT/mcp`.
     pub(crate) url: String,
     /// The sessions the edge holds.
@@ -131,7 +133,7 @@ impl Edge {
         let server: ServerConfig = toml::from_str(server).unwrap();
         let sign_in = Default::default();
         let edge = assemble(EdgeParts {
-            platform,
+            platform: platform.clone(),
             store: store.clone(),
             audit: audit.clone(),
             scripts,
@@ -153,6 +155,7 @@ impl Edge {
             _dir: dir,
             store,
             audit,
+            platform,
             url: format!("http://{listen}/mcp"),
             sessions: edge.sessions,
             stop,

@@ -89,3 +89,91 @@ async fn a_session_lives_an_idle_timeout_past_its_last_use_through_any_replica()
         edge.stop().await;
     }
 }
+
+/// A call held for its approval on one replica learns of the decision made through another as
+/// the database tells of it (PostgreSQL's notification), not at its next reading of the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_held_on_one_replica_is_told_at_once_of_a_decision_made_through_another() {
+    use larkgate_platform::approvals::wait::{Progress, Waiting};
+    use larkgate_platform::approvals::{self, Decision};
+
+    struct Told(tokio::sync::mpsc::UnboundedSender<String>);
+    #[async_trait::async_trait]
+    impl Progress for Told {
+        async fn tell(&self, _progress: f64, _total: f64, message: String) {
+            let _ = self.0.send(message);
+        }
+    }
+
+    const WAITING: &str = r#"
+        [roles.author]
+        call = ["kv_delete"]
+        [approvals]
+        require = [{ tool = "kv_delete", wait_seconds = 600 }]
+    "#;
+    let schema = TestSchema::create().await;
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::open(&schema.settings()).await.unwrap());
+    add_principals(
+        store.as_ref(),
+        &[("ada", &["author"]), ("eve", &["approver"])],
+    )
+    .await;
+    let mut edges = Vec::new();
+    for _ in 0..2 {
+        let store: Arc<dyn Store> =
+            Arc::new(PostgresStore::open(&schema.settings()).await.unwrap());
+        let clock: Arc<dyn WallClock> = Arc::new(larkgate_platform::clock::SystemClock);
+        edges.push(Edge::replica(store, clock, WAITING, "").await);
+    }
+    let (holding, deciding) = (&edges[0], &edges[1]);
+    let mut told = holding.platform.services().decisions.watch();
+    told.borrow_and_update();
+    let (progress, mut waits) = tokio::sync::mpsc::unbounded_channel();
+    let waiting = Waiting {
+        cancelled: Box::pin(std::future::pending()),
+        progress: Some(Box::new(Told(progress))),
+        rounds: None,
+    };
+    let ada = store.principal("ada").await.unwrap().unwrap();
+    let identity = Arc::new(larkgate_platform::SessionIdentity {
+        run: larkgate_platform::RunContext::direct(ada),
+        label: "test".to_owned(),
+    });
+    let platform = holding.platform.clone();
+    let held = tokio::spawn(async move {
+        let arguments = serde_json::json!({"key": "k"}).as_object().cloned();
+        platform
+            .call_waiting(Some(identity), "kv_delete", arguments, waiting)
+            .await
+    });
+    let message = waits.recv().await.unwrap();
+    let id = message
+        .strip_prefix("waiting for an approver: approval ")
+        .and_then(|rest| rest.split_once(','))
+        .map(|(id, _)| id.to_owned())
+        .unwrap();
+    // The holding replica follows the database's notifications from its first wait on; once
+    // it does (it first says anything may have changed), a decision anywhere is told to it.
+    told.changed().await.unwrap();
+    let eve = store.principal("eve").await.unwrap().unwrap();
+    approvals::resolve_in(
+        deciding.platform.services(),
+        &eve,
+        &id,
+        Decision {
+            approve: true,
+            reason: None,
+        },
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), told.changed())
+        .await
+        .expect("the holding replica is told of the decision")
+        .unwrap();
+    let answer = held.await.unwrap().unwrap();
+    assert!(answer.value.contains_key("deleted"), "{:?}", answer.value);
+    for edge in edges {
+        edge.stop().await;
+    }
+}

@@ -141,3 +141,77 @@ async fn sdk_clients_are_told_when_the_tool_list_changes_in_both_revisions() {
     }
     edge.stop().await;
 }
+
+/// The policy of the waiting calls: `kv_delete` waits up to 30 s for its decision, `kv_set`
+/// up to 2 s.
+const WAITING_POLICY: &str = r#"
+[roles.author]
+call = ["kv_get", "kv_set", "kv_delete"]
+[approvals]
+require = [{ tool = "kv_delete", wait_seconds = 30 }, { tool = "kv_set", wait_seconds = 2 }]
+"#;
+
+/// A gated call whose rule waits is held open until a person decides, with the official
+/// Python SDK client in both revisions (`tests/peers/approval_wait.py`): approved, it runs and
+/// answers; denied, `approval_denied`; nobody deciding, `approval_required` when the wait is
+/// up (on 2026-07-28 in `input_required` rounds); cancelled by the client, the request is
+/// withdrawn. The caller is told of the wait by progress notifications in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_waits_in_the_call_for_an_approver_in_both_revisions() {
+    let edge = Edge::with(WAITING_POLICY, "", PRINCIPALS).await;
+    let (caller, approver) = (edge.token("ada").await, edge.token("eve").await);
+    for mode in ["legacy", "2026-07-28"] {
+        let suffix = mode.replace('-', "_");
+        let mut command = tokio::process::Command::new(python());
+        command.arg(peer("approval_wait.py")).args([
+            edge.url.as_str(),
+            mode,
+            caller.as_str(),
+            approver.as_str(),
+            suffix.as_str(),
+        ]);
+        let stdout = finished(command, &format!("the Python SDK waiting in {mode}")).await;
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "approved",
+                "denied",
+                "timed_out",
+                "withdrawn",
+                &format!("ok: {mode}")
+            ],
+            "{stdout}"
+        );
+    }
+    // The approved calls ran: their keys were deleted under the approvals the approver gave.
+    let used = edge
+        .store
+        .approvals(larkgate_store::ApprovalQuery {
+            status: Some(larkgate_store::ApprovalStatus::Used),
+            after: None,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(used.len(), 2, "{used:?}");
+    edge.stop().await;
+}
+
+/// The same with the official TypeScript SDK client (2025-11-25; `tests/peers/approval_wait.cjs`):
+/// its held call runs when approved, with progress told, and aborting it withdraws the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_waits_in_the_call_for_an_approver() {
+    let edge = Edge::with(WAITING_POLICY, "", PRINCIPALS).await;
+    let (caller, approver) = (edge.token("ada").await, edge.token("eve").await);
+    let (node, modules) = node();
+    let mut command = tokio::process::Command::new(node);
+    command
+        .env("NODE_PATH", &modules)
+        .arg(peer("approval_wait.cjs"))
+        .args([edge.url.as_str(), &caller, &approver, "ts"]);
+    let stdout = finished(command, "the TypeScript SDK waiting").await;
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines, ["approved", "withdrawn", "ok: ts"], "{stdout}");
+    edge.stop().await;
+}

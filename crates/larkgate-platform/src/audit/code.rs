@@ -57,11 +57,13 @@ pub enum EventKind {
     UpstreamRemoved,
     /// An admin signed larkgate in to an OAuth-protected upstream (`larkgate upstream login`).
     UpstreamSignedIn,
+    /// A caller cancelled a call that waited for an approval, and its request was withdrawn.
+    Withdrawn,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -78,6 +80,7 @@ impl EventKind {
         EventKind::UpstreamAdded,
         EventKind::UpstreamRemoved,
         EventKind::UpstreamSignedIn,
+        EventKind::Withdrawn,
     ];
 
     /// The name recorded in the chain.
@@ -99,6 +102,7 @@ impl EventKind {
             EventKind::UpstreamAdded => "upstream_added",
             EventKind::UpstreamRemoved => "upstream_removed",
             EventKind::UpstreamSignedIn => "upstream_signed_in",
+            EventKind::Withdrawn => "withdrawn",
         }
     }
 }

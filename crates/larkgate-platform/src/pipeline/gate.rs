@@ -4,6 +4,9 @@
 //! ([`crate::approvals::admit`]) and consumed at dispatch ([`super::journal`]). Nothing a tool
 //! declares about itself clears the gate. A resource read or prompt get is gated only when the
 //! policy's `resources` or `prompts` approval patterns name it.
+//!
+//! A call straight from a client whose `require` rule has a `wait_seconds` is held while its
+//! request is pending, and goes on when it is approved ([`crate::approvals::wait`]).
 
 use std::sync::Arc;
 
@@ -11,7 +14,7 @@ use larkgate_store::CallChain;
 
 use crate::RunKind;
 use crate::approvals;
-use crate::envelope::Refusal;
+use crate::envelope::{Code, Refusal};
 use crate::review::ReviewGate;
 use crate::services::Services;
 
@@ -50,6 +53,7 @@ impl Step for Gate {
             .as_ref()
             .is_some_and(|i| i.run.kind == RunKind::Review);
         let principal = request.principal_id().to_owned();
+        let waiting = request.waiting.take();
         let hash = request.args_hash.clone().unwrap_or_default();
         let direct = CallChain::default();
         let chain = request.identity.as_ref().map_or(&direct, |i| &i.run.chain);
@@ -69,7 +73,7 @@ impl Step for Gate {
             // request is made (or found), the call recorded, never made, and nothing spent.
             let said = match approvals::admit(&self.services, &call).await {
                 Ok(id) => ReviewGate::Approved(id),
-                Err(refusal) if refusal.code == crate::envelope::Code::ApprovalRequired => {
+                Err(refusal) if refusal.code == Code::ApprovalRequired => {
                     match refusal.approval_id {
                         Some(id) => ReviewGate::Requested(id),
                         None => return Err(refusal),
@@ -81,7 +85,17 @@ impl Step for Gate {
             request.review_gate = Some(said);
             return Ok(());
         }
-        let id = approvals::admit(&self.services, &call).await?;
+        let wait = policy.approval_wait(request.kind, &request.target);
+        let id = match approvals::admit(&self.services, &call).await {
+            Ok(id) => id,
+            Err(asked) => match (asked.code, waiting, wait) {
+                (Code::ApprovalRequired, Some(waiting), Some(wait)) => {
+                    approvals::wait::until_decided(&self.services, &call, asked, waiting, wait)
+                        .await?
+                }
+                _ => return Err(asked),
+            },
+        };
         request.approval_id = Some(id);
         Ok(())
     }

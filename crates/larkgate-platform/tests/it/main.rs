@@ -2,6 +2,7 @@
 //! real in-memory MCP sessions (`larkgate-session`) against the assembled platform, on a real
 //! SQLite file and a real audit journal.
 
+mod approval_waits;
 mod approvals;
 mod audit;
 mod audit_faults;

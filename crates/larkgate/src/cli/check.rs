@@ -89,8 +89,8 @@ pub(crate) fn warnings(
             unmatched(pattern, format!("policy.roles.{role}.call"));
         }
     }
-    for pattern in &policy.approvals.require {
-        unmatched(pattern, "policy.approvals.require".to_owned());
+    for rule in &policy.approvals.require {
+        unmatched(&rule.tool, "policy.approvals.require".to_owned());
     }
     for (i, rule) in policy.rate_limits.iter().enumerate() {
         for pattern in rule.tools.iter().flatten() {

@@ -383,6 +383,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     };
     let grace = std::time::Duration::from_millis(server.shutdown_grace_ms);
     let calls = context.platform.services().metrics.active_calls.clone();
+    let services = Arc::clone(context.platform.services());
     let served = http::accept::serve(
         listener,
         app,
@@ -401,6 +402,9 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         // below); only then are the MCP streams ended: ending them at once would answer a call
         // still running with an error.
         let _ = stopping.send(true);
+        // Calls held for an approval's decision answer `approval_required` now (their requests
+        // stay pending): a stop is never held up by a wait.
+        services.decisions.stop();
         while calls.get() > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
