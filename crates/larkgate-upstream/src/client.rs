@@ -18,7 +18,8 @@ use std::time::Duration;
 use larkgate_platform::trace_context;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, JsonObject, ProtocolVersion, RequestParamsMeta, ServerResult,
+    ClientRequest, Implementation, InputRequiredResult, JsonObject, ProtocolVersion,
+    RequestParamsMeta, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::{ClientHandler, RoleClient};
@@ -31,6 +32,10 @@ mod list;
 
 pub use error::{UpstreamError, plain_cause};
 use error::{classify, short_kind};
+
+/// How many times a call answered "still working" (`input_required` with only a
+/// `requestState`) is sent again: the official SDKs' default.
+pub const STILL_WAITING_ROUNDS: usize = 10;
 
 /// The most characters of an upstream's name and version shown to people.
 pub const MAX_SERVER_SHOWN: usize = 200;
@@ -241,14 +246,37 @@ impl UpstreamClient {
                 params.set_tracestate(&state);
             }
         }
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        match self.send(request, true).await? {
-            ServerResult::CallToolResult(result) => Ok(result),
-            other => Err(UpstreamError::Protocol(format!(
-                "tools/call was answered with {}",
-                short_kind(&other)
-            ))),
+        // A 2026-07-28 server still working on the call (waiting for a person, say) answers
+        // `input_required` with only a `requestState`: the call is sent again with it, after a
+        // pause of 50 ms doubling to 250 ms, as the official SDKs do, at most
+        // `STILL_WAITING_ROUNDS` times. One that asks for input (elicitation, sampling, roots)
+        // is not answered here.
+        let mut pause = Duration::from_millis(50);
+        for _ in 0..=STILL_WAITING_ROUNDS {
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+            match self.send(request, true).await? {
+                ServerResult::CallToolResult(result) => return Ok(result),
+                ServerResult::InputRequiredResult(InputRequiredResult {
+                    input_requests: None,
+                    request_state: Some(state),
+                    ..
+                }) => {
+                    params.request_state = Some(state);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                other => {
+                    return Err(UpstreamError::Protocol(format!(
+                        "tools/call was answered with {}",
+                        short_kind(&other)
+                    )));
+                }
+            }
         }
+        Err(UpstreamError::Protocol(format!(
+            "tools/call was still not answered after {STILL_WAITING_ROUNDS} rounds of \
+             `input_required`"
+        )))
     }
 
     /// Checks the server is alive: `ping` on 2025-11-25, `server/discover` on 2026-07-28

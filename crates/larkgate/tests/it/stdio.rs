@@ -239,6 +239,62 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
 }
 
 /// The refusal code of a call's result, or `None` when it succeeded.
+/// A desktop client's gated call through the relay waits for its approver as an HTTP client's
+/// does: the relay (a 2026-07-28 client of `serve`) sends each "still waiting" round again,
+/// and the call runs once an operator approves it with `larkgate approvals approve` beside the
+/// server (a decision `serve` finds by reading the store).
+#[test]
+fn a_relayed_desktop_call_waits_through_rounds_and_runs_once_approved_beside_the_server() {
+    use crate::serve::Server;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let policy = "[policy.roles.writer]\ncall = [\"kv_*\"]\n\
+                  [policy.approvals]\nrequire = [{ tool = \"kv_delete\", wait_seconds = 30 }]\n";
+    std::fs::write(crate::config_path(d), policy).unwrap();
+    let server = Server::start(d);
+    ok(d, &["principal", "add", "desk", "--roles", "writer"]);
+    ok(d, &["principal", "add", "alice", "--roles", "approver"]);
+    let token = ok(d, &["token", "create", "--principal", "desk"])
+        .trim()
+        .to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut child = command(d);
+        child.env("LARKGATE_TOKEN", &token);
+        let client = ().serve(TokioChildProcess::new(child).unwrap()).await.unwrap();
+        let peer = client.peer().clone();
+        let held = tokio::spawn(async move {
+            let arguments = serde_json::json!({"key": "k"}).as_object().unwrap().clone();
+            peer.call_tool(CallToolRequestParams::new("kv_delete").with_arguments(arguments))
+                .await
+        });
+        // A round (3 s, a tenth of the wait) ends and the relay asks again: the server's chain
+        // records the round's answer. Then the operator approves.
+        let dir = d.to_owned();
+        let id = tokio::task::spawn_blocking(move || {
+            for _ in 0..600 {
+                let tail = ok(&dir, &["audit", "tail", "--principal", "desk"]);
+                if tail.contains("kv_delete -> approval_required") {
+                    let listed = ok(&dir, &["approvals", "list", "--json"]);
+                    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+                    return listed["approvals"][0]["id"].as_str().unwrap().to_owned();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            panic!("no round of the held call ended");
+        })
+        .await
+        .unwrap();
+        ok(d, &["--as", "alice", "approvals", "approve", &id]);
+        let answer = held.await.unwrap().unwrap();
+        assert_eq!(refusal_code(&answer), None, "{answer:?}");
+        client.cancel().await.unwrap();
+    });
+    let listed = ok(d, &["approvals", "list", "--status", "used", "--json"]);
+    assert!(listed.contains("\"kv_delete\""), "{listed}");
+    drop(server);
+}
+
 fn refusal_code(result: &rmcp::model::CallToolResult) -> Option<String> {
     (result.is_error == Some(true)).then(|| {
         result
