@@ -2,7 +2,8 @@
 //! ([`crate::approvals::wait`]): told by this process's own resolutions and, on a store that
 //! tells of changes made through other processes (PostgreSQL), by the store.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use larkgate_store::{Change, Store};
@@ -24,6 +25,8 @@ pub struct Decisions {
     /// starts following them.
     followed: OnceLock<bool>,
     stopping: watch::Sender<bool>,
+    /// How many calls each principal has held here now.
+    held: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl Default for Decisions {
@@ -32,6 +35,7 @@ impl Default for Decisions {
             told: watch::Sender::new(0),
             followed: OnceLock::new(),
             stopping: watch::Sender::new(false),
+            held: Arc::default(),
         }
     }
 }
@@ -45,6 +49,24 @@ impl Decisions {
     /// Follows the decisions this process knows of: the value moves with each.
     pub fn watch(&self) -> watch::Receiver<u64> {
         self.told.subscribe()
+    }
+
+    /// A place for one more held call of `principal`, if it has fewer than `most` held here:
+    /// given back when the returned guard is dropped.
+    pub(crate) fn hold(&self, principal: &str, most: u64) -> Option<Held> {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = held.entry(principal.to_owned()).or_default();
+        if *count >= most {
+            return None;
+        }
+        *count += 1;
+        Some(Held {
+            held: Arc::clone(&self.held),
+            principal: principal.to_owned(),
+        })
     }
 
     /// Whether the server stops (then no call waits).
@@ -82,5 +104,27 @@ impl Decisions {
             None => false,
         });
         if followed { POLL_TOLD } else { POLL_UNTOLD }
+    }
+}
+
+/// One held call's place among its principal's ([`Decisions::hold`]).
+#[derive(Debug)]
+pub(crate) struct Held {
+    held: Arc<Mutex<HashMap<String, u64>>>,
+    principal: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.principal);
+            }
+        }
     }
 }

@@ -27,6 +27,7 @@
 //! redact = ["password", "token"]    # argument fields approvers see as "<redacted>"
 //! max_pending_per_principal = 50    # requests one principal may have waiting at once
 //! max_pending = 1000                # requests all principals may have waiting at once
+//! max_waiting_per_principal = 10    # calls one principal may have held for a decision at once
 //!
 //! [publishing]
 //! require_review = true             # publish only a source whose review run succeeded
@@ -336,6 +337,14 @@ pub struct ApprovalRules {
     /// How many requests all principals together may have waiting at once.
     #[serde(default = "default_max_pending")]
     pub max_pending: u64,
+    /// How many calls one principal may have held open at once in one process, waiting for
+    /// their decisions (rules with `wait_seconds`): a call beyond them is answered at once.
+    #[serde(default = "default_max_waiting_per_principal")]
+    pub max_waiting_per_principal: u64,
+}
+
+fn default_max_waiting_per_principal() -> u64 {
+    10
 }
 
 fn default_ttl() -> u64 {
@@ -361,6 +370,7 @@ impl Default for ApprovalRules {
             redact: Vec::new(),
             max_pending_per_principal: default_max_pending_per_principal(),
             max_pending: default_max_pending(),
+            max_waiting_per_principal: default_max_waiting_per_principal(),
         }
     }
 }
@@ -479,6 +489,13 @@ impl Policy {
         if self.approvals.ttl_seconds == 0 || self.approvals.pending_ttl_seconds == 0 {
             return Err(
                 "approvals: ttl_seconds and pending_ttl_seconds must be at least 1".to_owned(),
+            );
+        }
+        if self.approvals.max_waiting_per_principal == 0 {
+            return Err(
+                "approvals: max_waiting_per_principal must be at least 1 (a rule without \
+                 wait_seconds is how a call is refused at once)"
+                    .to_owned(),
             );
         }
         if self.approvals.max_pending_per_principal == 0 || self.approvals.max_pending == 0 {

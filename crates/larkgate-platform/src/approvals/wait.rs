@@ -36,8 +36,10 @@
 //! for is always found again from the call itself (principal, tool, arguments, chain), and a
 //! deadline later than `wait_seconds` from now is cut to it. A forged state can at most hold
 //! the forger's own request for one more round, which calling again would do as well. A held
-//! call holds one connection and no worker; the pending caps bound how many distinct requests
-//! one principal can hold open.
+//! call holds one connection and no worker, so one principal may hold at most
+//! `max_waiting_per_principal` calls at once in a process (default 10): a call beyond them is
+//! answered `approval_required` at once, and a principal cannot fill the connection cap with
+//! held calls.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -130,6 +132,18 @@ pub async fn until_decided(
     if *stopping.borrow_and_update() {
         return Err(asked);
     }
+    // Each held call keeps a connection busy: one principal holds at most so many at once, and
+    // a call beyond them is answered at once, as without a wait.
+    let most = services.policy.approvals.max_waiting_per_principal;
+    let Some(_held) = decisions.hold(call.principal, most) else {
+        return Err(Refusal {
+            hint: Some(format!(
+                "{most} calls of yours already wait for a decision here, as many as may at \
+                 once; this one was not held: call again once the request (id {id}) is decided"
+            )),
+            ..asked
+        });
+    };
     let now_ms = services.clock.now_ms();
     let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
     let latest = now_ms.saturating_add(wait_ms);

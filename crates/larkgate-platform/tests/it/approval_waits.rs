@@ -35,7 +35,12 @@ require = [
 "#;
 
 async fn harness() -> Harness {
-    let policy: Policy = toml::from_str(POLICY).unwrap();
+    harness_with("").await
+}
+
+/// The harness on [`POLICY`] with `approvals` (TOML lines) added to its `[approvals]`.
+async fn harness_with(approvals: &str) -> Harness {
+    let policy: Policy = toml::from_str(&format!("{POLICY}{approvals}")).unwrap();
     policy.validate().unwrap();
     Harness::with(|b| b.policy(policy)).await
 }
@@ -376,4 +381,47 @@ async fn a_call_in_a_session_opened_in_process_is_refused_at_once() {
         .expect("a script's call is not held for its decision");
         assert_eq!(refused.code, "approval_required");
     }
+}
+
+/// One principal holds at most `max_waiting_per_principal` calls at once: a call beyond them is
+/// answered at once, saying why, and the next is held again once one has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_holds_only_so_many_calls_at_once() {
+    let h = harness_with("max_waiting_per_principal = 2\n").await;
+    let mut held = Vec::new();
+    for key in ["a", "b"] {
+        let (waiting, mut client) = Client::new(None);
+        let call = call(&h, "kv_delete", key, waiting).await;
+        let id = client.waiting_for().await;
+        held.push((call, client, id));
+    }
+    let (waiting, mut third) = Client::new(None);
+    let refused = call(&h, "kv_delete", "c", waiting)
+        .await
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(refused.code, "approval_required");
+    let hint = refused.hint.unwrap_or_default();
+    assert!(hint.contains("2 calls of yours already wait"), "{hint}");
+    assert!(third.told.try_recv().is_err(), "the third call was held");
+    // One decided, a place is free again.
+    let (call_a, _client_a, id_a) = held.remove(0);
+    decide(&h, &id_a, false).await;
+    assert_eq!(call_a.await.unwrap().unwrap_err().code, "approval_denied");
+    let (waiting, mut again) = Client::new(None);
+    let _held_again = call(&h, "kv_delete", "c", waiting).await;
+    again.waiting_for().await;
+    // Another principal is not counted with wes.
+    let admin = identity(&h, "root", RunKind::Direct).await;
+    let (waiting, mut root) = Client::new(None);
+    let platform = h.platform.clone();
+    let _root_held = tokio::spawn(async move {
+        let arguments = serde_json::json!({"key": "r"}).as_object().cloned();
+        platform
+            .call_waiting(Some(admin), "kv_delete", arguments, waiting)
+            .await
+    });
+    root.waiting_for().await;
+    h.platform.services().decisions.stop();
 }
