@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use larkgate_platform::trace_context;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, InputRequiredResult, JsonObject, ProtocolVersion,
-    RequestParamsMeta, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
+    InputRequiredResult, JsonObject, ProtocolVersion, RequestParamsMeta, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::{ClientHandler, RoleClient};
@@ -237,6 +237,24 @@ impl UpstreamClient {
         name: &str,
         arguments: JsonObject,
     ) -> Result<CallToolResult, UpstreamError> {
+        match self
+            .call_tool_until(name, arguments, std::future::pending())
+            .await
+        {
+            Some(answer) => answer,
+            None => unreachable!("a call that is never cancelled"),
+        }
+    }
+
+    /// [`Self::call_tool`] for a caller that may cancel: when `cancelled` finishes first, the
+    /// server is told (`notifications/cancelled`; on 2026-07-28 the request's stream is
+    /// closed) and the answer is `None`.
+    pub async fn call_tool_until(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        cancelled: impl std::future::Future<Output = ()>,
+    ) -> Option<Result<CallToolResult, UpstreamError>> {
         let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
         // When traces are exported, the server is told which span called it: in `_meta`
         // (SEP-414) and, over HTTP, in the `traceparent` header too (see `crate::http`).
@@ -246,6 +264,7 @@ impl UpstreamClient {
                 params.set_tracestate(&state);
             }
         }
+        let mut cancelled = std::pin::pin!(cancelled);
         // A 2026-07-28 server still working on the call (waiting for a person, say) answers
         // `input_required` with only a `requestState`: the call is sent again with it, after a
         // pause of 50 ms doubling to 250 ms, as the official SDKs do, at most
@@ -254,29 +273,36 @@ impl UpstreamClient {
         let mut pause = Duration::from_millis(50);
         for _ in 0..=STILL_WAITING_ROUNDS {
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
-            match self.send(request, true).await? {
-                ServerResult::CallToolResult(result) => return Ok(result),
+            let answer = match self.send_until(request, true, cancelled.as_mut()).await? {
+                Ok(answer) => answer,
+                Err(error) => return Some(Err(error)),
+            };
+            match answer {
+                ServerResult::CallToolResult(result) => return Some(Ok(result)),
                 ServerResult::InputRequiredResult(InputRequiredResult {
                     input_requests: None,
                     request_state: Some(state),
                     ..
                 }) => {
                     params.request_state = Some(state);
-                    tokio::time::sleep(pause).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = cancelled.as_mut() => return None,
+                    }
                     pause = (pause * 2).min(Duration::from_millis(250));
                 }
                 other => {
-                    return Err(UpstreamError::Protocol(format!(
+                    return Some(Err(UpstreamError::Protocol(format!(
                         "tools/call was answered with {}",
                         short_kind(&other)
-                    )));
+                    ))));
                 }
             }
         }
-        Err(UpstreamError::Protocol(format!(
+        Some(Err(UpstreamError::Protocol(format!(
             "tools/call was still not answered after {STILL_WAITING_ROUNDS} rounds of \
              `input_required`"
-        )))
+        ))))
     }
 
     /// Checks the server is alive: `ping` on 2025-11-25, `server/discover` on 2026-07-28
@@ -295,6 +321,23 @@ impl UpstreamClient {
         request: ClientRequest,
         progress: bool,
     ) -> Result<ServerResult, UpstreamError> {
+        match self
+            .send_until(request, progress, std::pin::pin!(std::future::pending()))
+            .await
+        {
+            Some(answer) => answer,
+            None => unreachable!("a request that is never cancelled"),
+        }
+    }
+
+    /// [`Self::send`] until `cancelled` finishes: then the server is told the request is
+    /// cancelled, and the answer is `None`.
+    async fn send_until(
+        &self,
+        request: ClientRequest,
+        progress: bool,
+        cancelled: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    ) -> Option<Result<ServerResult, UpstreamError>> {
         let mut options = PeerRequestOptions::with_timeout(self.limits.call_timeout);
         options.reset_timeout_on_progress = progress;
         options.max_total_timeout = Some(self.limits.total_timeout);
@@ -308,13 +351,29 @@ impl UpstreamClient {
                 classify(error, limits)
             }
         };
-        let handle = self
+        let handle = match self
             .service
             .peer()
             .send_request_with_option(request, options)
             .await
-            .map_err(named)?;
-        handle.await_response().await.map_err(named)
+        {
+            Ok(handle) => handle,
+            Err(error) => return Some(Err(named(error))),
+        };
+        let (peer, id) = (handle.peer.clone(), handle.id.clone());
+        tokio::select! {
+            answer = handle.await_response() => Some(answer.map_err(named)),
+            () = cancelled => {
+                let notification = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the caller cancelled the call".to_owned()),
+                ));
+                if let Err(error) = peer.send_notification(notification.into()).await {
+                    tracing::debug!(%error, "a cancellation could not be sent on");
+                }
+                None
+            }
+        }
     }
 
     /// Closes the connection (a 2025-11-25 session is deleted; a command-launched server's

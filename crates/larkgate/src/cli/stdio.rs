@@ -165,10 +165,20 @@ impl ServerHandler for Relay {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
-        let result = match self.client.call_tool(&request.name, arguments).await {
+        // The desktop client cancelling its call cancels it at the server too (a call held for
+        // an approval then withdraws its request).
+        let answer = self
+            .client
+            .call_tool_until(&request.name, arguments, context.ct.cancelled())
+            .await;
+        let Some(answer) = answer else {
+            // Nobody reads the answer to a cancelled request.
+            return Err(ErrorData::invalid_request("the call was cancelled", None));
+        };
+        let result = match answer {
             Ok(result) => result,
             // The server refused the session's token (revoked, expired, its principal
             // removed): the caller is told so, as without a server, not that serve is down.

@@ -242,14 +242,16 @@ fn beside_a_running_serve_a_desktop_client_is_relayed_to_it_and_only_over_loopba
 /// A desktop client's gated call through the relay waits for its approver as an HTTP client's
 /// does: the relay (a 2026-07-28 client of `serve`) sends each "still waiting" round again,
 /// and the call runs once an operator approves it with `larkgate approvals approve` beside the
-/// server (a decision `serve` finds by reading the store).
+/// server (a decision `serve` finds by reading the store). A call the desktop client cancels is
+/// cancelled at the server too, and its request withdrawn.
 #[test]
-fn a_relayed_desktop_call_waits_through_rounds_and_runs_once_approved_beside_the_server() {
+fn a_relayed_desktop_call_waits_for_its_approver_and_a_cancelled_one_withdraws_its_request() {
     use crate::serve::Server;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let policy = "[policy.roles.writer]\ncall = [\"kv_*\"]\n\
-                  [policy.approvals]\nrequire = [{ tool = \"kv_delete\", wait_seconds = 30 }]\n";
+    let policy = "[policy.roles.writer]\ncall = [\"kv_*\"]\n[policy.approvals]\nrequire = [\
+                  { tool = \"kv_delete\", wait_seconds = 30 }, \
+                  { tool = \"kv_set\", wait_seconds = 600 }]\n";
     std::fs::write(crate::config_path(d), policy).unwrap();
     let server = Server::start(d);
     ok(d, &["principal", "add", "desk", "--roles", "writer"]);
@@ -288,6 +290,47 @@ fn a_relayed_desktop_call_waits_through_rounds_and_runs_once_approved_beside_the
         ok(d, &["--as", "alice", "approvals", "approve", &id]);
         let answer = held.await.unwrap().unwrap();
         assert_eq!(refusal_code(&answer), None, "{answer:?}");
+        // The desktop client gives up on a held call: the relay cancels it at the server, and
+        // its request is withdrawn. (Its rounds are a minute long: the cancellation reaches a
+        // round in flight.)
+        let arguments = serde_json::json!({"key": "k2", "value": "v"})
+            .as_object()
+            .unwrap()
+            .clone();
+        let request =
+            rmcp::model::ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(
+                CallToolRequestParams::new("kv_set").with_arguments(arguments),
+            ));
+        let handle = client
+            .peer()
+            .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+            .await
+            .unwrap();
+        let listed = |status: &'static str| {
+            let dir = d.to_owned();
+            tokio::task::spawn_blocking(move || {
+                for _ in 0..600 {
+                    let listed = ok(&dir, &["approvals", "list", "--status", status, "--json"]);
+                    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+                    let found = listed["approvals"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|a| a["tool"] == "kv_set");
+                    if let Some(found) = found {
+                        return found["id"].as_str().unwrap().to_owned();
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                panic!("no {status} request for kv_set");
+            })
+        };
+        let pending = listed("pending").await.unwrap();
+        handle
+            .cancel(Some("the user gave up".to_owned()))
+            .await
+            .unwrap();
+        assert_eq!(listed("withdrawn").await.unwrap(), pending);
         client.cancel().await.unwrap();
     });
     let listed = ok(d, &["approvals", "list", "--status", "used", "--json"]);
