@@ -436,15 +436,21 @@ impl ServerHandler for PlatformServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let platform = &self.platform;
-        let waiting = waiting(&context, request.request_state);
-        // A client's own call over an edge (HTTP, stdio) may wait for an approval; a call
-        // in a session opened in this process is refused at once: a script's (its run holds a
-        // worker and has a deadline of its own) and the command line's one-shot `call`.
-        let over_an_edge = !matches!(self.identity, Identity::Bound(_));
+        // A client's own call over an edge (HTTP, stdio) to a tool whose rule waits may wait
+        // for an approval; a call in a session opened in this process is refused at once: a
+        // script's (its run holds a worker and has a deadline of its own) and the command
+        // line's one-shot `call`.
+        let may_wait = !matches!(self.identity, Identity::Bound(_))
+            && platform
+                .services()
+                .policy
+                .approval_wait(TargetKind::Tool, &request.name)
+                .is_some();
+        let waiting = may_wait.then(|| waiting(&context, request.request_state));
         let result = self
             .observed(&context, |identity| async move {
-                match identity.as_ref().map(|i| i.run.kind) {
-                    Some(RunKind::Direct) if over_an_edge => {
+                match (identity.as_ref().map(|i| i.run.kind), waiting) {
+                    (Some(RunKind::Direct), Some(waiting)) => {
                         platform
                             .call_waiting(identity, &request.name, request.arguments, waiting)
                             .await
