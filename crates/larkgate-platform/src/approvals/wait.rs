@@ -221,8 +221,10 @@ pub async fn until_decided(
                 Err(refusal)
                     if refusal.code == Code::ApprovalRequired && refusal.approval_id.is_some() =>
                 {
-                    // Asked anew: wait on for the new request.
+                    // Asked anew (another call held for the same request used its approval, or
+                    // it expired): wait on for the new request, and tell the client its id.
                     id = refusal.approval_id.clone().unwrap_or_default();
+                    next_progress = tokio::time::Instant::now();
                 }
                 Err(refusal) => return Err(refusal),
             }

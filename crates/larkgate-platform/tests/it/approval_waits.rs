@@ -425,3 +425,60 @@ async fn a_principal_holds_only_so_many_calls_at_once() {
     root.waiting_for().await;
     h.platform.services().decisions.stop();
 }
+
+/// Two calls held for the same request (same caller, tool and arguments): one approval runs
+/// exactly one of them. The other either lost the race to spend it (told another call used
+/// it) or, finding it used, asked anew and waits for its own request, which it is told of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_approval_runs_one_of_two_calls_held_for_it() {
+    let h = harness().await;
+    let (first_waiting, mut first) = Client::new(None);
+    let mut first_call = call(&h, "kv_delete", "k", first_waiting).await;
+    let id = first.waiting_for().await;
+    let (second_waiting, mut second) = Client::new(None);
+    let mut second_call = call(&h, "kv_delete", "k", second_waiting).await;
+    assert_eq!(second.waiting_for().await, id, "one request for both");
+    decide(&h, &id, true).await;
+    let lost = |refusal: Refusal| {
+        assert!(
+            refusal.message.contains("used by another call"),
+            "{}",
+            refusal.message
+        );
+    };
+    // The one that answers first ran, or lost the race to spend the approval.
+    let (answer, mut other, mut other_client) = tokio::select! {
+        answer = &mut first_call => (answer.unwrap(), second_call, second),
+        answer = &mut second_call => (answer.unwrap(), first_call, first),
+    };
+    if let Err(refusal) = answer {
+        lost(refusal);
+        let ran = other.await.unwrap().expect("the other call ran");
+        assert!(ran.value.contains_key("deleted"), "{:?}", ran.value);
+        return;
+    }
+    assert_eq!(status(&h, &id).await, ApprovalStatus::Used);
+    // The other lost the race (and answers so), or found the approval used and asked anew:
+    // told of its new request, it waits.
+    let told = tokio::select! {
+        answer = &mut other => return lost(answer.unwrap().unwrap_err()),
+        told = other_client.told.recv() => told,
+    };
+    let Some((_, _, message)) = told else {
+        return lost(other.await.unwrap().unwrap_err());
+    };
+    let anew = message
+        .strip_prefix("waiting for an approver: approval ")
+        .and_then(|rest| rest.split_once(','))
+        .map(|(id, _)| id.to_owned())
+        .unwrap();
+    assert_ne!(anew, id);
+    assert_eq!(status(&h, &anew).await, ApprovalStatus::Pending);
+    other_client.cancel.take().unwrap().send(()).unwrap();
+    let withdrawn = other.await.unwrap().unwrap_err();
+    assert!(
+        withdrawn.message.contains("withdrawn"),
+        "{}",
+        withdrawn.message
+    );
+}
