@@ -482,3 +482,25 @@ async fn one_approval_runs_one_of_two_calls_held_for_it() {
         withdrawn.message
     );
 }
+
+/// The store failing while a call waits (its approvals table gone): the held call answers
+/// `internal` with a correlation id, and nothing of the store's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failing_under_a_held_call_ends_it_as_internal_saying_nothing_of_the_store() {
+    let h = harness().await;
+    let (waiting, mut client) = Client::new(None);
+    let held = call(&h, "kv_delete", "k", waiting).await;
+    client.waiting_for().await;
+    let raw = rusqlite::Connection::open(h.dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    raw.execute_batch("DROP TABLE approvals").unwrap();
+    // Told of a decision, it reads the store again.
+    h.platform.services().decisions.told();
+    let refused = held.await.unwrap().unwrap_err();
+    assert_eq!(refused.code, "internal");
+    assert!(refused.correlation_id.is_some());
+    let message = refused.message.to_lowercase();
+    for leak in ["no such table", "sqlite", "approvals"] {
+        assert!(!message.contains(leak), "{message}");
+    }
+    drop(client.cancel.take());
+}
