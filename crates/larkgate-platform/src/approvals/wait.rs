@@ -111,6 +111,45 @@ fn clock_time(ms: i64) -> String {
     format!("{:02}:{:02} UTC", minutes / 60, minutes % 60)
 }
 
+/// How long this call is held now.
+#[derive(Debug, PartialEq, Eq)]
+struct Round {
+    /// When the whole wait ends (Unix ms, the platform's clock).
+    deadline_ms: i64,
+    /// How long this round holds the call.
+    hold: Duration,
+    /// Whether the wait ends with this round (else it answers a state to go on with).
+    last: bool,
+}
+
+impl Round {
+    /// The round a call starts at `now_ms`: the wait ends `wait` from now, or at the deadline
+    /// an echoed state names if that is sooner (never later: the state is the client's). A
+    /// 2026-07-28 round holds at most a tenth of the wait (at least 1 s). `None` when the wait
+    /// is over.
+    fn now(rounds: Option<&Rounds>, wait: Duration, now_ms: i64) -> Option<Round> {
+        let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        let latest = now_ms.saturating_add(wait_ms);
+        let deadline_ms = rounds
+            .and_then(|r| r.echoed.as_deref())
+            .and_then(echoed_deadline)
+            .map_or(latest, |echoed| echoed.min(latest));
+        let left = Duration::from_millis(u64::try_from(deadline_ms - now_ms).ok()?);
+        if left.is_zero() {
+            return None;
+        }
+        let round = match rounds {
+            Some(_) => (wait / ROUNDS).max(Duration::from_secs(1)),
+            None => left,
+        };
+        Some(Round {
+            deadline_ms,
+            hold: left.min(round),
+            last: left <= round,
+        })
+    }
+}
+
 /// Holds a gated call whose request is pending (`asked`, the gate's `approval_required`)
 /// until it is decided, the wait's time is up, the client cancels or the server stops: see the
 /// module documentation. `Ok` is the approval that admits the call.
@@ -145,24 +184,13 @@ pub async fn until_decided(
         });
     };
     let now_ms = services.clock.now_ms();
-    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-    let latest = now_ms.saturating_add(wait_ms);
-    let deadline_ms = waiting
-        .rounds
-        .as_ref()
-        .and_then(|r| r.echoed.as_deref())
-        .and_then(echoed_deadline)
-        .map_or(latest, |echoed| echoed.min(latest));
-    let hold = Duration::from_millis(u64::try_from(deadline_ms - now_ms).unwrap_or(0));
-    if hold.is_zero() {
+    let Some(Round {
+        deadline_ms,
+        hold,
+        last,
+    }) = Round::now(waiting.rounds.as_ref(), wait, now_ms)
+    else {
         return Err(asked);
-    }
-    let (hold, last_round) = match &waiting.rounds {
-        Some(_) => {
-            let round = (wait / ROUNDS).max(Duration::from_secs(1));
-            (hold.min(round), hold <= round)
-        }
-        None => (hold, true),
     };
     let started = tokio::time::Instant::now();
     let ends = started + hold;
@@ -173,7 +201,7 @@ pub async fn until_decided(
         .flatten()
         .map_or(now_ms, |a| a.created_at_ms);
     let total = wait.as_secs_f64();
-    let waited_before = (wait_ms - (deadline_ms - now_ms)) as f64 / 1000.0;
+    let waited_before = total - (deadline_ms - now_ms) as f64 / 1000.0;
     let mut next_progress = started;
     loop {
         if let Some(progress) = &waiting.progress
@@ -231,7 +259,7 @@ pub async fn until_decided(
         }
         if tokio::time::Instant::now() >= ends {
             let refusal = asked_again(asked, &id);
-            return Err(if last_round {
+            return Err(if last {
                 refusal
             } else {
                 Refusal {
@@ -328,6 +356,38 @@ mod tests {
         ] {
             assert_eq!(echoed_deadline(hostile), None, "{hostile:?}");
         }
+    }
+
+    #[test]
+    fn a_round_holds_a_tenth_of_the_wait_and_an_echoed_deadline_only_shortens_it() {
+        let wait = Duration::from_secs(120);
+        let echoed = |deadline: i64| Rounds {
+            echoed: Some(state("a", deadline)),
+        };
+        let round = |rounds: Option<&Rounds>, now| Round::now(rounds, wait, now);
+        let table = [
+            // (a retry's state, now, the round)
+            (None, 0, Some((120_000, 120, true))),
+            (Some(Rounds::default()), 0, Some((120_000, 12, false))),
+            (Some(echoed(120_000)), 110_000, Some((120_000, 10, true))),
+            (Some(echoed(120_000)), 100_000, Some((120_000, 12, false))),
+            // A forged deadline far away is cut to the wait from now.
+            (Some(echoed(i64::MAX)), 5_000, Some((125_000, 12, false))),
+            // Past, or now: the wait is over.
+            (Some(echoed(120_000)), 120_000, None),
+            (Some(echoed(-5)), 0, None),
+        ];
+        for (rounds, now, expected) in table {
+            let expected = expected.map(|(deadline_ms, seconds, last)| Round {
+                deadline_ms,
+                hold: Duration::from_secs(seconds),
+                last,
+            });
+            assert_eq!(round(rounds.as_ref(), now), expected, "{rounds:?} at {now}");
+        }
+        // A short wait still holds a round of a second.
+        let short = Round::now(Some(&Rounds::default()), Duration::from_secs(2), 0).unwrap();
+        assert_eq!((short.hold, short.last), (Duration::from_secs(1), false));
     }
 
     #[test]
