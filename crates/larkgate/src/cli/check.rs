@@ -257,7 +257,25 @@ async fn approval_lines(
             super::upstream::gates(&status)
         ));
     }
+    lines.extend(waiting_lines(&config.policy));
     Ok(lines)
+}
+
+/// For each `require` rule that holds calls for their decision, how long.
+fn waiting_lines(policy: &Policy) -> impl Iterator<Item = String> + '_ {
+    policy
+        .approvals
+        .require
+        .iter()
+        .filter(|rule| rule.wait_seconds > 0)
+        .map(|rule| {
+            format!(
+                "approvals: a call of {:?} from a client over HTTP or stdio waits up to {} s \
+                 for its decision",
+                String::from(rule.tool.clone()),
+                rule.wait_seconds
+            )
+        })
 }
 
 /// `larkgate check`: loads and validates the configuration, including every upstream's

@@ -85,3 +85,39 @@ fn check_warns_about_what_is_valid_but_grants_or_matches_nothing() {
         stdout(&output)
     );
 }
+
+/// `check` says which rules hold calls for their decision, and refuses a wait longer than a
+/// request is kept pending, saying which rule and what to lower.
+#[test]
+fn check_says_which_calls_wait_for_their_decision_and_refuses_a_wait_too_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let config = |require: &str| {
+        std::fs::write(
+            crate::config_path(dir),
+            format!(
+                "[policy.roles.admin]\ncall = [\"*\"]\n[policy.approvals]\nrequire = {require}\n\
+                 pending_ttl_seconds = 600\n"
+            ),
+        )
+        .unwrap();
+    };
+    config(r#"["kv_set", { tool = "kv_delete", wait_seconds = 120 }]"#);
+    let output = crate::larkgate_in(dir, &["check"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let said = stdout(&output);
+    assert!(
+        said.contains(
+            "approvals: a call of \"kv_delete\" from a client over HTTP or stdio waits up to \
+             120 s for its decision"
+        ),
+        "{said}"
+    );
+    assert!(!said.contains("\"kv_set\""), "{said}");
+    config(r#"[{ tool = "kv_delete", wait_seconds = 900 }]"#);
+    let refused = fails(dir, &["check"]);
+    assert!(
+        refused.contains("\"kv_delete\" waits 900 s") && refused.contains("lower its wait_seconds"),
+        "{refused}"
+    );
+}
