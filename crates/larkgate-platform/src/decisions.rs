@@ -69,6 +69,15 @@ impl Decisions {
         })
     }
 
+    /// How many calls are held here now, of every principal.
+    pub fn held(&self) -> u64 {
+        let held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.values().sum()
+    }
+
     /// Whether the server stops (then no call waits).
     pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
         self.stopping.subscribe()

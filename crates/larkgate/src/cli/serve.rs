@@ -58,6 +58,8 @@ struct Scrape {
     store_pool_waiting: prometheus_client::metrics::gauge::Gauge,
     /// Requests waiting for an approver's decision.
     approvals_pending: prometheus_client::metrics::gauge::Gauge,
+    /// Calls held open here for their approval's decision.
+    approvals_held_calls: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Scrape {
@@ -74,6 +76,7 @@ impl Scrape {
             store_pool: Default::default(),
             store_pool_waiting: Default::default(),
             approvals_pending: Default::default(),
+            approvals_held_calls: Default::default(),
         };
         let metrics = &scrape.platform.services().metrics;
         metrics.register(
@@ -90,6 +93,12 @@ impl Scrape {
             "approvals_pending",
             "Approval requests waiting for an approver's decision",
             scrape.approvals_pending.clone(),
+        );
+        metrics.register(
+            "approvals_held_calls",
+            "Calls held open in this process for their approval's decision (require rules with \
+             wait_seconds)",
+            scrape.approvals_held_calls.clone(),
         );
         metrics.register(
             "upstream_tools",
@@ -151,6 +160,8 @@ impl Scrape {
             ),
         )
         .await;
+        self.approvals_held_calls
+            .set(i64::try_from(services.decisions.held()).unwrap_or(i64::MAX));
         match counted {
             Ok(Ok(pending)) => {
                 self.approvals_pending.set(pending as i64);

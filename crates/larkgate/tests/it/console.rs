@@ -484,6 +484,20 @@ fn a_held_call_from_the_python_sdk_completes_when_approved_in_the_console() {
         .and_then(|rest| rest.split_once(','))
         .map(|(id, _)| id.to_owned())
         .unwrap_or_else(|| panic!("{waiting}"));
+    // /metrics counts the call held, and the request it waits for.
+    let held = |count: u32| {
+        let metrics = reqwest::blocking::get(format!("{}/metrics", server.ops))
+            .unwrap()
+            .text()
+            .unwrap();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l == format!("larkgate_approvals_held_calls {count}")),
+            "{metrics}"
+        );
+    };
+    held(1);
 
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -512,6 +526,7 @@ fn a_held_call_from_the_python_sdk_completes_when_approved_in_the_console() {
     let answered = said.next().expect("the held call answers").unwrap();
     assert!(answered.starts_with("answered: ok"), "{answered}");
     assert!(agent.wait().unwrap().success());
+    held(0);
     let used = ok(d, &["approvals", "list", "--status", "used"]);
     assert!(used.contains(&id) && used.contains("wes"), "{used}");
     drop(server);
