@@ -65,14 +65,25 @@ fn run(args: cli::Cli) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // A closed stdout (`larkgate ... | head`) is not a failure worth reporting.
-            let broken_pipe = error
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
-            if broken_pipe {
+            if broken_pipe(&error) {
                 return ExitCode::SUCCESS;
             }
             logging::fail(&format!("{error:#}"));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` is a write to a reader that went away: an I/O error, or JSON written through
+/// serde, that failed with a broken pipe, at any depth of its causes.
+fn broken_pipe(error: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(BrokenPipe))
+    })
 }

@@ -685,3 +685,58 @@ fn approvals_list_watch_prints_new_requests_as_they_come() {
     let _ = watch.kill();
     let _ = watch.wait();
 }
+
+/// `larkgate ... | head`: a reader that stops early ends the command quietly (no "Broken pipe"
+/// on stderr, success), here for JSON written through serde (whose error wraps the I/O one).
+#[test]
+fn a_reader_that_stops_reading_early_ends_the_command_quietly() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        "[policy.roles.writer]\ncall = [\"kv_*\"]\n[policy.approvals]\nrequire = [\"kv_set\"]\n",
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "wes", "--roles", "writer"]);
+    // Twenty requests of 8 KiB each: far more than a pipe holds.
+    let value = format!("value={}", "v".repeat(8 * 1024));
+    for i in 0..20 {
+        let refused = crate::larkgate_in(
+            d,
+            &[
+                "--as",
+                "wes",
+                "call",
+                "kv_set",
+                "--arg",
+                &format!("key=k{i}"),
+                "--arg",
+                &value,
+            ],
+        );
+        assert!(crate::stderr(&refused).contains("approval_required"));
+    }
+    let args = [
+        "approvals",
+        "list",
+        "--json",
+        "--status",
+        "all",
+        "--limit",
+        "100",
+    ];
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(d)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The reader is gone (as `head` exits), long before the command has written it all.
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", crate::stderr(&output));
+    assert_eq!(crate::stderr(&output), "");
+}
