@@ -7,6 +7,7 @@
 //! [`super::segments`].
 
 use std::fs::{File, OpenOptions};
+use std::io::Write as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,6 +108,17 @@ pub struct AuditLog {
     flushing: tokio::sync::Mutex<()>,
 }
 
+/// The process that holds the audit log in `dir`, as it wrote into the lock file when it took
+/// it (`None` when nobody wrote one, or the file is unreadable). A hint for messages only: the
+/// lock, not this, decides who owns the log.
+pub fn held_by(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join(LOCK))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 impl AuditLog {
     /// Opens the log in `dir`: replays any journal a crash left behind into `store`'s chain,
     /// chains the entries other processes forwarded, then continues this replica's numbering
@@ -125,6 +137,9 @@ impl AuditLog {
         if lock.try_lock().is_err() {
             return Err(AuditError::Busy(dir.display().to_string()));
         }
+        // Who holds it, for the next process that finds it held ([`held_by`]).
+        lock.set_len(0)?;
+        (&lock).write_all(format!("{}\n", std::process::id()).as_bytes())?;
         let replica = replica::name(dir)?;
         // A process of this directory that was just killed may hold the name for a moment
         // more (until the database notices its connection is gone): wait that out, briefly.

@@ -147,6 +147,10 @@ impl StoreContext {
         } else {
             match AuditLog::open(&data_dir, store.clone(), audit_options).await {
                 Ok(log) => (Some(log.clone()), log),
+                // A second `serve` of the same directory is a mistake to name plainly.
+                Err(AuditError::Busy(_)) if options.serve.is_some() => {
+                    anyhow::bail!("{}", already_served(&data_dir))
+                }
                 Err(AuditError::Busy(_)) => (None, forwarding()),
                 Err(error) => return Err(error.into()),
             }
@@ -272,4 +276,21 @@ impl Context {
         self.audit.flush().await?;
         Ok(())
     }
+}
+
+/// What a `serve` started on a data directory another process serves is told: which process,
+/// where it serves (as far as it announced them), and what to do.
+fn already_served(data_dir: &std::path::Path) -> String {
+    let by = larkgate_platform::audit::held_by(data_dir).map_or_else(
+        || "another larkgate process".to_owned(),
+        |pid| format!("pid {pid}"),
+    );
+    let at = super::endpoint::read(data_dir)
+        .map(|url| format!(" at {url}"))
+        .unwrap_or_default();
+    format!(
+        "{} is already served by {by}{at}: stop that process first, or give this one a data \
+         directory of its own (--data-dir)",
+        data_dir.display()
+    )
 }

@@ -621,3 +621,25 @@ fn serve_says_how_many_worker_threads_serve_and_takes_tokio_worker_threads() {
         "{line}"
     );
 }
+
+/// A second `serve` on a data directory that is already served says which process serves it
+/// and where, and what to do; it starts nothing.
+#[test]
+fn a_second_serve_on_the_same_directory_names_the_one_already_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d);
+    let refused = crate::fails(d, &["serve", "--listen", "127.0.0.1:0"]);
+    let expected = format!(
+        "is already served by pid {} at {}: stop that process first, or give this one a data \
+         directory of its own (--data-dir)",
+        server.pid(),
+        server.url
+    );
+    assert!(refused.contains(&expected), "{refused}");
+    assert!(!refused.contains("owns the audit log"), "{refused}");
+    // The first one serves on.
+    let listed = crate::larkgate_in(d, &["principal", "list"]);
+    assert!(listed.status.success());
+    drop(server);
+}
