@@ -208,15 +208,17 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             return migrate::run(options.config.as_deref(), options.data_dir.as_deref(), out).await;
         }
         // The operator's commands work beside a running `serve`.
-        let operator = matches!(
-            cli.command,
+        let operator = match &cli.command {
             Command::Token(_)
-                | Command::Principal(_)
-                | Command::Approvals(_)
-                | Command::Audit(_)
-                | Command::Runs(_)
-                | Command::Upstream(_)
-        );
+            | Command::Principal(_)
+            | Command::Approvals(_)
+            | Command::Audit(_)
+            | Command::Runs(_)
+            | Command::Upstream(_) => true,
+            // So do the script commands that only read.
+            Command::Script(command) => command.reads_only(),
+            _ => false,
+        };
         if operator {
             let context = context::StoreContext::open(&options).await?;
             let result = match cli.command {
@@ -225,6 +227,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Approvals(command) => command.run(&context, out).await,
                 Command::Runs(command) => command.run(&context, out).await,
                 Command::Upstream(command) => command.run(&context, out).await,
+                Command::Script(command) => {
+                    script::read(command, context.store.as_ref(), out).await
+                }
                 Command::Audit(command) => {
                     audit::note_running_owner(&context);
                     audit::run(command, context.store.as_ref(), out).await

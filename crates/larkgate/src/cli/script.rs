@@ -36,6 +36,57 @@ pub(crate) enum Command {
     },
 }
 
+impl Command {
+    /// Whether it only reads the store: it then works beside a running `serve`.
+    pub(crate) fn reads_only(&self) -> bool {
+        matches!(self, Command::List | Command::History { .. })
+    }
+}
+
+/// The commands that only read ([`Command::reads_only`]), on `store`.
+pub(crate) async fn read(
+    command: Command,
+    store: &dyn larkgate_store::Store,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    match command {
+        Command::List => {
+            for draft in store.drafts().await? {
+                writeln!(out, "draft      {:<24} by {}", draft.name, draft.author)?;
+            }
+            for version in store.latest_versions().await? {
+                writeln!(
+                    out,
+                    "published  {:<24} v{} by {}, published by {}",
+                    version.name, version.version, version.author, version.publisher
+                )?;
+            }
+        }
+        Command::History { name } => {
+            let versions = store.versions(&name).await?;
+            if versions.is_empty() {
+                bail!("{name:?} has no published versions");
+            }
+            for v in versions {
+                writeln!(
+                    out,
+                    "v{:<4} {}  by {} (roles [{}]), published by {}  sha256 {}",
+                    v.version,
+                    rfc3339_from_ms(v.published_at_ms),
+                    v.author,
+                    v.author_roles.join(","),
+                    v.publisher,
+                    &v.hash[..16.min(v.hash.len())]
+                )?;
+            }
+        }
+        Command::Save { .. } | Command::Publish { .. } => {
+            bail!("`script save` and `script publish` write: only `list` and `history` only read")
+        }
+    }
+    Ok(())
+}
+
 pub(crate) async fn run(
     command: Command,
     context: &Context,
@@ -87,31 +138,8 @@ pub(crate) async fn run(
                 version.author_roles.join(",")
             )?;
         }
-        Command::List => {
-            for draft in scripts.drafts().await? {
-                writeln!(out, "draft      {:<24} by {}", draft.name, draft.author)?;
-            }
-            for version in scripts.published().await? {
-                writeln!(
-                    out,
-                    "published  {:<24} v{} by {}, published by {}",
-                    version.name, version.version, version.author, version.publisher
-                )?;
-            }
-        }
-        Command::History { name } => {
-            for v in scripts.history(&name).await? {
-                writeln!(
-                    out,
-                    "v{:<4} {}  by {} (roles [{}]), published by {}  sha256 {}",
-                    v.version,
-                    rfc3339_from_ms(v.published_at_ms),
-                    v.author,
-                    v.author_roles.join(","),
-                    v.publisher,
-                    &v.hash[..16.min(v.hash.len())]
-                )?;
-            }
+        Command::List | Command::History { .. } => {
+            read(command, context.store.as_ref(), out).await?;
         }
     }
     Ok(())

@@ -625,7 +625,7 @@ fn serve_says_how_many_worker_threads_serve_and_takes_tokio_worker_threads() {
 /// A second `serve` on a data directory that is already served says which process serves it
 /// and where, and what to do; it starts nothing.
 #[test]
-fn a_second_serve_on_the_same_directory_names_the_one_already_serving() {
+fn a_second_serve_names_the_one_already_serving_and_commands_that_only_read_work_beside_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let server = Server::start(d);
@@ -638,8 +638,21 @@ fn a_second_serve_on_the_same_directory_names_the_one_already_serving() {
     );
     assert!(refused.contains(&expected), "{refused}");
     assert!(!refused.contains("owns the audit log"), "{refused}");
-    // The first one serves on.
-    let listed = crate::larkgate_in(d, &["principal", "list"]);
-    assert!(listed.status.success());
+    // The first one serves on, and the commands that only read work beside it, the script
+    // commands among them.
+    ok(d, &["principal", "add", "ada", "--roles", "author"]);
+    std::fs::write(d.join("hello.star"), "def main():\n    return 1\n").unwrap();
+    let draft = crate::larkgate_in(d, &["--as", "ada", "script", "save", "hello", "hello.star"]);
+    assert!(
+        !draft.status.success(),
+        "a save records, so it goes through serve"
+    );
+    let listed = ok(d, &["script", "list"]);
+    assert_eq!(listed, "", "no scripts yet");
+    let history = crate::fails(d, &["script", "history", "hello"]);
+    assert!(
+        history.contains("\"hello\" has no published versions"),
+        "{history}"
+    );
     drop(server);
 }
