@@ -126,17 +126,24 @@ pub(crate) fn warnings(
         }
     }
     for principal in principals {
-        for role in &principal.roles {
-            if !policy.roles.contains_key(role) && !FIXED_ROLES.contains(&role.as_str()) {
-                warnings.push(format!(
-                    "the principal {:?} has the role {role:?}, which no [policy.roles] defines \
-                     and larkgate does not know: it grants nothing",
-                    principal.id
-                ));
-            }
-        }
+        warnings.extend(undefined_roles(policy, &principal.id, &principal.roles));
     }
     warnings
+}
+
+/// A warning for each of `roles` (given to `principal`) that neither the policy defines nor
+/// larkgate knows: such a role grants nothing.
+pub(crate) fn undefined_roles(policy: &Policy, principal: &str, roles: &[String]) -> Vec<String> {
+    roles
+        .iter()
+        .filter(|role| !policy.roles.contains_key(*role) && !FIXED_ROLES.contains(&role.as_str()))
+        .map(|role| {
+            format!(
+                "the principal {principal:?} has the role {role:?}, which no [policy.roles] \
+                 defines and larkgate does not know: it grants nothing"
+            )
+        })
+        .collect()
 }
 
 /// Principals bound to an issuer the configuration does not name (nobody signs in as them

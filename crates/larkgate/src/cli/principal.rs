@@ -79,6 +79,14 @@ fn check_name(name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Says on stderr which of `roles` grant `name` nothing (the change is made all the same: the
+/// policy may be about to define them).
+fn warn_undefined(context: &StoreContext, name: &str, roles: &[String]) {
+    for warning in super::check::undefined_roles(&context.config.policy, name, roles) {
+        eprintln!("warning: {warning}");
+    }
+}
+
 fn check_roles(roles: &[String]) -> anyhow::Result<Vec<String>> {
     let roles: Vec<String> = roles
         .iter()
@@ -164,6 +172,21 @@ pub(crate) async fn run(
             check_name(&name)?;
             let roles = check_roles(&roles)?;
             let issuer = binding(&context.config, issuer)?;
+            // Two names that read alike would be two parties a person cannot tell apart.
+            if let Some(twin) = context
+                .store
+                .principals()
+                .await?
+                .into_iter()
+                .find(|p| p.id != name && p.id.eq_ignore_ascii_case(&name))
+            {
+                bail!(
+                    "there is already a principal {:?}, which differs from {name:?} only in \
+                     case: names that read alike are refused; use {:?}, or another name",
+                    twin.id,
+                    twin.id
+                );
+            }
             let kind = match kind {
                 Kind::User => PrincipalKind::User,
                 Kind::Service => PrincipalKind::Service,
@@ -187,6 +210,7 @@ pub(crate) async fn run(
                 ),
             )?;
             writeln!(out, "added {name} with roles [{}]", roles.join(","))?;
+            warn_undefined(context, &name, &roles);
             if let IssuerBinding::Issuer(issuer) = &issuer {
                 writeln!(out, "{issuer}'s account {name} signs in as {name}")?;
             }
@@ -218,6 +242,7 @@ pub(crate) async fn run(
                 format!("set roles of {name} to [{}]", roles.join(",")),
             )?;
             writeln!(out, "{name} now has roles [{}]", roles.join(","))?;
+            warn_undefined(context, &name, &roles);
         }
         Command::Remove { name } => {
             context.store.remove_principal(&name).await?;

@@ -740,3 +740,40 @@ fn a_reader_that_stops_reading_early_ends_the_command_quietly() {
     assert!(output.status.success(), "{}", crate::stderr(&output));
     assert_eq!(crate::stderr(&output), "");
 }
+
+/// `principal add` refuses a name that differs from an existing one only in case, and says
+/// when a role it gives (as `set-roles` does) is one nothing defines.
+#[test]
+fn principal_add_refuses_case_twins_and_warns_of_roles_nothing_defines() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        "[policy.roles.viewer]\ncall = [\"kv_get\"]\n",
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "viewer"]);
+    let twin = crate::fails(d, &["principal", "add", "Ada", "--roles", "viewer"]);
+    assert!(
+        twin.contains(
+            "there is already a principal \"ada\", which differs from \"Ada\" only in case"
+        ),
+        "{twin}"
+    );
+    let listed = ok(d, &["principal", "list"]);
+    assert!(!listed.contains("Ada"), "{listed}");
+    // A role nothing defines: added, with a warning; a defined or built-in one: no warning.
+    let added = crate::larkgate_in(d, &["principal", "add", "bob", "--roles", "viewr,author"]);
+    assert!(added.status.success(), "{}", crate::stderr(&added));
+    let warned = crate::stderr(&added);
+    assert!(
+        warned.contains(
+            "warning: the principal \"bob\" has the role \"viewr\", which no [policy.roles] defines"
+        ),
+        "{warned}"
+    );
+    assert!(!warned.contains("\"author\""), "{warned}");
+    let set = crate::larkgate_in(d, &["principal", "set-roles", "bob", "--roles", "viewer"]);
+    assert!(set.status.success());
+    assert_eq!(crate::stderr(&set), "");
+}
