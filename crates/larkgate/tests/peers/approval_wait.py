@@ -53,6 +53,8 @@ async def pending_id(approver, key, status="pending"):
             for approval in listed.structured_content["approvals"]:
                 if (approval.get("arguments") or {}).get("key") == key:
                     return approval["id"]
+            # A readiness poll: the request appears (or is withdrawn) on the server, which
+            # tells the approver nothing of it; bounded by fail_after, never waited out.
             await anyio.sleep(0.05)
 
 
