@@ -57,6 +57,9 @@ pub struct UpstreamLimits {
     pub connect_timeout: Duration,
     /// Time for a command-launched server to start and complete the handshake.
     pub start_timeout: Duration,
+    /// How long a connected upstream may say nothing before larkgate asks whether it is
+    /// still there (a `ping`); a down one is tried again at least this often.
+    pub probe_interval: Duration,
 }
 
 impl Default for UpstreamLimits {
@@ -69,6 +72,7 @@ impl Default for UpstreamLimits {
             max_pages: 100,
             connect_timeout: Duration::from_secs(10),
             start_timeout: Duration::from_secs(60),
+            probe_interval: Duration::from_secs(30),
         }
     }
 }
@@ -142,6 +146,54 @@ pub struct UpstreamClient {
     dropped: AtomicUsize,
     /// A command-launched server's process group, killed when the client goes.
     process: Option<ServerProcess>,
+    /// When the server last answered anything.
+    heard: Heard,
+}
+
+/// When a server last answered, for probing only an upstream that has been quiet
+/// ([`UpstreamClient::quiet_for`]).
+#[derive(Debug)]
+pub(crate) struct Heard {
+    since: tokio::time::Instant,
+    /// Milliseconds after `since` of the last answer.
+    last_ms: std::sync::atomic::AtomicU64,
+    /// Whether a probe is under way.
+    probing: AtomicBool,
+}
+
+impl Default for Heard {
+    fn default() -> Self {
+        Heard {
+            since: tokio::time::Instant::now(),
+            last_ms: Default::default(),
+            probing: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Heard {
+    fn now(&self) {
+        let ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+}
+
+/// A probe under way ([`UpstreamClient::start_probe`]) of the client it holds; the next may
+/// start once it is dropped.
+#[derive(Debug)]
+pub struct Probing(Arc<UpstreamClient>);
+
+impl std::ops::Deref for Probing {
+    type Target = UpstreamClient;
+    fn deref(&self) -> &UpstreamClient {
+        &self.0
+    }
+}
+
+impl Drop for Probing {
+    fn drop(&mut self) {
+        self.0.heard.probing.store(false, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for UpstreamClient {
@@ -197,6 +249,23 @@ impl UpstreamClient {
     /// the transport was closed): the upstream must be connected again.
     pub fn is_closed(&self) -> bool {
         self.service.is_closed() || self.service.peer().is_transport_closed()
+    }
+
+    /// How long since the server last answered anything (or since it was connected).
+    pub fn quiet_for(&self) -> Duration {
+        let last = Duration::from_millis(self.heard.last_ms.load(Ordering::Relaxed));
+        self.heard.since.elapsed().saturating_sub(last)
+    }
+
+    /// The upstream's limits.
+    pub fn limits(&self) -> UpstreamLimits {
+        self.limits
+    }
+
+    /// Starts a probe of `this` unless one is under way; it ends when the guard is dropped.
+    pub fn start_probe(this: &Arc<Self>) -> Option<Probing> {
+        let taken = this.heard.probing.swap(true, Ordering::SeqCst);
+        (!taken).then(|| Probing(Arc::clone(this)))
     }
 
     /// Whether the server said its tools changed since the last listing.
@@ -362,7 +431,13 @@ impl UpstreamClient {
         };
         let (peer, id) = (handle.peer.clone(), handle.id.clone());
         tokio::select! {
-            answer = handle.await_response() => Some(answer.map_err(named)),
+            answer = handle.await_response() => {
+                // Any answer, the server's own error too, says it is there.
+                if matches!(&answer, Ok(_) | Err(ServiceError::McpError(_))) {
+                    self.heard.now();
+                }
+                Some(answer.map_err(named))
+            }
             () = cancelled => {
                 let notification = CancelledNotification::new(CancelledNotificationParam::new(
                     Some(id),

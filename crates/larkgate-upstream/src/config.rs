@@ -35,6 +35,7 @@
 //! max_response_bytes = 4194304
 //! max_tools = 1000
 //! start_timeout_ms = 60000       # a command-launched server's start and handshake
+//! probe_interval_ms = 30000      # a quiet upstream is pinged this often; a down one retried
 //! ```
 
 use std::collections::BTreeMap;
@@ -70,7 +71,14 @@ pub struct LimitsConfig {
     pub max_tools: Option<usize>,
     /// Time a command-launched server has to start and complete the handshake.
     pub start_timeout_ms: Option<u64>,
+    /// How long a connected upstream may say nothing before it is probed (a `ping`), and how
+    /// long at most a down one waits before it is tried again.
+    pub probe_interval_ms: Option<u64>,
 }
+
+/// The shortest probe interval an upstream may have: shorter would take a slow answer for a
+/// dead server and ping a busy one needlessly.
+pub const MIN_PROBE_INTERVAL_MS: u64 = 100;
 
 /// Which OAuth grant larkgate uses for an upstream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +239,10 @@ impl UpstreamConfig {
                 .limits
                 .start_timeout_ms
                 .map_or(defaults.start_timeout, ms),
+            probe_interval: self
+                .limits
+                .probe_interval_ms
+                .map_or(defaults.probe_interval, ms),
             ..defaults
         }
     }
@@ -306,6 +318,15 @@ impl UpstreamConfig {
     pub fn validate(&self) -> Result<(), String> {
         larkgate_platform::registry::check_alias_syntax(&self.alias)
             .map_err(|e| format!("upstream alias {:?}: {e}", self.alias))?;
+        if let Some(ms) = self.limits.probe_interval_ms
+            && ms < MIN_PROBE_INTERVAL_MS
+        {
+            return Err(format!(
+                "upstream {:?}: limits.probe_interval_ms = {ms} is too short: at least \
+                 {MIN_PROBE_INTERVAL_MS} (the default is 30000)",
+                self.alias
+            ));
+        }
         match (&self.url, self.command.is_empty()) {
             (Some(_), false) => {
                 return Err(format!(

@@ -127,11 +127,10 @@ impl Federation {
     /// Closes every connection.
     pub async fn close(&self) {
         for upstream in self.upstreams() {
-            if let Some(client) = upstream.link.client() {
-                upstream.link.down("larkgate is shutting down".into());
-                if let Ok(client) = Arc::try_unwrap(client) {
-                    client.close().await;
-                }
+            if let Some(client) = upstream.link.close("larkgate is shutting down")
+                && let Ok(client) = Arc::try_unwrap(client)
+            {
+                client.close().await;
             }
         }
     }

@@ -203,45 +203,105 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
 }
 
 /// The connection a federated upstream's tools call through; absent while it is down.
+///
+/// Whether an upstream is up is this and nothing else: `upstream list`, the console and
+/// `larkgate_upstream_up` read it, calls of a down upstream are refused here at once, and
+/// each change (connected, down, up again, down for another reason) is logged here, once.
 #[derive(Debug, Default)]
 pub struct Link {
-    client: RwLock<Option<Arc<UpstreamClient>>>,
-    down_because: RwLock<Option<String>>,
+    alias: String,
+    state: RwLock<LinkState>,
+}
+
+#[derive(Debug, Default)]
+struct LinkState {
+    client: Option<Arc<UpstreamClient>>,
+    /// Why it is down (URLs without their secrets); `None` before the first try and while up.
+    down_because: Option<String>,
 }
 
 impl Link {
-    /// A link with nothing connected yet.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Link::default())
+    /// The link of upstream `alias`, with nothing connected yet.
+    pub fn new(alias: &str) -> Arc<Self> {
+        Arc::new(Link {
+            alias: alias.to_owned(),
+            state: RwLock::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::RwLockWriteGuard<'_, LinkState> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Uses `client` from now on.
     pub fn connected(&self, client: Arc<UpstreamClient>) {
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(client);
-        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) = None;
+        let mut state = self.state();
+        let was = state.client.replace(client);
+        let before = state.down_because.take();
+        drop(state);
+        match (was, before) {
+            (Some(_), _) => {}
+            (None, None) => tracing::info!(alias = %self.alias, "an upstream is connected"),
+            (None, Some(why)) => tracing::info!(
+                alias = %self.alias,
+                was_down_because = %why,
+                "an upstream is up again"
+            ),
+        }
     }
 
-    /// Marks the upstream down, for `why`.
+    /// Marks the upstream down, for `why`, logging it when that is news: it was up, or it is
+    /// down for another reason than before (a retry that fails as the last one did is not).
     pub fn down(&self, why: String) {
-        *self.client.write().unwrap_or_else(|p| p.into_inner()) = None;
-        *self.down_because.write().unwrap_or_else(|p| p.into_inner()) =
-            Some(crate::redact::urls(&why));
+        let why = crate::redact::urls(&why);
+        let mut state = self.state();
+        let was = state.client.take();
+        let before = state.down_because.replace(why.clone());
+        drop(state);
+        if was.is_some() {
+            tracing::warn!(alias = %self.alias, %why, "an upstream went down");
+        } else if before.as_deref() != Some(why.as_str()) {
+            tracing::warn!(alias = %self.alias, %why, "an upstream is down");
+        } else {
+            tracing::debug!(alias = %self.alias, %why, "an upstream is still down");
+        }
+    }
+
+    /// Marks the upstream down for `why` if `client` is still the one in use (a call that
+    /// failed on a connection already replaced says nothing of the new one); whether it did.
+    pub fn lost(&self, client: &Arc<UpstreamClient>, why: String) -> bool {
+        let current = self.client();
+        if !current.is_some_and(|current| Arc::ptr_eq(&current, client)) {
+            return false;
+        }
+        self.down(why);
+        true
+    }
+
+    /// Takes the client away without a word in the log: the upstream was removed, or larkgate
+    /// is stopping.
+    pub fn close(&self, why: &str) -> Option<Arc<UpstreamClient>> {
+        let mut state = self.state();
+        state.down_because = Some(why.to_owned());
+        state.client.take()
     }
 
     /// The client, when connected.
     pub fn client(&self) -> Option<Arc<UpstreamClient>> {
-        self.client
+        self.state
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .client
             .clone()
     }
 
     /// Why it is down, when it is.
     pub fn down_because(&self) -> Option<String> {
-        self.down_because
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        match state.client {
+            Some(_) => None,
+            None => state.down_because.clone(),
+        }
     }
 }
 
@@ -339,11 +399,11 @@ pub(crate) async fn failed(
     link: &Link,
     alias: &str,
     name: &str,
-    client: &UpstreamClient,
+    client: &Arc<UpstreamClient>,
     error: UpstreamError,
 ) -> Refusal {
     let refused = matches!(error, UpstreamError::Unauthorized);
-    if client.is_closed() || refused {
+    if client.is_closed() || refused || error.is_unreachable() {
         let mut ended = client.process_ended();
         for _ in 0..10 {
             if ended.is_some() || !client.is_command() {
@@ -355,9 +415,9 @@ pub(crate) async fn failed(
         let why = match ended {
             Some(ended) => ended,
             None if refused => error.to_string(),
-            None => format!("the connection was lost: {error}"),
+            None => error.why_down(),
         };
-        link.down(why.clone());
+        link.lost(client, why.clone());
         if !matches!(error, UpstreamError::TooLarge { .. }) {
             return down_refusal(alias, name, &why);
         }

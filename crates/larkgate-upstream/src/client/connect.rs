@@ -178,6 +178,7 @@ impl UpstreamClient {
             catalog_changed,
             dropped: AtomicUsize::new(0),
             process,
+            heard: super::Heard::default(),
         })
     }
 }

@@ -183,6 +183,34 @@ const UNAUTHORIZED_CAUSE: &str = "the server answered 401 Unauthorized: it refus
                                   OAuth sign-in)";
 
 impl UpstreamError {
+    /// Whether the server could not be reached at all (nothing listens, its name does not
+    /// resolve, TLS failed, the connection broke or timed out before an answer): the upstream
+    /// is down, rather than refusing or failing this one request. A server that answered, with
+    /// an error or a 401 or 403, is not.
+    pub fn is_unreachable(&self) -> bool {
+        self.unreachable_because().is_some()
+    }
+
+    /// Why the server could not be reached (see [`Self::is_unreachable`]), in the words a
+    /// failed connection attempt gives, so that both read alike in the log and `upstream list`.
+    pub fn unreachable_because(&self) -> Option<&str> {
+        match self {
+            UpstreamError::Unavailable(cause) if !cause.starts_with("the server answered 40") => {
+                Some(cause)
+            }
+            _ => None,
+        }
+    }
+
+    /// Why an upstream whose connection failed with this is down, as `upstream list` and the
+    /// log say it.
+    pub fn why_down(&self) -> String {
+        match self.unreachable_because() {
+            Some(cause) => cause.to_owned(),
+            None => format!("the connection was lost: {self}"),
+        }
+    }
+
     /// Whether the server refused larkgate's credentials (401), in a session or while
     /// connecting.
     pub fn is_unauthorized(&self) -> bool {

@@ -138,9 +138,7 @@ impl Federation {
             tracing::error!(%alias, %e, "a removed upstream's tools could not be withdrawn");
         }
         self.platform.catalog().replace_upstream(&alias, None);
-        let client = upstream.link.client();
-        upstream.down("the upstream was removed".to_owned());
-        if let Some(client) = client
+        if let Some(client) = upstream.link.close("the upstream was removed")
             && let Ok(client) = Arc::try_unwrap(client)
         {
             client.close().await;
@@ -181,7 +179,6 @@ impl Federation {
         match result {
             Ok(client) => self.refresh(upstream, client).await,
             Err(why) => {
-                tracing::warn!(alias = %config.alias, %why, "an upstream is down");
                 upstream.down(why);
                 if upstream.listing().is_none() {
                     self.publish_pinned(upstream).await?;
@@ -254,8 +251,6 @@ impl Federation {
             return Err(Fatal(format!("upstream {alias:?}: {e}")));
         }
         let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
-        status.connected = true;
-        status.down_because = None;
         status.server = client.server_shown();
         status.protocol = client.protocol_version().map(|v| v.to_string());
         status.tools = count;

@@ -8,11 +8,13 @@ use std::time::Duration;
 use larkgate_store::{UpstreamStatusRecord, now_ms};
 
 use super::{Fatal, Federation, Upstream, UpstreamStatus};
+use crate::client::{UpstreamClient, UpstreamError};
 
 impl Federation {
     /// Keeps upstreams connected and fresh until the returned task is aborted: a down upstream
-    /// is retried with exponential backoff (1 s doubling to 5 min), a connected one is pinged
-    /// and re-listed when it says its tools changed; the store is followed every second
+    /// is retried with exponential backoff (1 s doubling up to its probe interval), a
+    /// connected one is probed when it has been quiet for its probe interval and re-listed
+    /// when it says its tools changed; the store is followed every second
     /// ([`Federation::sync`]), and how each upstream stands is saved there for `larkgate
     /// upstream list` beside this process.
     ///
@@ -55,6 +57,7 @@ impl Federation {
 
     /// One upstream's turn in [`Federation::maintain`].
     pub(super) async fn tend(&self, upstream: &Arc<Upstream>) {
+        let longest = upstream.config.limits().probe_interval;
         match upstream.link.client() {
             // The connection ended (a command-launched server exited): down, and started
             // again after the backoff.
@@ -62,10 +65,9 @@ impl Federation {
                 let why = client
                     .process_ended()
                     .unwrap_or_else(|| "the connection was lost".to_owned());
-                tracing::warn!(alias = %upstream.config.alias, %why, "an upstream went down");
-                upstream.down(why);
+                upstream.link.lost(&client, why);
                 drop(client);
-                upstream.retry().later();
+                upstream.retry().later(longest);
             }
             Some(client) if client.tools_changed() => {
                 if let Err(Fatal(e)) = self.refresh(upstream, client).await {
@@ -75,7 +77,12 @@ impl Federation {
             Some(client) if client.catalog_changed() => {
                 self.refresh_catalog(upstream, &client).await;
             }
-            Some(_) => upstream.retry().backoff = Duration::from_secs(1),
+            Some(client) => {
+                upstream.retry().backoff = Duration::from_secs(1);
+                if client.quiet_for() >= longest {
+                    probe(upstream, client);
+                }
+            }
             None => {
                 let due = tokio::time::Instant::now() >= upstream.retry().next_try;
                 let signed_in = self.signed_in_beside(upstream).await;
@@ -86,7 +93,7 @@ impl Federation {
                     tracing::error!(%e, "an upstream's tools were not published");
                 }
                 if upstream.link.client().is_none() {
-                    upstream.retry().later();
+                    upstream.retry().later(longest);
                 }
             }
         }
@@ -151,4 +158,32 @@ impl Federation {
             }
         }
     }
+}
+
+/// Asks a quiet upstream whether it is still there, beside the tending loop (which a server
+/// slow to answer must not hold up): one probe at a time per connection. A server that cannot
+/// be reached, or does not answer within the upstream's call timeout, is marked down; one that
+/// answers anything, its own error too, is up.
+fn probe(upstream: &Arc<Upstream>, client: Arc<UpstreamClient>) {
+    let Some(probing) = UpstreamClient::start_probe(&client) else {
+        return;
+    };
+    let upstream = Arc::clone(upstream);
+    tokio::spawn(async move {
+        let answer = probing.ping().await;
+        drop(probing);
+        match answer {
+            Ok(()) | Err(UpstreamError::Protocol(_)) => {}
+            Err(UpstreamError::Timeout(after)) => {
+                let why = format!("the server did not answer a ping within {after:?}");
+                upstream.link.lost(&client, why);
+            }
+            Err(error) if error.is_unreachable() || client.is_closed() => {
+                upstream.link.lost(&client, error.why_down());
+            }
+            Err(error) => {
+                tracing::debug!(alias = %upstream.config.alias, %error, "an upstream's probe failed");
+            }
+        }
+    });
 }

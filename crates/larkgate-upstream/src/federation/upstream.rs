@@ -128,15 +128,17 @@ impl Retry {
         }
     }
 
-    /// Waits the backoff before the next try, and doubles it (up to 5 minutes).
-    pub(super) fn later(&mut self) {
-        self.next_try = tokio::time::Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(300));
+    /// Waits the backoff before the next try, and doubles it, up to `longest` (the
+    /// upstream's probe interval: a down upstream is tried at least that often).
+    pub(super) fn later(&mut self, longest: Duration) {
+        self.next_try = tokio::time::Instant::now() + self.backoff.min(longest);
+        self.backoff = (self.backoff * 2).min(longest);
     }
 }
 
 impl Upstream {
     pub(super) fn new(config: UpstreamConfig, added: bool) -> Arc<Self> {
+        let link = Link::new(&config.alias);
         Arc::new(Upstream {
             status: Mutex::new(UpstreamStatus {
                 alias: config.alias.clone(),
@@ -147,7 +149,7 @@ impl Upstream {
             }),
             config,
             added,
-            link: Link::new(),
+            link,
             listing: Mutex::new(None),
             retry: Mutex::new(Retry::new()),
             credentials_seen: Mutex::new(None),
@@ -162,18 +164,19 @@ impl Upstream {
 
     /// Marks it down, for `why`: its tools answer `upstream_unavailable` until it is back.
     pub(super) fn down(&self, why: String) {
-        self.link.down(why.clone());
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        status.connected = false;
-        status.down_because = Some(why);
+        self.link.down(why);
     }
 
-    /// How it stands now.
+    /// How it stands now: whether it is up is its link's (see [`Link`]).
     pub fn status(&self) -> UpstreamStatus {
-        self.status
+        let mut status = self
+            .status
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        status.connected = self.link.client().is_some();
+        status.down_because = self.link.down_because();
+        status
     }
 
     pub(super) fn listing(&self) -> Option<Listing> {

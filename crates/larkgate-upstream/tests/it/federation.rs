@@ -17,7 +17,7 @@ use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLim
 use larkgate_upstream::tools::{Approval, Link, adopt, handlers};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 
-use crate::peer::{Peer, shared_weather, weather};
+use crate::peer::{Peer, shared_weather, weather, weather_on};
 
 const POLICY: &str = r#"
 [roles.agent]
@@ -79,7 +79,7 @@ async fn setup_at(peer: Peer, approval: Approval, limits: UpstreamLimits, query:
     let tools = client.list_tools().await.unwrap();
     let adoption = adopt("weather", &tools, approval);
     assert!(adoption.invalid.is_empty());
-    let link = Link::new();
+    let link = Link::new("weather");
     link.connected(Arc::new(client));
     platform
         .tool_table()
@@ -103,25 +103,7 @@ async fn call_as(
     tool: &str,
     args: &[(&str, Value)],
 ) -> Result<Map, CallError> {
-    let run = RunContext {
-        principal: who.clone(),
-        run_id: None,
-        kind,
-        depth: 0,
-        chain: Default::default(),
-        upstream_tools: None,
-    };
-    let (caller, teardown) =
-        larkgate_session::connect(&setup.platform, run, "test", Limits::default())
-            .await
-            .unwrap();
-    let arguments = args
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    let result = caller.call_tool(tool, arguments).await;
-    teardown.close().await;
-    result
+    call_as_on(&setup.platform, who, kind, tool, args).await
 }
 
 /// `approver` approves request `id`; panics if that is refused.
@@ -512,7 +494,7 @@ async fn a_changed_tool_is_quarantined_across_restarts_until_reviewed() {
     let status = federation.upstream("docs").unwrap().status();
     assert_eq!(status.quarantined, vec!["t0".to_owned()]);
     let operator = principal("operator", &["admin"]);
-    let refused = refusal(call_as_on(&platform, &operator, RunKind::Direct, "docs__t0").await);
+    let refused = refusal(call_as_on(&platform, &operator, RunKind::Direct, "docs__t0", &[]).await);
     assert_eq!(refused.code, "not_found");
     // Reviewed and approved: usable at the next start.
     let pin = store.pins("docs").await.unwrap().remove(0);
@@ -541,6 +523,7 @@ async fn call_as_on(
     who: &Principal,
     kind: RunKind,
     tool: &str,
+    args: &[(&str, Value)],
 ) -> Result<Map, CallError> {
     let run = RunContext {
         principal: who.clone(),
@@ -553,7 +536,11 @@ async fn call_as_on(
     let (caller, teardown) = larkgate_session::connect(platform, run, "test", Limits::default())
         .await
         .unwrap();
-    let result = caller.call_tool(tool, Map::new()).await;
+    let arguments = args
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let result = caller.call_tool(tool, arguments).await;
     teardown.close().await;
     result
 }
@@ -602,6 +589,182 @@ async fn a_down_upstream_does_not_stop_the_start_and_is_reconnected() {
     }
     assert!(federation.upstream("late").unwrap().status().connected);
     maintenance.abort();
+}
+
+/// The port of a peer's URL.
+fn port_of(peer: &Peer) -> u16 {
+    let rest = peer.url.strip_prefix("http://127.0.0.1:").unwrap();
+    rest.split('/').next().unwrap().parse().unwrap()
+}
+
+/// A federation of the weather upstream at `url`, probed every `probe_ms`.
+async fn federated(
+    platform: &Platform,
+    url: &str,
+    probe_ms: u64,
+) -> Arc<larkgate_upstream::federation::Federation> {
+    use larkgate_upstream::config::{LimitsConfig, UpstreamConfig};
+    let config = UpstreamConfig {
+        alias: "weather".into(),
+        url: Some(url.to_owned()),
+        allow: vec!["127.0.0.1".into()],
+        approval: Approval::Never,
+        limits: LimitsConfig {
+            probe_interval_ms: Some(probe_ms),
+            ..LimitsConfig::default()
+        },
+        ..UpstreamConfig::default()
+    };
+    larkgate_upstream::federation::Federation::start(
+        platform,
+        vec![config],
+        Arc::new(SystemResolver),
+        None,
+    )
+    .await
+    .unwrap()
+}
+
+/// Waits (polling, up to 30 s) until the weather upstream's `connected` is `wanted`: the
+/// change comes from the tending loop, on its own schedule.
+async fn until_connected(federation: &larkgate_upstream::federation::Federation, wanted: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while federation.upstream("weather").unwrap().status().connected != wanted {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the upstream never became {}",
+            if wanted { "connected" } else { "down" }
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An HTTP upstream whose server dies is shown down without any call (a quiet upstream is
+/// probed), a call is then refused with the cause, and once a server listens at its address
+/// again it is shown up and its tools answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_upstream_whose_server_dies_is_shown_down_and_up_again_when_it_is_back() {
+    let peer = weather(&[]);
+    let port = port_of(&peer);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
+    let federation = federated(&platform, &peer.url, 200).await;
+    let maintenance = federation.maintain().await;
+    assert!(federation.upstream("weather").unwrap().status().connected);
+    let agent = principal("agent-1", &["agent"]);
+    let forecast = [("city", Value::from("Oslo"))];
+    call_as_on(
+        &platform,
+        &agent,
+        RunKind::Direct,
+        "weather__forecast",
+        &forecast,
+    )
+    .await
+    .expect("the upstream answers");
+
+    drop(peer);
+    until_connected(&federation, false).await;
+    let status = federation.upstream("weather").unwrap().status();
+    let why = status.down_because.unwrap();
+    assert!(why.contains("the connection was refused"), "{why}");
+    let refused = refusal(
+        call_as_on(
+            &platform,
+            &agent,
+            RunKind::Direct,
+            "weather__forecast",
+            &forecast,
+        )
+        .await,
+    );
+    assert_eq!(refused.code, "upstream_unavailable", "{}", refused.text);
+    assert!(
+        refused.text.contains("the connection was refused"),
+        "{}",
+        refused.text
+    );
+
+    let _back = weather_on(port);
+    until_connected(&federation, true).await;
+    assert!(
+        federation
+            .upstream("weather")
+            .unwrap()
+            .status()
+            .down_because
+            .is_none()
+    );
+    call_as_on(
+        &platform,
+        &agent,
+        RunKind::Direct,
+        "weather__forecast",
+        &forecast,
+    )
+    .await
+    .expect("the upstream answers again");
+    maintenance.abort();
+}
+
+/// A call that finds its upstream's server gone marks the upstream down at once (before any
+/// probe), and the next call is refused with the same cause without trying the address again:
+/// a listener put there afterwards sees no connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_finds_its_upstream_gone_marks_it_down_and_the_next_is_refused_without_trying()
+{
+    let peer = weather(&[]);
+    let port = port_of(&peer);
+    let dir = tempfile::tempdir().unwrap();
+    let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
+    // Probed once an hour, and not tended at all: only calls can tell it is gone.
+    let federation = federated(&platform, &peer.url, 3_600_000).await;
+    let agent = principal("agent-1", &["agent"]);
+    let forecast = [("city", Value::from("Oslo"))];
+    drop(peer);
+    let first = refusal(
+        call_as_on(
+            &platform,
+            &agent,
+            RunKind::Direct,
+            "weather__forecast",
+            &forecast,
+        )
+        .await,
+    );
+    assert_eq!(first.code, "upstream_unavailable", "{}", first.text);
+    let status = federation.upstream("weather").unwrap().status();
+    assert!(!status.connected);
+    assert!(
+        status
+            .down_because
+            .as_deref()
+            .is_some_and(|why| why.contains("the connection was refused")),
+        "{status:?}"
+    );
+
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let second = refusal(
+        call_as_on(
+            &platform,
+            &agent,
+            RunKind::Direct,
+            "weather__forecast",
+            &forecast,
+        )
+        .await,
+    );
+    assert_eq!(second.code, "upstream_unavailable", "{}", second.text);
+    assert!(
+        second.text.contains("the connection was refused"),
+        "{}",
+        second.text
+    );
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the second call tried the upstream's address: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,12 @@ pub(crate) fn weather(args: &[&str]) -> Peer {
     }
 }
 
+/// [`weather`] on `port` (a peer started again where an earlier one listened).
+pub(crate) fn weather_on(port: u16) -> Peer {
+    let port = port.to_string();
+    weather(&["--port", &port])
+}
+
 /// The weather peer with `args` that every test of this run reading from it shares.
 ///
 /// Under cargo-nextest every test is a process of its own, so the peer outlives the test that

@@ -1,9 +1,9 @@
 """An MCP server built with the official Python SDK, for larkgate's upstream tests.
 
-Usage: python weather_server.py [--json] [--stateless] [--exit-with PID]
+Usage: python weather_server.py [--json] [--stateless] [--exit-with PID] [--port N]
 
-Binds 127.0.0.1 on a free port, prints the port on one line, then serves Streamable HTTP at
-/mcp until killed (or, with --exit-with, until the process PID has exited: a peer shared by
+Binds 127.0.0.1 on a free port (or port N), prints the port on one line, then serves
+Streamable HTTP at /mcp until killed (or, with --exit-with, until the process PID has exited: a peer shared by
 many test processes exits with the run that started it). Its tools cover what a federating
 client must handle: a read-only tool with structured output, a tool that fails (isError), a
 slow tool, a tool with a huge result, a tool that reports progress, and a tool whose failure
@@ -153,12 +153,13 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="JSON responses instead of SSE")
     parser.add_argument("--stateless", action="store_true")
     parser.add_argument("--exit-with", type=int, metavar="PID", help="exit when PID has")
+    parser.add_argument("--port", type=int, default=0, help="listen on this port (0: a free one)")
     args = parser.parse_args()
     if args.exit_with is not None:
         threading.Thread(target=exit_with, args=(args.exit_with,), daemon=True).start()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", args.port))
     sock.listen(128)  # connections queue from now on, before the server loop starts
     print(sock.getsockname()[1], flush=True)
     app = server.streamable_http_app(json_response=args.json, stateless_http=args.stateless)

@@ -27,8 +27,14 @@ fn weather() -> Peer {
 
 /// [`weather`], its server calling itself `name` (its `serverInfo.name`).
 fn weather_named(name: &str) -> Peer {
+    weather_with(name, 0)
+}
+
+/// [`weather`], its server calling itself `name`, listening on `port` (0: a free one).
+fn weather_with(name: &str, port: u16) -> Peer {
     let mut child = Command::new(crate::python())
         .arg(crate::root().join("crates/larkgate-upstream/tests/peers/weather_server.py"))
+        .args(["--port", &port.to_string()])
         .env("WEATHER_PEER_NAME", name)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -488,4 +494,102 @@ fn a_writes_upstream_says_which_tools_it_gates_and_gates_only_those() {
     ok(dir, &["call", "weather__forecast", "--arg", "city=Oslo"]);
     let gated = fails(dir, &["call", "weather__explode", "--arg", "reason=x"]);
     assert!(gated.contains("approval_required"), "{gated}");
+}
+
+/// The value of `larkgate_upstream_up{alias="weather"}` the gateway at `ops` exports.
+fn weather_up(ops: &str) -> Option<String> {
+    let metrics = reqwest::blocking::get(format!("{ops}/metrics"))
+        .unwrap()
+        .text()
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("larkgate_upstream_up{alias=\"weather\"} "))
+        .map(str::to_owned)
+}
+
+/// Waits (polling every 100 ms, up to 30 s: the change comes from the gateway's own probe, on
+/// its schedule) until `upstream list` beside the gateway shows the weather upstream with
+/// `wanted` in its line, and returns that line.
+fn until_listed(dir: &std::path::Path, wanted: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let listed = ok(dir, &["upstream", "list"]);
+        if let Some(line) = listed
+            .lines()
+            .find(|l| l.contains("weather") && l.contains(wanted))
+        {
+            return line.to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {wanted:?}: {listed}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// An upstream's health follows its server while nobody calls it: killed, it is shown down
+/// with the cause by `upstream list`, `larkgate_upstream_up` and the console within a probe
+/// interval, and a call is refused at once with the cause; back on its address, it is shown
+/// connected again and answers. The log says each change once.
+#[test]
+fn an_upstream_s_health_follows_its_server_in_the_list_the_metrics_the_console_and_the_log() {
+    let peer = weather();
+    let port: u16 = peer.url["http://127.0.0.1:".len()..]
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let config = format!(
+        "{POLICY}\n[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\n[upstreams.limits]\nprobe_interval_ms = 300\n",
+        peer.url
+    );
+    let (dir, server, token) = crate::serve::admin_gateway(&config);
+    let d = dir.path();
+    until_listed(d, "connected");
+    assert_eq!(weather_up(&server.ops).as_deref(), Some("1"));
+
+    drop(peer);
+    let line = until_listed(d, "down:");
+    assert!(line.contains("the connection was refused"), "{line}");
+    let lines = server.stderr_until("an upstream went down");
+    assert!(lines.last().unwrap().contains("weather"), "{lines:?}");
+    assert_eq!(weather_up(&server.ops).as_deref(), Some("0"));
+    let (status, page) = crate::serve::console_page(&server.url, &token, "/admin/upstreams");
+    assert_eq!(status, 200);
+    assert!(page.contains("the connection was refused"), "{page}");
+    let forecast = || {
+        crate::traces::call(
+            &server.url,
+            &token,
+            None,
+            None,
+            "weather__forecast",
+            serde_json::json!({"city": "Bergen"}),
+        )
+        .to_string()
+    };
+    let gone = forecast();
+    assert!(
+        gone.contains("upstream_unavailable") && gone.contains("the connection was refused"),
+        "{gone}"
+    );
+
+    let _back = weather_with("weather-peer", port);
+    until_listed(d, "connected");
+    assert_eq!(weather_up(&server.ops).as_deref(), Some("1"));
+    let answered = forecast();
+    assert!(
+        answered.contains("Bergen") && !answered.contains("isError\":true"),
+        "{answered}"
+    );
+    let lines = server.stop_reading_stderr();
+    let said = |what: &str| lines.iter().filter(|l| l.contains(what)).count();
+    assert_eq!(said("an upstream is up again"), 1, "{lines:?}");
+    // Down once (read above), and not again for each failed retry while it was down.
+    assert_eq!(said("an upstream went down"), 0, "{lines:?}");
+    assert_eq!(said("an upstream is down"), 0, "{lines:?}");
 }
