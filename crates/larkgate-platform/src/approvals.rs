@@ -85,7 +85,7 @@ impl GatedCall<'_> {
         };
         let shown = self
             .arguments
-            .map(|arguments| shown_arguments(arguments, &services.policy.approvals.redact));
+            .map(|arguments| shown_arguments(arguments, &services.policy().approvals.redact));
         ApprovalDetails {
             arguments_bytes: shown.as_ref().map(|shown| shown.bytes),
             arguments: shown.map(|shown| shown.text),
@@ -272,7 +272,12 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
         ..
     } = *call;
     let now_ms = services.clock.now_ms();
-    expire_pending(store, services.policy.approvals.pending_ttl_seconds, now_ms).await?;
+    expire_pending(
+        store,
+        services.policy().approvals.pending_ttl_seconds,
+        now_ms,
+    )
+    .await?;
     let resolved = store
         .resolved_approval(ApprovalFor {
             principal,
@@ -305,7 +310,7 @@ pub async fn admit(services: &Services, call: &GatedCall<'_>) -> Result<String, 
         }),
         _ => {
             let details = call.details(services).await;
-            let rules = &services.policy.approvals;
+            let rules = &services.policy().approvals;
             let asked = store
                 .pending_approval(ApprovalRequest {
                     call: ApprovalFor {
@@ -594,7 +599,7 @@ pub async fn resolve_in(
     resolve(
         services.store.as_ref(),
         services.audit.as_ref(),
-        &services.policy.approvals,
+        &services.policy().approvals,
         approver,
         id,
         decision,

@@ -82,7 +82,7 @@ use serde::{Deserialize, Serialize};
 pub use chain::{GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against};
 pub use code::{AuditCode, EventKind};
 pub use forwarding::ForwardingAudit;
-pub use journal::{AuditLog, AuditOptions, FlushStep, held_by};
+pub use journal::{AuditLog, AuditOptions, FlushStep, held_by, holder};
 
 /// What a caller records; the log adds sequence, time and hashes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

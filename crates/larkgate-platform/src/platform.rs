@@ -96,7 +96,7 @@ impl PlatformBuilder {
     /// Assembles the platform.
     pub fn build(self) -> Platform {
         let services = Arc::new(Services {
-            limiter: {
+            limiter: arc_swap::ArcSwap::from_pointee({
                 let local =
                     RateLimiter::new(&self.policy.rate_limits, self.clock, self.max_rate_keys);
                 match self.shared_rate_limits {
@@ -109,9 +109,9 @@ impl PlatformBuilder {
                         ),
                     )),
                 }
-            },
+            }),
             store: self.store,
-            policy: self.policy,
+            policy: arc_swap::ArcSwap::from_pointee(self.policy),
             audit: self.audit,
             limits: self.limits,
             record_arguments: self.record_arguments,
@@ -188,7 +188,7 @@ impl Platform {
         let Some(principal) = identity.map(|i| &i.run.principal) else {
             return Vec::new();
         };
-        let policy = &self.services.policy;
+        let policy = self.services.policy();
         self.catalog
             .resources(|uri| policy.may_read_resource(principal, uri))
     }
@@ -201,7 +201,7 @@ impl Platform {
         let Some(principal) = identity.map(|i| &i.run.principal) else {
             return Vec::new();
         };
-        let policy = &self.services.policy;
+        let policy = self.services.policy();
         self.catalog
             .templates(|template| policy.may_read_resource(principal, template))
     }
@@ -211,7 +211,7 @@ impl Platform {
         let Some(principal) = identity.map(|i| &i.run.principal) else {
             return Vec::new();
         };
-        let policy = &self.services.policy;
+        let policy = self.services.policy();
         self.catalog
             .prompts(|name| policy.may_get_prompt(principal, name))
     }
@@ -251,7 +251,7 @@ impl Platform {
             .iter()
             .filter(|t| {
                 access::reachable(identity.run.kind, &t.spec)
-                    && access::may_see(&self.services.policy, &identity.run.principal, &t.spec)
+                    && access::may_see(&self.services.policy(), &identity.run.principal, &t.spec)
             })
             .map(|t| t.to_mcp())
             .collect()

@@ -15,7 +15,7 @@
 //! it with `tokio::time::pause()` and `advance()`.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::policy::{RateLimitRule, RateScope, TargetKind};
@@ -102,6 +102,15 @@ pub enum Limiter {
 }
 
 impl Limiter {
+    /// A limiter for `rules` in the same place as this one, keeping the budgets spent under
+    /// each rule that is in both (a reload that changes one rule does not refill the others).
+    pub fn reconfigured(&self, rules: &[RateLimitRule]) -> Limiter {
+        match self {
+            Limiter::Local(local) => Limiter::Local(local.reconfigured(rules)),
+            Limiter::Shared(shared) => Limiter::Shared(Box::new(shared.reconfigured(rules))),
+        }
+    }
+
     /// [`RateLimiter::check_target`], wherever the budgets are kept.
     pub async fn check_target(&self, call: Counted<'_>) -> Result<(), Refused> {
         match self {
@@ -114,30 +123,39 @@ impl Limiter {
 /// The rate limiter for a policy's rules.
 #[derive(Debug)]
 pub struct RateLimiter {
-    buckets: Vec<Bucket>,
-    clock: Box<dyn Clock>,
+    buckets: Vec<Arc<Bucket>>,
+    clock: Arc<dyn Clock>,
     max_keys: usize,
 }
 
 impl RateLimiter {
     /// A limiter for `rules` (already validated: positive numbers) on `clock`.
     pub fn new(rules: &[RateLimitRule], clock: Box<dyn Clock>, max_keys: usize) -> Self {
+        RateLimiter {
+            buckets: rules.iter().map(Bucket::new).collect(),
+            clock: Arc::from(clock),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// A limiter for `rules` on the same clock, each rule that is also one of this limiter's
+    /// keeping its budgets (each of this limiter's rules counts for at most one of `rules`).
+    pub fn reconfigured(&self, rules: &[RateLimitRule]) -> Self {
+        let mut kept: Vec<Option<&Arc<Bucket>>> = self.buckets.iter().map(Some).collect();
         let buckets = rules
             .iter()
             .map(|rule| {
-                let (interval, tolerance) = pacing(rule);
-                Bucket {
-                    rule: rule.clone(),
-                    interval,
-                    tolerance,
-                    table: Mutex::new(Table::default()),
-                }
+                let same = kept
+                    .iter_mut()
+                    .find(|bucket| bucket.is_some_and(|b| b.rule == *rule))
+                    .and_then(Option::take);
+                same.map_or_else(|| Bucket::new(rule), Arc::clone)
             })
             .collect();
         RateLimiter {
             buckets,
-            clock,
-            max_keys: max_keys.max(1),
+            clock: Arc::clone(&self.clock),
+            max_keys: self.max_keys,
         }
     }
 
@@ -160,7 +178,7 @@ impl RateLimiter {
         let matching: Vec<(&Bucket, Key)> = self
             .matching(call)
             .into_iter()
-            .map(|(index, key)| (&self.buckets[index], key))
+            .map(|(index, key)| (&*self.buckets[index], key))
             .collect();
         // First decide, then charge, so a call refused by one rule costs nothing in another.
         let mut wait = None;
@@ -215,6 +233,16 @@ impl RateLimiter {
 }
 
 impl Bucket {
+    fn new(rule: &RateLimitRule) -> Arc<Self> {
+        let (interval, tolerance) = pacing(rule);
+        Arc::new(Bucket {
+            rule: rule.clone(),
+            interval,
+            tolerance,
+            table: Mutex::new(Table::default()),
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         // The table holds plain numbers; a panic elsewhere cannot leave it inconsistent.
         self.table.lock().unwrap_or_else(|p| p.into_inner())
@@ -329,6 +357,38 @@ mod tests {
             limiter.check("bob", "kv_get").is_ok(),
             "other principals have their own budget"
         );
+    }
+
+    /// A reload keeps what was spent under a rule it keeps, and what it adds or changes starts
+    /// with a full budget; a removed rule no longer counts.
+    #[test]
+    fn a_reconfigured_limiter_keeps_the_budgets_of_unchanged_rules_only() {
+        let clock = Manual::default();
+        let kept = rule(RateScope::Principal, &["kv_get"], 2, 60, None);
+        let removed = rule(RateScope::Principal, &["kv_list"], 1, 60, None);
+        let limiter = RateLimiter::new(&[kept.clone(), removed], Box::new(clock.clone()), 100);
+        assert!(limiter.check("a", "kv_get").is_ok());
+        assert!(limiter.check("a", "kv_get").is_ok());
+        assert!(limiter.check("a", "kv_get").is_err());
+        assert!(limiter.check("a", "kv_list").is_ok());
+        assert!(limiter.check("a", "kv_list").is_err());
+
+        let changed = rule(RateScope::Principal, &["kv_set"], 1, 60, None);
+        let reloaded = limiter.reconfigured(&[changed, kept]);
+        assert!(
+            reloaded.check("a", "kv_get").is_err(),
+            "the unchanged rule's spent budget was refilled"
+        );
+        assert!(
+            reloaded.check("a", "kv_list").is_ok(),
+            "a removed rule still counts"
+        );
+        assert!(reloaded.check("a", "kv_list").is_ok());
+        assert!(reloaded.check("a", "kv_set").is_ok());
+        assert!(reloaded.check("a", "kv_set").is_err());
+        // The same clock: the kept budget refills on its schedule.
+        clock.advance(Duration::from_secs(30));
+        assert!(reloaded.check("a", "kv_get").is_ok());
     }
 
     #[test]

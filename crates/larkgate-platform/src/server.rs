@@ -443,7 +443,7 @@ impl ServerHandler for PlatformServer {
         let may_wait = !matches!(self.identity, Identity::Bound(_))
             && platform
                 .services()
-                .policy
+                .policy()
                 .approval_wait(TargetKind::Tool, &request.name)
                 .is_some();
         let waiting = may_wait.then(|| waiting(&context, request.request_state));

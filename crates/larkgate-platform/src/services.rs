@@ -1,6 +1,8 @@
 //! The handles every pipeline step and handler shares: the store, the policy, the audit sink,
 //! the rate limiter, the call limits, the metrics and the clock. Built once by
-//! [`PlatformBuilder`](crate::PlatformBuilder); read, never changed, for the platform's life.
+//! [`PlatformBuilder`](crate::PlatformBuilder). Only the policy and the rate limiter built from
+//! it change while serving ([`Services::replace_policy`], a reload): a call reads them where
+//! it needs them, so the next call gets the new ones and a call in flight is not disturbed.
 
 use std::sync::Arc;
 
@@ -37,12 +39,12 @@ impl Default for CallLimits {
 pub struct Services {
     /// Persistence.
     pub store: Arc<dyn Store>,
-    /// The operator's policy.
-    pub policy: Policy,
+    /// The operator's policy ([`Services::policy`]).
+    pub(crate) policy: arc_swap::ArcSwap<Policy>,
     /// Where audit records go.
     pub audit: Arc<dyn AuditSink>,
-    /// Rate limits from the policy.
-    pub limiter: Limiter,
+    /// Rate limits from the policy ([`Services::limiter`]).
+    pub(crate) limiter: arc_swap::ArcSwap<Limiter>,
     /// Size limits.
     pub limits: CallLimits,
     /// Whether intents record the canonical arguments themselves, not only their hash.
@@ -55,4 +57,25 @@ pub struct Services {
     pub clock: Arc<dyn WallClock>,
     /// The approval decisions calls waiting for one watch.
     pub decisions: crate::decisions::Decisions,
+}
+
+impl Services {
+    /// The operator's policy now, for the step at hand (a guard not to hold across a wait).
+    pub fn policy(&self) -> arc_swap::Guard<Arc<Policy>> {
+        self.policy.load()
+    }
+
+    /// The rate limiter of the policy now (held across a check that may wait for Redis,
+    /// where a guard of [`Services::policy`]'s kind should not be held long).
+    pub fn limiter(&self) -> Arc<Limiter> {
+        self.limiter.load_full()
+    }
+
+    /// Serves `policy` from the next call on (it is validated already, as every policy is when
+    /// it is read). The rate limits' budgets of each rule in both policies are kept.
+    pub fn replace_policy(&self, policy: Policy) {
+        let limiter = self.limiter().reconfigured(&policy.rate_limits);
+        self.limiter.store(Arc::new(limiter));
+        self.policy.store(Arc::new(policy));
+    }
 }

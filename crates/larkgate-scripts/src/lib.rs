@@ -81,6 +81,15 @@ impl Default for RunBounds {
     }
 }
 
+/// What bounds one run, as it starts: the part of [`RunBounds`] a reload may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Its limits.
+    pub limits: ScriptLimits,
+    /// How deep published scripts may call each other.
+    pub max_depth: u32,
+}
+
 /// Why the service could not start or list its tools.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptsError {
@@ -112,8 +121,9 @@ pub struct Scripts {
     store: Arc<dyn Store>,
     audit: Arc<dyn AuditSink>,
     workers: Workers,
-    limits: ScriptLimits,
-    max_depth: u32,
+    /// Each run's limits and the nesting depth, which a reload may change
+    /// ([`Scripts::set_run_limits`]); a run takes them as it starts.
+    run_limits: Mutex<RunLimits>,
     /// Runs this process has started and not yet recorded as finished.
     active: Mutex<HashSet<String>>,
     /// Set at shutdown: runs that end now were cancelled.
@@ -138,8 +148,10 @@ impl Scripts {
             store,
             audit,
             workers,
-            limits: bounds.limits,
-            max_depth: bounds.max_depth,
+            run_limits: Mutex::new(RunLimits {
+                limits: bounds.limits,
+                max_depth: bounds.max_depth,
+            }),
             active: Mutex::new(HashSet::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             turns: turns::Turns::new(
@@ -155,6 +167,23 @@ impl Scripts {
             .add(tools::platform_tools(Arc::downgrade(&scripts))?)?;
         scripts.refresh_tools().await?;
         Ok(scripts)
+    }
+
+    /// Runs that start from now on get `limits` and `max_depth` (a reload). A run's memory
+    /// limit is not among what changes: the runs' turns reserve memory by it, so `limits`
+    /// keeps the memory limit the service started with.
+    pub fn set_run_limits(&self, limits: ScriptLimits, max_depth: u32) {
+        let mut live = self.run_limits.lock().unwrap_or_else(|p| p.into_inner());
+        live.limits = ScriptLimits {
+            max_memory_bytes: live.limits.max_memory_bytes,
+            ..limits
+        };
+        live.max_depth = max_depth;
+    }
+
+    /// The limits a run starting now gets.
+    pub fn run_limits(&self) -> RunLimits {
+        *self.run_limits.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// How runs share memory, in a sentence for an operator (`serve` prints it at start).

@@ -228,7 +228,7 @@ impl Scripts {
         name: &str,
     ) -> Result<(ScriptVersion, PublishPreview), Refusal> {
         let preview = self.publish_preview(actor, name).await?;
-        if self.platform.services().policy.publishing.require_review && preview.review.is_none() {
+        if self.platform.services().policy().publishing.require_review && preview.review.is_none() {
             return Err(Refusal::new(
                 Code::Forbidden,
                 format!(

@@ -64,13 +64,14 @@ impl Scripts {
     /// (a bad script or arguments, too deep a nesting); a run that started and failed is a
     /// [`Finished`] with an error outcome.
     pub async fn run(&self, request: RunRequest) -> Result<Finished, Refusal> {
-        if request.depth > self.max_depth {
+        let bounds = self.run_limits();
+        if request.depth > bounds.max_depth {
             return Err(Refusal::new(
                 Code::LimitExceeded,
                 format!(
                     "the run exceeded its script nesting depth limit: scripts may call scripts \
                      at most {} deep",
-                    self.max_depth
+                    bounds.max_depth
                 ),
             )
             .with_hint("raise [scripts] max_depth, or have fewer scripts call each other"));
@@ -125,7 +126,10 @@ impl Scripts {
         );
         let ledger = (request.kind == RunKind::Review)
             .then(|| ReviewLedger::open(&self.platform.services().reviews, &id));
-        let mut report = self.execute(&request, &id).instrument(span).await;
+        let mut report = self
+            .execute(&request, &id, &bounds.limits)
+            .instrument(span)
+            .await;
         let review = ledger.map(ReviewLedger::close);
         if report.outcome.is_err() && self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             report.outcome = Err(RunError::Failed(CANCELLED.to_owned()));
@@ -166,7 +170,12 @@ impl Scripts {
         })
     }
 
-    async fn execute(&self, request: &RunRequest, id: &str) -> larkgate_script::RunReport {
+    async fn execute(
+        &self,
+        request: &RunRequest,
+        id: &str,
+        limits: &larkgate_script::ScriptLimits,
+    ) -> larkgate_script::RunReport {
         let context = RunContext {
             principal: request.principal.clone(),
             run_id: Some(id.to_owned()),
@@ -195,7 +204,7 @@ impl Scripts {
                     filename: &filename,
                     source: &request.source,
                     arguments: &request.arguments,
-                    limits: &self.limits,
+                    limits,
                 },
                 draft,
             )

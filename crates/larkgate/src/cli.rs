@@ -11,6 +11,7 @@ mod credentials;
 mod endpoint;
 mod migrate;
 mod principal;
+mod reload;
 mod run;
 mod runs;
 mod script;
@@ -150,6 +151,9 @@ enum Command {
     /// Validate the configuration (policy, limits, store, upstreams, their header variables)
     /// without connecting anywhere.
     Check,
+    /// Have the running `serve` read its configuration again (as SIGHUP does), and say what
+    /// changed or why it kept the one in force.
+    Reload,
     /// Bring the store's schema to this larkgate's version (every command does this on
     /// opening; safe to run from several processes at once).
     Migrate,
@@ -163,6 +167,12 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Check = cli.command {
         return check::run(cli.config.as_deref(), cli.data_dir.as_deref(), out);
+    }
+    if let Command::Reload = cli.command {
+        let data_dir = crate::config::Located::data_dir(cli.data_dir.as_deref(), |name| {
+            std::env::var(name).ok()
+        });
+        return reload::request(&data_dir, out);
     }
     if let Command::Client(args) = cli.command {
         if cli.as_principal.is_some() {
@@ -250,10 +260,15 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         }
         let context = context::Context::with_store(store_context, options).await?;
         let serving = matches!(cli.command, Command::Serve(_));
+        // `serve` and `stdio` run until stopped: SIGHUP reloads their configuration.
+        let reloading = matches!(cli.command, Command::Serve(_) | Command::Stdio(_))
+            .then(|| reload::on_hangup(reload::Reloader::new(&context)))
+            .transpose()?;
         let command = async {
             match cli.command {
                 Command::Capabilities(_)
                 | Command::Check
+                | Command::Reload
                 | Command::Migrate
                 | Command::Client(_)
                 | Command::Token(_)
@@ -278,10 +293,18 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         if let Some(watcher) = watcher {
             watcher.abort();
         }
+        if let Some(reloading) = reloading {
+            reloading.abort();
+        }
         // Whatever the command appended to the audit chain is in the store before we exit.
         context.close().await?;
         result
     })
+}
+
+/// The process serving `data_dir`: the one holding its audit log, when one does.
+fn serve_pid(data_dir: &std::path::Path) -> Option<u32> {
+    larkgate_platform::audit::holder(data_dir)
 }
 
 /// Ends a command at Ctrl-C or SIGTERM. Script workers run in their own process groups, so the

@@ -276,10 +276,7 @@ impl Located {
         env: impl Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
         let from_env = |name: &str| env(name).filter(|v| !v.is_empty()).map(PathBuf::from);
-        let data_dir = data_dir_flag
-            .map(Path::to_owned)
-            .or_else(|| from_env(DATA_DIR_ENV))
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        let data_dir = Self::data_dir(data_dir_flag, &env);
         let path = match config_flag
             .map(Path::to_owned)
             .or_else(|| from_env(CONFIG_ENV))
@@ -296,6 +293,18 @@ impl Located {
             path,
             config,
         })
+    }
+
+    /// The data directory: `--data-dir`, else the environment's, else the default. It does not
+    /// depend on the configuration, which may not even parse.
+    pub(crate) fn data_dir(flag: Option<&Path>, env: impl Fn(&str) -> Option<String>) -> PathBuf {
+        flag.map(Path::to_owned)
+            .or_else(|| {
+                env(DATA_DIR_ENV)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
     }
 
     /// One line saying which file was read, for a long-running command to print at start.
@@ -342,6 +351,9 @@ pub(crate) struct Config {
     /// Identity providers whose access tokens `/mcp` accepts (none unless configured).
     #[serde(default)]
     pub(crate) sign_in: larkgate_edge::sign_in::SignInConfig,
+    /// The file's text as TOML, for a reload to tell what changed (empty without a file).
+    #[serde(skip)]
+    pub(crate) raw: toml::Table,
 }
 
 /// Parses and validates configuration text, as `serve` and `check` do; the error is the one
@@ -376,7 +388,8 @@ impl Config {
                 );
             }
         }
-        let config: Config = toml::from_str(text)?;
+        let mut config: Config = toml::from_str(text)?;
+        config.raw = table;
         config.server.validate().map_err(anyhow::Error::msg)?;
         config.scripts.validate().map_err(anyhow::Error::msg)?;
         config

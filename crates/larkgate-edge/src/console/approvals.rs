@@ -52,7 +52,7 @@ pub(super) async fn approvals_page(
     let status = query.status.as_deref().unwrap_or("pending");
     let listed = approvals::list(
         services.store.as_ref(),
-        services.policy.approvals.pending_ttl_seconds,
+        services.policy().approvals.pending_ttl_seconds,
         status,
         query.after.as_deref(),
         PAGE,

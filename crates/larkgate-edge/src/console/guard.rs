@@ -134,7 +134,7 @@ pub(super) async fn signed_in(
     let services = console.platform.services();
     let pending = larkgate_platform::approvals::pending_count(
         store,
-        services.policy.approvals.pending_ttl_seconds,
+        services.policy().approvals.pending_ttl_seconds,
         services.clock.now_ms(),
     )
     .await

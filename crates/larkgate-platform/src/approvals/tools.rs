@@ -179,7 +179,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
         Arc::new(|ctx: CallContext, input: ApprovalsListInput| {
             Box::pin(async move {
                 let status = input.status.as_deref().unwrap_or("pending");
-                let pending_ttl = ctx.services.policy.approvals.pending_ttl_seconds;
+                let pending_ttl = ctx.services.policy().approvals.pending_ttl_seconds;
                 let now_ms = ctx.services.clock.now_ms();
                 let page = super::list(
                     ctx.services.store.as_ref(),

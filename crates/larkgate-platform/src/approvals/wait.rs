@@ -173,7 +173,7 @@ pub async fn until_decided(
     }
     // Each held call keeps a connection busy: one principal holds at most so many at once, and
     // a call beyond them is answered at once, as without a wait.
-    let most = services.policy.approvals.max_waiting_per_principal;
+    let most = services.policy().approvals.max_waiting_per_principal;
     let Some(_held) = decisions.hold(call.principal, most) else {
         return Err(Refusal {
             hint: Some(format!(

@@ -119,6 +119,16 @@ pub fn held_by(dir: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The process holding the audit log in `dir` now: [`held_by`], when the lock is in fact held
+/// (a process that ended leaves its pid in the file, and its lock released).
+pub fn holder(dir: &Path) -> Option<u32> {
+    let lock = OpenOptions::new().read(true).open(dir.join(LOCK)).ok()?;
+    match lock.try_lock_shared() {
+        Ok(()) => None,
+        Err(_) => held_by(dir),
+    }
+}
+
 impl AuditLog {
     /// Opens the log in `dir`: replays any journal a crash left behind into `store`'s chain,
     /// chains the entries other processes forwarded, then continues this replica's numbering

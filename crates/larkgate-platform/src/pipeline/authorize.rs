@@ -45,7 +45,7 @@ impl Step for Authorize {
             ));
         };
         let principal = &identity.run.principal;
-        let policy = &self.services.policy;
+        let policy = self.services.policy();
         if request.kind != TargetKind::Tool {
             let target = &request.target;
             let admitted = match request.kind {
@@ -65,11 +65,11 @@ impl Step for Authorize {
         let tool = registry.get(&request.tool);
         let Some(tool) = tool.filter(|t| {
             access::reachable(identity.run.kind, &t.spec)
-                && access::may_see(policy, principal, &t.spec)
+                && access::may_see(&policy, principal, &t.spec)
         }) else {
             return Err(Refusal::not_found(&request.tool));
         };
-        if !access::may_call(policy, principal, &tool.spec) {
+        if !access::may_call(&policy, principal, &tool.spec) {
             return Err(Refusal::new(
                 Code::Forbidden,
                 format!("{} may not call {}", principal.id, request.tool),

@@ -35,7 +35,7 @@ impl Step for Gate {
             .resolved
             .as_ref()
             .is_some_and(|t| t.spec.requires_approval);
-        let policy = &self.services.policy;
+        let policy = self.services.policy();
         let gated = operator_gated || policy.requires_approval_of(request.kind, &request.target);
         if request.intercepted {
             // A review run's intended write is recorded, never made: nothing is approved or

@@ -216,7 +216,7 @@ fn intercept(
     arguments: &Map,
     base: AuditEntry,
 ) -> Result<ToolOutput, Refusal> {
-    let shown = approvals::shown_arguments(arguments, &services.policy.approvals.redact);
+    let shown = approvals::shown_arguments(arguments, &services.policy().approvals.redact);
     let index = services.reviews.record(
         base.run_id.as_deref(),
         &request.tool,

@@ -32,7 +32,7 @@ impl Step for RateLimit {
             _ => &request.target,
         };
         self.services
-            .limiter
+            .limiter()
             .check_target(Counted {
                 principal: &principal,
                 kind: request.kind,

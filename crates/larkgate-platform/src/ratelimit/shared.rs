@@ -157,6 +157,17 @@ impl SharedLimiter {
         }
     }
 
+    /// A limiter for `rules` on the same Redis (its connection, when made, shared), the same
+    /// count of unreachable checks: a budget's key is its rule's digest, so an unchanged rule
+    /// keeps its budgets.
+    pub fn reconfigured(&self, rules: &[RateLimitRule]) -> Self {
+        let mut limiter =
+            SharedLimiter::new(rules, self.local.reconfigured(rules), self.settings.clone());
+        limiter.connection = tokio::sync::OnceCell::new_with(self.connection.get().cloned());
+        limiter.unreachable = self.unreachable.clone();
+        limiter
+    }
+
     /// Checks that fell back or were refused because Redis could not be reached.
     pub fn unreachable(&self) -> Counter {
         self.unreachable.clone()

@@ -203,7 +203,7 @@ async fn a_decision_made_in_another_process_is_found_by_reading_the_store() {
     approvals::resolve(
         &beside,
         h.audit.as_ref(),
-        &h.platform.services().policy.approvals,
+        &h.platform.services().policy().approvals,
         &alice,
         &id,
         Decision {

@@ -65,6 +65,11 @@ pub(crate) struct Context {
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
     pub(crate) actor: Principal,
+    /// `--config`, for a reload to find the same file.
+    pub(crate) config_flag: Option<PathBuf>,
+    /// The configuration file's text as TOML when the command started, for a reload to tell
+    /// what changed.
+    pub(crate) config_raw: toml::Table,
 }
 
 /// What the operator's commands open: the configuration, the store, the principal the
@@ -267,6 +272,8 @@ impl Context {
             sign_in: config.sign_in,
             scripts,
             actor,
+            config_flag: options.config,
+            config_raw: config.raw,
         })
     }
 

@@ -106,7 +106,7 @@ impl Scrape {
             scrape.upstream_tools.clone(),
         );
         if let larkgate_platform::ratelimit::Limiter::Shared(shared) =
-            &scrape.platform.services().limiter
+            &*scrape.platform.services().limiter()
         {
             metrics.register(
                 "ratelimit_unreachable",
@@ -155,7 +155,7 @@ impl Scrape {
             std::time::Duration::from_secs(1),
             larkgate_platform::approvals::pending_count(
                 self.store.as_ref(),
-                services.policy.approvals.pending_ttl_seconds,
+                services.policy().approvals.pending_ttl_seconds,
                 services.clock.now_ms(),
             ),
         )

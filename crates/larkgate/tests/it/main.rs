@@ -12,6 +12,7 @@ mod memory;
 mod postgres;
 mod principals_and_approvals;
 mod rate_limits;
+mod reload;
 mod replicas;
 mod resources;
 mod scripts;
