@@ -78,6 +78,7 @@ use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 
 mod ratelimit;
+mod secrets;
 mod store;
 pub(crate) use ratelimit::RateLimitConfig;
 pub(crate) use store::StoreConfig;
@@ -307,6 +308,11 @@ impl Located {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
     }
 
+    /// What is valid in the file but unwise: an upstream URL that carries a credential.
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        secrets::url_warnings(&self.config.upstreams)
+    }
+
     /// One line saying which file was read, for a long-running command to print at start.
     pub(crate) fn describe(&self) -> String {
         match &self.path {
@@ -409,11 +415,19 @@ impl Config {
             .ratelimit
             .shared(|name| std::env::var(name).ok())
             .map_err(anyhow::Error::msg)?;
+        let mut aliases = std::collections::BTreeSet::new();
         for (i, upstream) in config.upstreams.iter().enumerate() {
             upstream
                 .validate()
                 .map_err(|e| anyhow::anyhow!("upstreams[{i}]: {e}"))?;
+            if !aliases.insert(upstream.alias.as_str()) {
+                anyhow::bail!(
+                    "upstreams[{i}]: two upstreams have the alias {:?}; aliases must be unique",
+                    upstream.alias
+                );
+            }
         }
+        secrets::refuse_literal(&config.upstreams).map_err(anyhow::Error::msg)?;
         Ok(config)
     }
 }

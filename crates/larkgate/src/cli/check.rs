@@ -146,6 +146,38 @@ pub(crate) fn undefined_roles(policy: &Policy, principal: &str, roles: &[String]
         .collect()
 }
 
+/// Warnings of a policy that leaves nobody able to administer: one that defines roles but
+/// not `admin` (the first start's `admin`, and every principal with that role, may then call
+/// larkgate's platform tools only, not a built-in or federated one), and a store whose
+/// principals hold no `admin` role (read only where `read_store`: SQLite's).
+fn admin_warnings(config: &Config, principals: &[Principal], read_store: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let roles = &config.policy.roles;
+    let admin_calls = roles.get(ROLE_ADMIN).is_some_and(|r| !r.call.is_empty());
+    if !roles.is_empty() && !admin_calls {
+        warnings.push(format!(
+            "the policy grants the {ROLE_ADMIN} role no tools: the first start's `admin`, and \
+             every principal with that role, may call larkgate's platform tools (principals, \
+             tokens, approvals, scripts, upstreams) but no built-in or federated tool (a call \
+             of one is answered not_found); add [policy.roles.{ROLE_ADMIN}] call = [\"*\"] \
+             to keep them"
+        ));
+    }
+    if read_store
+        && !principals.is_empty()
+        && !principals
+            .iter()
+            .any(|p| p.roles.iter().any(|r| r == ROLE_ADMIN))
+    {
+        warnings.push(format!(
+            "no principal has the {ROLE_ADMIN} role: nobody can manage principals, tokens or \
+             upstreams over MCP or in the console; give one the role (`larkgate principal \
+             set-roles NAME --roles {ROLE_ADMIN}`)"
+        ));
+    }
+    warnings
+}
+
 /// Principals bound to an issuer the configuration does not name (nobody signs in as them
 /// through a provider), and those registered before principals were bound to issuers, which
 /// the first sign-in of an account of their name, through any configured issuer, binds.
@@ -196,6 +228,8 @@ struct Stored {
     /// For each upstream, configured or added, which of its tools its `approval` setting
     /// gates.
     approvals: Vec<String>,
+    /// Published scripts.
+    scripts: usize,
 }
 
 /// What `data_dir`'s store holds for `config`'s checks, read in one opening of it.
@@ -207,15 +241,22 @@ fn stored(config: &Config, data_dir: &Path) -> anyhow::Result<Stored> {
             true => Some(SqliteStore::open(data_dir)?),
             false => None,
         };
-        let (principals, records) = match &store {
-            Some(store) => (store.principals().await?, store.upstreams().await?),
-            None => (Vec::new(), Vec::new()),
+        let (principals, records, scripts) = match &store {
+            Some(store) => (
+                store.principals().await?,
+                store.upstreams().await?,
+                larkgate_store::ScriptStore::latest_versions(store)
+                    .await?
+                    .len(),
+            ),
+            None => (Vec::new(), Vec::new(), 0),
         };
         let approvals = approval_lines(config, store.as_ref(), &records).await?;
         Ok(Stored {
             principals,
             aliases: records.into_iter().map(|u| u.alias).collect(),
             approvals,
+            scripts,
         })
     })
 }
@@ -310,10 +351,25 @@ pub(crate) fn run(
         principals,
         aliases: stored_aliases,
         approvals,
+        scripts,
     } = match &postgres {
         None => stored(config, &located.data_dir)?,
         Some(_) => Stored::default(),
     };
+    if let Some(twice) = config
+        .upstreams
+        .iter()
+        .find(|u| stored_aliases.contains(&u.alias))
+    {
+        anyhow::bail!(
+            "the upstream alias {:?} is both in the configuration file and added with \
+             `larkgate upstream add`: the file's is used and the added one is not served; \
+             remove one (`larkgate upstream remove {}`, or its [[upstreams]] entry)",
+            twice.alias,
+            twice.alias
+        );
+    }
+    let stored_count = stored_aliases.len();
     let aliases = config
         .upstreams
         .iter()
@@ -321,19 +377,32 @@ pub(crate) fn run(
         .chain(stored_aliases);
     let known = KnownTools::new(aliases)?;
     let mut all = warnings(&config.policy, &known, &principals);
+    all.extend(located.warnings());
+    all.extend(admin_warnings(config, &principals, postgres.is_none()));
     all.extend(config.sign_in.warnings());
     all.extend(sign_in_warnings(&config.sign_in, &principals));
     for warning in all {
         eprintln!("warning: {warning}");
     }
     writeln!(out, "{}", located.describe())?;
+    let stored_here = match postgres {
+        None => format!(
+            " and {stored_count} added with `larkgate upstream add`; {scripts} published \
+             script{}",
+            if scripts == 1 { "" } else { "s" }
+        ),
+        Some(_) => " (those added with `larkgate upstream add`, and the published scripts, are \
+         in PostgreSQL, which check does not contact)"
+            .to_owned(),
+    };
     writeln!(
         out,
-        "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams",
+        "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams in the file{}",
         located.data_dir.display(),
         config.server.listen,
         config.policy.roles.len(),
-        config.upstreams.len()
+        config.upstreams.len(),
+        stored_here
     )?;
     for line in approvals {
         writeln!(out, "{line}")?;

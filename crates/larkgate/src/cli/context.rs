@@ -105,7 +105,8 @@ pub(crate) async fn open_store(
         None => Arc::new(SqliteStore::open(data_dir)?),
         Some(settings) => Arc::new(PostgresStore::open(&settings).await.map_err(|error| {
             anyhow::anyhow!(
-                "{error}; check that PostgreSQL is running and reachable from here, and that                  [store] names it (`larkgate check` validates the settings without connecting)"
+                "{error}; check that PostgreSQL is running and reachable from here, and that \
+                 [store] names it (`larkgate check` validates the settings without connecting)"
             )
         })?),
     })
@@ -119,8 +120,11 @@ impl StoreContext {
             |name| std::env::var(name).ok(),
         )?;
         if options.pool {
-            // `serve` and `stdio` say which policy they run under.
+            // `serve` and `stdio` say which policy they run under, and what in it is unwise.
             crate::logging::say(&located.describe());
+            for warning in located.warnings() {
+                tracing::warn!("{warning}");
+            }
         }
         let crate::config::Located {
             data_dir, config, ..

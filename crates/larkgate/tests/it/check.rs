@@ -23,7 +23,7 @@ fn check_validates_the_configuration_without_starting() {
         .output()
         .unwrap();
     assert!(with_env.status.success(), "{}", stderr(&with_env));
-    assert!(stdout(&with_env).contains("1 upstreams"));
+    assert!(stdout(&with_env).contains("1 upstreams in the file"));
     assert!(
         !dir.join("larkgate-data").exists(),
         "check opens no data directory"
@@ -44,6 +44,16 @@ fn check_validates_the_configuration_without_starting() {
             "scripts.max_wall_time_ms",
         ),
         ("listen = \"nowhere\"", "listen"),
+        (
+            "[[upstreams]]\nalias = \"a\"\nurl = \"https://a.example/mcp\"\n\
+             [[upstreams]]\nalias = \"a\"\nurl = \"https://b.example/mcp\"",
+            "two upstreams have the alias \"a\"",
+        ),
+        (
+            "[[upstreams]]\nalias = \"gh\"\nurl = \"https://a.example/mcp\"\n\
+             headers = { Authorization = \"Bearer abc123\" }",
+            "LARKGATE_UPSTREAM_GH_AUTHORIZATION",
+        ),
     ];
     for (text, expected) in cases {
         std::fs::write(dir.join("bad.toml"), text).unwrap();

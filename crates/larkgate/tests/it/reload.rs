@@ -119,11 +119,16 @@ fn a_reload_applies_a_new_policy_to_open_sessions_and_refuses_what_it_cannot_app
             .unwrap()
             .success()
     );
-    let lines = server.stderr_until("the configuration was");
-    assert!(
-        lines.last().unwrap().contains("was reloaded from"),
-        "{lines:?}"
-    );
+    // The log says each outcome: the first reload, the two refusals, then this one.
+    let mut lines = server.stderr_until("was reloaded from");
+    lines.extend(server.stderr_until("was reloaded from"));
+    let outcomes: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains("the configuration was"))
+        .collect();
+    assert_eq!(outcomes.len(), 4, "{outcomes:?}");
+    assert!(outcomes[1].contains("was not reloaded"), "{outcomes:?}");
+    assert!(outcomes[2].contains("server.listen"), "{outcomes:?}");
     both("not_found");
 
     // And it still stops gracefully, its endpoint file removed.

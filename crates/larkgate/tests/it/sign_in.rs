@@ -745,14 +745,14 @@ fn a_providers_token_is_never_passed_on_to_an_upstream() {
          allow = [\"127.0.0.1\"]\napproval = \"never\"\n\
          [[upstreams]]\nalias = \"keyed\"\nurl = \"http://127.0.0.1:{}/mcp\"\n\
          allow = [\"127.0.0.1\"]\napproval = \"never\"\n\
-         headers = {{ Authorization = \"Bearer the-upstreams-own\" }}\n",
+         headers = {{ Authorization = \"Bearer ${{KEYED_UPSTREAM_TOKEN}}\" }}\n",
         sign_in_config(&provider.issuer),
         bare.port,
         keyed.port
     );
     std::fs::write(crate::config_path(d), config).unwrap();
     ok(d, &["principal", "add", "ada", "--issuer", "idp"]);
-    let server = Server::start(d);
+    let server = Server::start_with_env(d, &[("KEYED_UPSTREAM_TOKEN", "the-upstreams-own")]);
     let token = provider.token("ada", &[("aud", &server.url), ("scope", "larkgate.admin")]);
     for (tool, expected) in [
         ("bare__seen", ""),

@@ -593,3 +593,61 @@ fn an_upstream_s_health_follows_its_server_in_the_list_the_metrics_the_console_a
     assert_eq!(said("an upstream went down"), 0, "{lines:?}");
     assert_eq!(said("an upstream is down"), 0, "{lines:?}");
 }
+
+/// What breaks at start or locks people out, found by `check` before anything starts: an alias
+/// both in the file and added to the store (an error), a policy that grants `admin` nothing,
+/// a store where no principal is an admin, a URL that carries a key (warnings); and what the
+/// store holds besides the file (upstreams added, scripts published) counted.
+#[test]
+fn check_finds_what_would_break_the_start_or_lock_people_out_and_counts_what_the_store_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let config = crate::config_path(d);
+    let peer = weather();
+    std::fs::write(&config, "[policy.roles.admin]\ncall = [\"*\"]\n").unwrap();
+    ok(
+        d,
+        &["upstream", "add", "docs", &peer.url, "--allow", "127.0.0.1"],
+    );
+    let checked = ok(d, &["check"]);
+    assert!(
+        checked.contains(
+            "0 upstreams in the file and 1 added with `larkgate upstream add`; 0 \
+                          published scripts"
+        ),
+        "{checked}"
+    );
+
+    std::fs::write(
+        &config,
+        "[policy.roles.admin]\ncall = [\"*\"]\n[[upstreams]]\nalias = \"docs\"\n\
+         url = \"https://docs.example/mcp\"\n",
+    )
+    .unwrap();
+    let twice = fails(d, &["check"]);
+    assert!(
+        twice.contains("\"docs\" is both in the configuration file and added")
+            && twice.contains("larkgate upstream remove docs"),
+        "{twice}"
+    );
+
+    ok(d, &["upstream", "remove", "docs"]);
+    ok(d, &["principal", "add", "bob", "--roles", "reader"]);
+    std::fs::write(
+        &config,
+        "[policy.roles.reader]\ncall = [\"clock_now\"]\n[[upstreams]]\nalias = \"docs\"\n\
+         url = \"https://docs.example/mcp?api_key=hunter2\"\n",
+    )
+    .unwrap();
+    let output = crate::larkgate_in(d, &["check"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let warned = stderr(&output);
+    for expected in [
+        "the policy grants the admin role no tools",
+        "no principal has the admin role",
+        "its URL in the file carries a credential in its query (api_key)",
+    ] {
+        assert!(warned.contains(expected), "{expected}: {warned}");
+    }
+    assert!(!warned.contains("hunter2"), "{warned}");
+}
