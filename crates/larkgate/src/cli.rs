@@ -6,6 +6,7 @@ mod call;
 mod capabilities;
 mod check;
 mod client;
+mod client_config;
 mod context;
 mod credentials;
 mod endpoint;
@@ -145,6 +146,10 @@ enum Command {
     /// A small MCP client for a running server: list its tools, call one (token from
     /// LARKGATE_TOKEN or --token-file).
     Client(client::Args),
+    /// Print the configuration to paste into an MCP client: for clients that connect to a URL,
+    /// and for those that start `larkgate stdio` as a program (token from LARKGATE_TOKEN or
+    /// --token-file, else a placeholder).
+    ClientConfig(client_config::Args),
     /// One MCP session over stdin/stdout for desktop clients (token from LARKGATE_TOKEN or
     /// --token-file).
     Stdio(stdio::Args),
@@ -167,6 +172,16 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Check = cli.command {
         return check::run(cli.config.as_deref(), cli.data_dir.as_deref(), out);
+    }
+    if let Command::ClientConfig(args) = cli.command {
+        let located =
+            crate::config::Located::find(cli.config.as_deref(), cli.data_dir.as_deref(), |name| {
+                std::env::var(name).ok()
+            })?;
+        return client_config::run(args, &located, out);
+    }
+    if let Command::Stdio(_) = &cli.command {
+        stdio::require_data_dir(cli.data_dir.as_deref())?;
     }
     if let Command::Reload = cli.command {
         let data_dir = crate::config::Located::data_dir(cli.data_dir.as_deref(), |name| {
@@ -268,6 +283,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             match cli.command {
                 Command::Capabilities(_)
                 | Command::Check
+                | Command::ClientConfig(_)
                 | Command::Reload
                 | Command::Migrate
                 | Command::Client(_)

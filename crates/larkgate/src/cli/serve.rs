@@ -230,21 +230,18 @@ async fn bootstrap(context: &Context, url: &str, out: &mut impl Write) -> anyhow
         )),
         ..AuditEntry::default()
     })?;
-    let config = serde_json::json!({
-        "mcpServers": {
-            "larkgate": {
-                "type": "http",
-                "url": url,
-                "headers": {"Authorization": format!("Bearer {}", new.token)}
-            }
-        }
-    });
+    let console = format!("{}/admin", url.trim_end_matches("/mcp"));
     writeln!(
         out,
         "First start: created the principal `admin` and its token (shown only now):\n\n  {}\n\n\
-         A client configuration to paste:\n\n{}\n",
+         The admin console: {console} (sign in with the token)\n",
         new.token,
-        serde_json::to_string_pretty(&config)?
+    )?;
+    let data_dir = super::client_config::absolute(&context.data_dir)?;
+    super::client_config::write_both(out, url, &data_dir, &new.token)?;
+    writeln!(
+        out,
+        "`larkgate client-config` prints these again (with a token you give it)."
     )?;
     out.flush()?;
     Ok(())

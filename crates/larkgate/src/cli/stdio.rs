@@ -39,6 +39,35 @@ pub(crate) struct Args {
     token: TokenArgs,
 }
 
+/// Refuses to start on a data directory that does not exist, saying which one was looked for
+/// and how to name the right one: a desktop client starts `stdio` from a working directory of
+/// its choosing, and a new empty directory there would only answer "the token is not valid".
+/// Nothing is created.
+pub(crate) fn require_data_dir(flag: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let from_env = std::env::var(crate::config::DATA_DIR_ENV)
+        .ok()
+        .filter(|v| !v.is_empty());
+    let data_dir = crate::config::Located::data_dir(flag, |_| from_env.clone());
+    if data_dir.is_dir() {
+        return Ok(());
+    }
+    let chosen = match (flag, &from_env) {
+        (Some(_), _) => "given by --data-dir".to_owned(),
+        (None, Some(_)) => format!("given by {}", crate::config::DATA_DIR_ENV),
+        (None, None) => format!(
+            "the default, {} in the working directory {}",
+            crate::config::DEFAULT_DATA_DIR,
+            std::env::current_dir().map_or_else(|_| "?".to_owned(), |d| d.display().to_string())
+        ),
+    };
+    let shown = super::client_config::absolute(&data_dir)?;
+    bail!(
+        "there is no data directory at {} ({chosen}), and stdio creates none: give the one          `larkgate serve` uses by its absolute path, `larkgate --data-dir /path/to/larkgate-data          stdio` (or set {}); `larkgate client-config --stdio`, run where serve runs, prints the          configuration with it",
+        shown.display(),
+        crate::config::DATA_DIR_ENV
+    )
+}
+
 /// The token's principal, by the same check as every HTTP request's.
 async fn principal(store: &dyn Store, token: &str) -> anyhow::Result<Principal> {
     match larkgate_edge::verify_token(store, token).await {

@@ -512,3 +512,115 @@ fn started_from_elsewhere_the_data_directorys_policy_still_gates_the_call() {
     let check = ok(&elsewhere, &["--data-dir", data_arg, "check"]);
     assert!(check.contains("no configuration file"), "{check}");
 }
+
+/// The JSON object that follows `heading` in `text` (what the first start or `client-config`
+/// printed under it).
+fn json_after(text: &str, heading: &str) -> serde_json::Value {
+    let at = text
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading:?} in {text}"));
+    let rest = &text[at..];
+    let start = rest.find('{').unwrap();
+    let mut stream = serde_json::Deserializer::from_str(&rest[start..]).into_iter();
+    stream.next().unwrap().unwrap()
+}
+
+/// The first start prints the console's URL and both client configurations; the stdio one,
+/// started as a desktop client starts it (its command, arguments and environment, from a
+/// working directory of the client's), reaches this data directory while `serve` runs and
+/// after it stops. `client-config` prints them again; a `stdio` pointed at no data directory
+/// says which one it looked for and creates nothing.
+#[test]
+fn the_first_start_prints_both_client_configurations_and_the_stdio_one_works_from_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    let server = crate::serve::Server::start(d);
+    let printed = server.first_start.clone();
+    let console = format!("{}/admin", server.url.trim_end_matches("/mcp"));
+    assert!(
+        printed.contains(&format!("The admin console: {console}")),
+        "{printed}"
+    );
+    let http = json_after(&printed, "connects to a URL");
+    assert_eq!(http["mcpServers"]["larkgate"]["url"], server.url.as_str());
+    let desktop = json_after(&printed, "starts its servers as programs");
+    let entry = &desktop["mcpServers"]["larkgate"];
+    let data_dir = d.join("larkgate-data").canonicalize().unwrap();
+    assert_eq!(
+        entry["args"],
+        serde_json::json!(["--data-dir", data_dir.to_str().unwrap(), "stdio"])
+    );
+
+    // Started as the client would, from somewhere else: relayed to serve, then on its own.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let start = || {
+        let mut child = tokio::process::Command::new(entry["command"].as_str().unwrap());
+        child.current_dir(elsewhere.path());
+        for arg in entry["args"].as_array().unwrap() {
+            child.arg(arg.as_str().unwrap());
+        }
+        for (name, value) in entry["env"].as_object().unwrap() {
+            child.env(name, value.as_str().unwrap());
+        }
+        child
+    };
+    let call_clock = |child: tokio::process::Command| {
+        runtime.block_on(async {
+            let client = ().serve(TokioChildProcess::new(child).unwrap()).await.unwrap();
+            let now = client
+                .call_tool(CallToolRequestParams::new("clock_now"))
+                .await
+                .unwrap();
+            assert_ne!(now.is_error, Some(true), "{now:?}");
+            client.cancel().await.unwrap();
+        })
+    };
+    call_clock(start());
+    assert!(server.stop().success());
+    call_clock(start());
+    assert!(
+        std::fs::read_dir(elsewhere.path())
+            .unwrap()
+            .next()
+            .is_none(),
+        "stdio created something in the client's working directory"
+    );
+
+    // Again, any time: with a token given, or a placeholder.
+    let again = ok(d, &["client-config", "--stdio"]);
+    let entry: serde_json::Value = serde_json::from_str(&again).unwrap();
+    assert_eq!(
+        entry["mcpServers"]["larkgate"]["env"]["LARKGATE_TOKEN"],
+        "<TOKEN>"
+    );
+    let token = crate::serve::token_in(&printed);
+    std::fs::write(d.join("token"), &token).unwrap();
+    let http = ok(d, &["client-config", "--http", "--token-file", "token"]);
+    assert!(http.contains(&format!("Bearer {token}")), "{http}");
+
+    // A desktop client configured without --data-dir: told where stdio looked, nothing made.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(elsewhere.path())
+        .env("LARKGATE_TOKEN", &token)
+        .env_remove("LARKGATE_DATA_DIR")
+        .arg("stdio")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8(refused.stderr).unwrap();
+    assert!(
+        said.contains("there is no data directory at")
+            && said.contains("larkgate-data")
+            && said.contains("--data-dir"),
+        "{said}"
+    );
+    assert!(
+        std::fs::read_dir(elsewhere.path())
+            .unwrap()
+            .next()
+            .is_none(),
+        "stdio created a data directory"
+    );
+}
