@@ -41,6 +41,13 @@ pub async fn observe(State(log): State<AccessLog>, mut request: Request, next: N
         _ => {}
     }
     let session = session_id(request.headers());
+    // The connection's peer; the address check notes the forwarded one behind a trusted proxy.
+    if let Some(peer) = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+    {
+        exchange.client(peer.0.ip());
+    }
     request.extensions_mut().insert(exchange.clone());
     let response = next.run(request).await;
     if let Some(EdgeOutcome(code)) = response.extensions().get::<EdgeOutcome>() {

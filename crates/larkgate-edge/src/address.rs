@@ -194,6 +194,12 @@ pub async fn check_address(
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::from([127, 0, 0, 1]), |info| info.0.ip());
     let (client, host) = policy.resolve(peer, request.headers());
+    if let Some(exchange) = request
+        .extensions()
+        .get::<larkgate_platform::observe::Exchange>()
+    {
+        exchange.client(client);
+    }
     let host_allowed = host.is_some_and(|host| policy.host_is_allowed(host));
     if !host_allowed {
         let host = shown(host.unwrap_or(""));

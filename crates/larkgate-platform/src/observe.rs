@@ -105,6 +105,9 @@ pub struct Note {
     pub request_id: Option<String>,
     /// How it ended: `ok`, a refusal's code, or a JSON-RPC error's name.
     pub outcome: Option<Cow<'static, str>>,
+    /// Where it came from, over HTTP: the connection's peer, or behind a trusted proxy the
+    /// address it forwarded.
+    pub client: Option<std::net::IpAddr>,
 }
 
 /// One request's note and span, shared by the layers that serve it (cheap to clone).
@@ -134,6 +137,7 @@ impl Exchange {
             enduser.id = Empty,
             larkgate.outcome = Empty,
             http.response.status_code = Empty,
+            client.address = Empty,
         );
         Exchange(Arc::new(Inner {
             span,
@@ -175,6 +179,13 @@ impl Exchange {
             self.0.span.record("enduser.id", principal);
             note.principal = Some(principal.to_owned());
         }
+    }
+
+    /// Where the request came from (over HTTP). The last one noted stands: the connection's
+    /// peer first, then the address a trusted proxy forwarded.
+    pub fn client(&self, address: std::net::IpAddr) {
+        self.0.span.record("client.address", address.to_string());
+        self.note_mut().client = Some(address);
     }
 
     /// The request's JSON-RPC method, id and (for `tools/call`) tool, as the client sent them.
@@ -266,9 +277,13 @@ pub fn write_access_line(
     if let Some(session) = &session {
         exchange.span().record("mcp.session.id", session.as_ref());
     }
+    let client = note
+        .client
+        .map_or_else(|| Cow::Borrowed("-"), |ip| Cow::Owned(ip.to_string()));
     tracing::info!(
         target: ACCESS,
         edge,
+        client = client.as_ref(),
         principal = note.principal.as_deref().unwrap_or("-"),
         method = note.method.unwrap_or("-"),
         tool = note.tool.as_deref().unwrap_or("-"),
@@ -457,6 +472,7 @@ mod tests {
                 tool: Some("kv_get".into()),
                 request_id: Some("7".into()),
                 outcome: Some("forbidden".into()),
+                client: None,
             }
         );
         assert_eq!(rpc_error_name(-32601), "method_not_found");

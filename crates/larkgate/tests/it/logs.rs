@@ -170,8 +170,9 @@ fn access_fields(line: &str) -> Option<std::collections::HashMap<String, String>
     )
 }
 
-/// A JSON-RPC request in the 2026-07-28 revision to `method`; answers the HTTP status.
-fn post(url: &str, token: &str, method: &str, name: &str) -> u16 {
+/// A JSON-RPC request in the 2026-07-28 revision to `method`, saying it was forwarded for
+/// `client` (`X-Forwarded-For`) when given; answers the HTTP status.
+fn post_forwarded(url: &str, token: &str, method: &str, name: &str, client: Option<&str>) -> u16 {
     let body = serde_json::json!({
         "jsonrpc": "2.0", "id": "raw-7", "method": method,
         "params": {"name": name, "_meta": {
@@ -179,18 +180,17 @@ fn post(url: &str, token: &str, method: &str, name: &str) -> u16 {
             "io.modelcontextprotocol/clientCapabilities": {},
         }},
     });
-    reqwest::blocking::Client::new()
+    let mut request = reqwest::blocking::Client::new()
         .post(url)
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", method)
-        .header("mcp-name", name)
-        .json(&body)
-        .send()
-        .unwrap()
-        .status()
-        .as_u16()
+        .header("mcp-name", name);
+    if let Some(client) = client {
+        request = request.header("x-forwarded-for", client);
+    }
+    request.json(&body).send().unwrap().status().as_u16()
 }
 
 #[test]
@@ -222,8 +222,12 @@ fn serve_writes_one_access_line_per_request_with_no_token_and_no_argument() {
     call("lgt_not-a-valid-token", "kv_get");
     // A client-written name cannot forge a line nor carry escape codes into the log.
     call(&token, "kv_get\nINFO access principal=\"root\"\u{1b}[2J");
-    // rmcp answers a method it does not know with 404 and a JSON-RPC error.
-    assert_eq!(post(&url, &token, "nope/nope", "x"), 404);
+    // rmcp answers a method it does not know with 404 and a JSON-RPC error; its sender's
+    // claim to forward for another address is not believed (no trusted proxies).
+    assert_eq!(
+        post_forwarded(&url, &token, "nope/nope", "x", Some("203.0.113.9")),
+        404
+    );
 
     let mut lines = Vec::new();
     while lines.len() < 5 {
@@ -263,6 +267,7 @@ fn serve_writes_one_access_line_per_request_with_no_token_and_no_argument() {
             "{fields:?}"
         );
         assert_eq!(fields["edge"], "http");
+        assert_eq!(fields["client"], "127.0.0.1", "{fields:?}");
         assert!(
             fields["duration_ms"].parse::<f64>().unwrap() > 0.0,
             "{fields:?}"
@@ -283,6 +288,28 @@ fn serve_writes_one_access_line_per_request_with_no_token_and_no_argument() {
     call_at(&server.url, &token, "kv_get");
     let rest = server.stop_reading_stderr();
     assert!(rest.iter().all(|l| access_fields(l).is_none()), "{rest:?}");
+
+    // Behind a trusted proxy, the line names the client it forwarded for.
+    std::fs::write(
+        crate::config_path(d),
+        format!("{policy}[server]\ntrusted_proxies = [\"127.0.0.1/32\"]\n"),
+    )
+    .unwrap();
+    let server = crate::serve::Server::start(d);
+    assert_eq!(
+        post_forwarded(
+            &server.url,
+            &token,
+            "tools/call",
+            "kv_get",
+            Some("203.0.113.9")
+        ),
+        200
+    );
+    let rest = server.stop_reading_stderr();
+    let lines: Vec<_> = rest.iter().filter_map(|l| access_fields(l)).collect();
+    assert_eq!(lines.len(), 1, "{rest:?}");
+    assert_eq!(lines[0]["client"], "203.0.113.9", "{rest:?}");
 }
 
 #[test]
