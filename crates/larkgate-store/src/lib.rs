@@ -29,10 +29,10 @@ mod sqlite;
 pub use chain::{GENESIS_HASH, JournaledAudit, record_hash, valid_replica};
 pub use model::{
     Approval, ApprovalCursor, ApprovalDetails, ApprovalFor, ApprovalQuery, ApprovalRequest,
-    ApprovalStatus, Asked, AuditHead, AuditKind, AuditQuery, AuditRecord, CallChain, Draft,
-    ForwardedAudit, IssuerBinding, KvQuery, NewSession, PendingCapReached, PendingCaps, PinStatus,
-    Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats, RunStatus,
-    ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
+    ApprovalStatus, Asked, AuditHead, AuditKind, AuditQuery, AuditRecord, BackupOrigin, CallChain,
+    Draft, ForwardedAudit, IssuerBinding, KvQuery, NewSession, PendingCapReached, PendingCaps,
+    PinStatus, Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats,
+    RunStatus, ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
     UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
@@ -534,4 +534,9 @@ pub trait AuditStore: Send + Sync {
     async fn audit_head(&self) -> Result<Option<AuditHead>>;
     /// Records by query, in sequence order.
     async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>>;
+    /// In a copy made by `larkgate backup`, the head it held when it was made; `None` in a
+    /// store that is not such a copy (and in stores that have no backups of their own).
+    async fn backup_origin(&self) -> Result<Option<BackupOrigin>> {
+        Ok(None)
+    }
 }

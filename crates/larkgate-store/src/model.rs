@@ -485,6 +485,16 @@ pub struct AuditHead {
     pub hash: String,
 }
 
+/// What a copy made by `larkgate backup` records of its origin: when it was made, and the
+/// chain's head it holds (every record the original had chained or journaled by then).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupOrigin {
+    /// When the backup was made (Unix milliseconds).
+    pub taken_at_ms: i64,
+    /// The chain's head in the backup.
+    pub head: AuditHead,
+}
+
 /// Which key-value entries [`crate::KvStore::kv_list`] answers, in key order.
 #[derive(Clone, Copy, Debug)]
 pub struct KvQuery<'a> {

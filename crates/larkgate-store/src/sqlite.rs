@@ -16,6 +16,7 @@
 
 mod approvals;
 mod audit;
+mod backup;
 mod kv;
 mod migrations;
 mod principals;

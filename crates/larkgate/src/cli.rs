@@ -2,6 +2,7 @@
 
 mod approvals;
 mod audit;
+mod backup;
 mod call;
 mod capabilities;
 mod check;
@@ -156,6 +157,18 @@ enum Command {
     /// Validate the configuration (policy, limits, store, upstreams, their header variables)
     /// without connecting anywhere.
     Check,
+    /// Copy the store (SQLite) into FILE, consistently, while `serve` runs: the audit journal
+    /// replayed into the copy and the chain's head recorded in it.
+    Backup {
+        /// The backup to write (a new file).
+        file: PathBuf,
+    },
+    /// Restore a backup made by `larkgate backup` into a data directory without a store, and
+    /// verify its audit chain against the head it recorded.
+    Restore {
+        /// The backup.
+        file: PathBuf,
+    },
     /// Have the running `serve` read its configuration again (as SIGHUP does), and say what
     /// changed or why it kept the one in force.
     Reload,
@@ -182,6 +195,15 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     }
     if let Command::Stdio(_) = &cli.command {
         stdio::require_data_dir(cli.data_dir.as_deref())?;
+    }
+    if let Command::Restore { file } = &cli.command {
+        let data_dir = crate::config::Located::data_dir(cli.data_dir.as_deref(), |name| {
+            std::env::var(name).ok()
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(backup::restore(file, &data_dir, out));
     }
     if let Command::Reload = cli.command {
         let data_dir = crate::config::Located::data_dir(cli.data_dir.as_deref(), |name| {
@@ -239,6 +261,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             | Command::Approvals(_)
             | Command::Audit(_)
             | Command::Runs(_)
+            | Command::Backup { .. }
             | Command::Upstream(_) => true,
             // So do the script commands that only read.
             Command::Script(command) => command.reads_only(),
@@ -252,6 +275,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Approvals(command) => command.run(&context, out).await,
                 Command::Runs(command) => command.run(&context, out).await,
                 Command::Upstream(command) => command.run(&context, out).await,
+                Command::Backup { file } => {
+                    backup::backup(&context.config, &context.data_dir, &file, out).await
+                }
                 Command::Script(command) => {
                     script::read(command, context.store.as_ref(), out).await
                 }
@@ -284,6 +310,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Capabilities(_)
                 | Command::Check
                 | Command::ClientConfig(_)
+                | Command::Backup { .. }
+                | Command::Restore { .. }
                 | Command::Reload
                 | Command::Migrate
                 | Command::Client(_)

@@ -53,7 +53,7 @@ fn insert(tx: &rusqlite::Transaction<'_>, records: &[AuditRecord]) -> Result<()>
     Ok(())
 }
 
-fn audit_head(c: &Connection) -> Result<Option<AuditHead>> {
+pub(super) fn head(c: &Connection) -> Result<Option<AuditHead>> {
     c.prepare_cached(&format!(
         "SELECT {AUDIT_HEAD_COLUMNS} FROM audit_head WHERE id = 1"
     ))?
@@ -112,7 +112,7 @@ impl AuditStore for SqliteStore {
                     }
                 }
             }
-            let head = audit_head(&tx)?;
+            let head = head(&tx)?;
             let records = chain::link(head, &replica, entries, &chained, &deleted);
             insert(&tx, &records)?;
             tx.commit()?;
@@ -157,7 +157,11 @@ impl AuditStore for SqliteStore {
     }
 
     async fn audit_head(&self) -> Result<Option<AuditHead>> {
-        self.with(|c| audit_head(c)).await
+        self.with(|c| head(c)).await
+    }
+
+    async fn backup_origin(&self) -> Result<Option<crate::BackupOrigin>> {
+        self.with(|c| super::backup::origin(c)).await
     }
 
     async fn audit_records(&self, query: AuditQuery) -> Result<Vec<AuditRecord>> {

@@ -272,6 +272,14 @@ const MIGRATIONS: &[&str] = &[
         WHERE status = 'pending';
     CREATE INDEX approvals_pending_since ON approvals (created_at_ms) WHERE status = 'pending';
     CREATE INDEX approvals_by_status ON approvals (status, created_at_ms, id);",
+    // 17: in a copy made by `larkgate backup`, the chain's head when it was made (see
+    // `SqliteStore::backup_to`); empty in a store that is not a backup.
+    "CREATE TABLE IF NOT EXISTS backup_origin (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        taken_at_ms INTEGER NOT NULL,
+        audit_seq INTEGER NOT NULL,
+        audit_hash TEXT NOT NULL
+    ) STRICT;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

@@ -87,6 +87,9 @@ pub(crate) async fn run(
     // (see [`open_log`]).
     match command {
         Command::Verify { head } => {
+            // A backup (or a store restored from one) holds the head it recorded then.
+            let origin = store.backup_origin().await?;
+            let head = head.or_else(|| origin.as_ref().map(super::backup::known));
             let report = verify_against(store, head.as_ref()).await?;
             writeln!(out, "checked {} records", report.records)?;
             if !report.intents_without_outcome.is_empty() {
@@ -108,7 +111,33 @@ pub(crate) async fn run(
             if !report.intact() {
                 bail!("the audit chain is broken");
             }
-            writeln!(out, "the chain is intact")?;
+            let last = store.audit_head().await?;
+            let (seq, hash) = last.map_or((0, String::new()), |h| (h.seq, h.hash));
+            writeln!(
+                out,
+                "the chain is intact from record 1 to record {seq} (head {seq}:{hash})"
+            )?;
+            if let Some(origin) = &origin {
+                writeln!(
+                    out,
+                    "this store is a backup taken at {}, or was restored from one: it holds the \
+                     head recorded then, record {}",
+                    rfc3339_from_ms(origin.taken_at_ms),
+                    origin.head.seq
+                )?;
+            }
+            match &head {
+                Some(known) => {
+                    writeln!(out, "it holds the head {}:{} given", known.seq, known.hash)?
+                }
+                None => writeln!(
+                    out,
+                    "this vouches for nothing after record {seq}: a copy that lacks the newest \
+                     records of the store it was taken from verifies alike; check it against a \
+                     head recorded elsewhere, with --head SEQ:HASH (`larkgate audit head` prints \
+                     one)"
+                )?,
+            }
         }
         Command::Tail {
             lines,

@@ -1,6 +1,7 @@
 //! Tests of the `larkgate` command, run as a real process on a real data directory.
 
 mod audit;
+mod backup;
 mod capabilities;
 mod check;
 mod command_upstreams;

@@ -9,9 +9,9 @@ use std::process::{Child, Command, Stdio};
 use crate::{fails, larkgate_in, ok, stderr, stdout};
 
 /// The weather peer of the upstream crate's tests, killed when dropped.
-struct Peer {
+pub(crate) struct Peer {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Peer {
@@ -21,7 +21,7 @@ impl Drop for Peer {
     }
 }
 
-fn weather() -> Peer {
+pub(crate) fn weather() -> Peer {
     weather_named("weather-peer")
 }
 
