@@ -10,6 +10,7 @@ mod content;
 mod edge;
 mod logs;
 mod memory;
+mod packaging;
 mod postgres;
 mod principals_and_approvals;
 mod rate_limits;
