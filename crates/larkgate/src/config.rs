@@ -78,6 +78,8 @@ use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 
 mod ratelimit;
+#[cfg(test)]
+mod reference;
 mod secrets;
 mod store;
 pub(crate) use ratelimit::RateLimitConfig;
