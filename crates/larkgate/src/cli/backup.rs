@@ -16,7 +16,7 @@
 //!
 //! Not in it: the configuration file (`larkgate.toml`, which an operator keeps elsewhere) and
 //! `LARKGATE_CREDENTIAL_KEY`, which seals upstream credentials and must never sit beside
-//! them. On PostgreSQL, `pg_dump` is the tool (see the README).
+//! them. On PostgreSQL, `pg_dump` is the tool (see `docs/operations.md`).
 //!
 //! `restore` writes only into a data directory without a store, so that it never overwrites
 //! one, and verifies the restored chain against the head the backup recorded.
@@ -60,8 +60,8 @@ pub(crate) async fn backup(
         .is_some()
     {
         bail!(
-            "the store is PostgreSQL ([store] url): back it up with pg_dump, as the README's \
-             \"Back up and restore\" says; `larkgate backup` copies a SQLite store"
+            "the store is PostgreSQL ([store] url): back it up with pg_dump, as \
+             docs/operations.md (\"Back up and restore\") says; `larkgate backup` copies a SQLite store"
         );
     }
     if !data_dir.join(DATABASE_FILE).exists() {
