@@ -43,11 +43,15 @@ pub(crate) fn stdio(data_dir: &Path, token: &str) -> anyhow::Result<Value> {
     }))
 }
 
-/// `data_dir` as an absolute path (it need not exist yet).
+/// `data_dir` as an absolute path (it need not exist yet, and then its `.` parts are left out).
 pub(crate) fn absolute(data_dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(match data_dir.canonicalize() {
         Ok(path) => path,
-        Err(_) => std::env::current_dir()?.join(data_dir),
+        Err(_) => std::env::current_dir()?
+            .join(data_dir)
+            .components()
+            .filter(|part| *part != std::path::Component::CurDir)
+            .collect(),
     })
 }
 

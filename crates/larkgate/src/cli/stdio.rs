@@ -62,7 +62,10 @@ pub(crate) fn require_data_dir(flag: Option<&std::path::Path>) -> anyhow::Result
     };
     let shown = super::client_config::absolute(&data_dir)?;
     bail!(
-        "there is no data directory at {} ({chosen}), and stdio creates none: give the one          `larkgate serve` uses by its absolute path, `larkgate --data-dir /path/to/larkgate-data          stdio` (or set {}); `larkgate client-config --stdio`, run where serve runs, prints the          configuration with it",
+        "there is no data directory at {} ({chosen}), and stdio creates none: give the one \
+         `larkgate serve` uses by its absolute path, `larkgate --data-dir \
+         /path/to/larkgate-data stdio` (or set {}); `larkgate client-config --stdio`, run where \
+         serve runs, prints the configuration with it",
         shown.display(),
         crate::config::DATA_DIR_ENV
     )

@@ -616,6 +616,17 @@ fn the_first_start_prints_both_client_configurations_and_the_stdio_one_works_fro
             && said.contains("--data-dir"),
         "{said}"
     );
+    // Said as a person would write it: the directory as a clean absolute path, no gaps.
+    let looked = elsewhere
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("larkgate-data");
+    assert!(
+        said.contains(&format!("at {} (", looked.display())),
+        "{said}"
+    );
+    assert!(!said.contains("  "), "{said:?}");
     assert!(
         std::fs::read_dir(elsewhere.path())
             .unwrap()
