@@ -184,8 +184,12 @@ impl Exchange {
     /// Where the request came from (over HTTP). The last one noted stands: the connection's
     /// peer first, then the address a trusted proxy forwarded.
     pub fn client(&self, address: std::net::IpAddr) {
-        self.0.span.record("client.address", address.to_string());
-        self.note_mut().client = Some(address);
+        let mut note = self.note_mut();
+        // The same address again (no proxy in between) changes nothing.
+        if note.client != Some(address) {
+            note.client = Some(address);
+            self.0.span.record("client.address", address.to_string());
+        }
     }
 
     /// The request's JSON-RPC method, id and (for `tools/call`) tool, as the client sent them.

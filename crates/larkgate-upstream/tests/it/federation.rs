@@ -639,6 +639,20 @@ async fn until_connected(federation: &larkgate_upstream::federation::Federation,
     }
 }
 
+/// The weather upstream's forecast for Oslo, asked by `agent-1` (role agent) on `platform`.
+async fn forecast_on(platform: &Platform) -> Result<Map, CallError> {
+    let agent = principal("agent-1", &["agent"]);
+    let city = [("city", Value::from("Oslo"))];
+    call_as_on(
+        platform,
+        &agent,
+        RunKind::Direct,
+        "weather__forecast",
+        &city,
+    )
+    .await
+}
+
 /// An HTTP upstream whose server dies is shown down without any call (a quiet upstream is
 /// probed), a call is then refused with the cause, and once a server listens at its address
 /// again it is shown up and its tools answer.
@@ -651,33 +665,14 @@ async fn a_quiet_upstream_whose_server_dies_is_shown_down_and_up_again_when_it_i
     let federation = federated(&platform, &peer.url, 200).await;
     let maintenance = federation.maintain().await;
     assert!(federation.upstream("weather").unwrap().status().connected);
-    let agent = principal("agent-1", &["agent"]);
-    let forecast = [("city", Value::from("Oslo"))];
-    call_as_on(
-        &platform,
-        &agent,
-        RunKind::Direct,
-        "weather__forecast",
-        &forecast,
-    )
-    .await
-    .expect("the upstream answers");
+    forecast_on(&platform).await.expect("the upstream answers");
 
     drop(peer);
     until_connected(&federation, false).await;
     let status = federation.upstream("weather").unwrap().status();
     let why = status.down_because.unwrap();
     assert!(why.contains("the connection was refused"), "{why}");
-    let refused = refusal(
-        call_as_on(
-            &platform,
-            &agent,
-            RunKind::Direct,
-            "weather__forecast",
-            &forecast,
-        )
-        .await,
-    );
+    let refused = refusal(forecast_on(&platform).await);
     assert_eq!(refused.code, "upstream_unavailable", "{}", refused.text);
     assert!(
         refused.text.contains("the connection was refused"),
@@ -695,15 +690,9 @@ async fn a_quiet_upstream_whose_server_dies_is_shown_down_and_up_again_when_it_i
             .down_because
             .is_none()
     );
-    call_as_on(
-        &platform,
-        &agent,
-        RunKind::Direct,
-        "weather__forecast",
-        &forecast,
-    )
-    .await
-    .expect("the upstream answers again");
+    forecast_on(&platform)
+        .await
+        .expect("the upstream answers again");
     maintenance.abort();
 }
 
@@ -719,19 +708,8 @@ async fn a_call_that_finds_its_upstream_gone_marks_it_down_and_the_next_is_refus
     let (_, _, platform) = platform_in(dir.path(), Some(POLICY)).await;
     // Probed once an hour, and not tended at all: only calls can tell it is gone.
     let federation = federated(&platform, &peer.url, 3_600_000).await;
-    let agent = principal("agent-1", &["agent"]);
-    let forecast = [("city", Value::from("Oslo"))];
     drop(peer);
-    let first = refusal(
-        call_as_on(
-            &platform,
-            &agent,
-            RunKind::Direct,
-            "weather__forecast",
-            &forecast,
-        )
-        .await,
-    );
+    let first = refusal(forecast_on(&platform).await);
     assert_eq!(first.code, "upstream_unavailable", "{}", first.text);
     let status = federation.upstream("weather").unwrap().status();
     assert!(!status.connected);
@@ -745,16 +723,7 @@ async fn a_call_that_finds_its_upstream_gone_marks_it_down_and_the_next_is_refus
 
     let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let second = refusal(
-        call_as_on(
-            &platform,
-            &agent,
-            RunKind::Direct,
-            "weather__forecast",
-            &forecast,
-        )
-        .await,
-    );
+    let second = refusal(forecast_on(&platform).await);
     assert_eq!(second.code, "upstream_unavailable", "{}", second.text);
     assert!(
         second.text.contains("the connection was refused"),

@@ -3,7 +3,6 @@
 //! head the backup recorded and is the original's own, and the records journaled when the
 //! backup was taken are in it. What a backup or restore must refuse, it refuses whole.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -19,8 +18,9 @@ call = ["kv_get", "clock_now"]
 require = ["kv_delete"]
 "#;
 
-/// What an operator keeps in a data directory, as the commands that read it list it.
-fn kept(dir: &Path) -> Vec<String> {
+/// What an operator keeps in a data directory, as the commands that read it list it; `list`
+/// runs one of them on the data directory and answers what it printed.
+fn kept(list: impl Fn(&[&str]) -> String) -> Vec<String> {
     let aliases = |json: String| -> String {
         let listed: serde_json::Value = serde_json::from_str(&json).unwrap();
         let mut aliases: Vec<String> = listed
@@ -33,22 +33,19 @@ fn kept(dir: &Path) -> Vec<String> {
         aliases.join(",")
     };
     vec![
-        ok(dir, &["principal", "list", "--json"]),
-        ok(dir, &["token", "list"]),
-        ok(dir, &["script", "list"]),
-        ok(
-            dir,
-            &[
-                "approvals",
-                "list",
-                "--status",
-                "all",
-                "--limit",
-                "100",
-                "--json",
-            ],
-        ),
-        aliases(ok(dir, &["upstream", "list", "--json"])),
+        list(&["principal", "list", "--json"]),
+        list(&["token", "list"]),
+        list(&["script", "list"]),
+        list(&[
+            "approvals",
+            "list",
+            "--status",
+            "all",
+            "--limit",
+            "100",
+            "--json",
+        ]),
+        aliases(list(&["upstream", "list", "--json"])),
     ]
 }
 
@@ -108,6 +105,8 @@ fn a_backup_made_under_load_restores_every_record_and_a_chain_the_original_vouch
     // Load: a client writing as fast as it is answered, until the backup is done.
     let stop = Arc::new(AtomicBool::new(false));
     let answered = Arc::new(AtomicUsize::new(0));
+    // Told once 20 calls are answered: some are then journaled but not yet chained.
+    let (twenty, some_answered) = std::sync::mpsc::channel();
     let load = {
         let (stop, answered, url, token) = (
             stop.clone(),
@@ -129,15 +128,15 @@ fn a_backup_made_under_load_restores_every_record_and_a_chain_the_original_vouch
                 assert_ne!(result["result"]["isError"], true, "{result}");
                 n += 1;
                 answered.store(n, Ordering::SeqCst);
+                if n == 20 {
+                    let _ = twenty.send(());
+                }
             }
         })
     };
-    // Some calls answered before the backup starts, so that some are journaled but unchained.
-    // (Polled every 10 ms: the load's own pace decides when.)
-    while answered.load(Ordering::SeqCst) < 20 {
-        assert!(!load.is_finished(), "the load stopped before the backup");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    some_answered
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the load answered 20 calls before the backup");
     let before = answered.load(Ordering::SeqCst);
     let said = ok(d, &["backup", "b.sqlite3"]);
     stop.store(true, Ordering::SeqCst);
@@ -192,28 +191,9 @@ fn a_backup_made_under_load_restores_every_record_and_a_chain_the_original_vouch
         .join(":");
     assert!(ok(d, &["audit", "verify", "--head", &head]).contains("the chain is intact"));
 
-    let original = kept(d);
+    let original = kept(|args| ok(d, args));
     assert!(server.stop().success());
-    let mut copied = Vec::new();
-    for args in [
-        vec!["principal", "list", "--json"],
-        vec!["token", "list"],
-        vec!["script", "list"],
-        vec![
-            "approvals",
-            "list",
-            "--status",
-            "all",
-            "--limit",
-            "100",
-            "--json",
-        ],
-    ] {
-        copied.push(in_restored(&args));
-    }
-    let upstreams: serde_json::Value =
-        serde_json::from_str(&in_restored(&["upstream", "list", "--json"])).unwrap();
-    copied.push(upstreams[0]["alias"].as_str().unwrap().to_owned());
+    let copied = kept(|args| in_restored(args));
     assert_eq!(original, copied);
 
     // Served again from the restored directory: the tokens work, the policy applies.
