@@ -6,6 +6,9 @@
 //! outcome). The line is written when the response's body has been sent or dropped, so a
 //! call's line comes after its result, and an event stream's line says how long it was open.
 //! A refusal at the edge names its code ([`EdgeOutcome`], set by [`super::EdgeError`]).
+//! The line is an event of the target [`larkgate_platform::observe::ACCESS`]: whoever
+//! installs the log decides whether it is written (`larkgate` follows `[server] access_log`,
+//! which a reload changes).
 //!
 //! The client's trace context is adopted after authentication, by [`adopt_trace`]: a caller
 //! without a valid token cannot place its requests in a trace of its choosing.
@@ -14,26 +17,19 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use larkgate_platform::observe::{Exchange, rpc_error_name, write_access_line};
 use larkgate_platform::trace_context;
 
-/// Whether lines are written (`[server] access_log`); spans are kept either way.
-#[derive(Clone, Copy, Debug)]
-pub struct AccessLog {
-    /// Write a line per request.
-    pub lines: bool,
-}
-
 /// The code of a refusal at the edge, put into the response by [`super::EdgeError`].
 #[derive(Clone, Copy, Debug)]
 pub struct EdgeOutcome(pub &'static str);
 
 /// The layer. See the module documentation.
-pub async fn observe(State(log): State<AccessLog>, mut request: Request, next: Next) -> Response {
+pub async fn observe(mut request: Request, next: Next) -> Response {
     let exchange = Exchange::begin();
     match *request.method() {
         axum::http::Method::GET => exchange.without_message("GET", "GET /mcp"),
@@ -62,7 +58,6 @@ pub async fn observe(State(log): State<AccessLog>, mut request: Request, next: N
     }
     let ends = LineAtEnd {
         exchange,
-        lines: log.lines,
         status: status.as_u16(),
         session,
     };
@@ -158,26 +153,18 @@ fn session_id(headers: &HeaderMap) -> Option<String> {
 /// Writes the line when dropped: when the body has been sent, or the client went away.
 struct LineAtEnd {
     exchange: Exchange,
-    lines: bool,
     status: u16,
     session: Option<String>,
 }
 
 impl Drop for LineAtEnd {
     fn drop(&mut self) {
-        if self.lines {
-            write_access_line(
-                &self.exchange,
-                "http",
-                Some(self.status),
-                self.session.as_deref(),
-            );
-        } else {
-            // The span still gets the status.
-            self.exchange
-                .span()
-                .record("http.response.status_code", i64::from(self.status));
-        }
+        write_access_line(
+            &self.exchange,
+            "http",
+            Some(self.status),
+            self.session.as_deref(),
+        );
     }
 }
 

@@ -26,7 +26,7 @@ use super::address::ClientAddress;
 use super::error::EdgeError;
 use super::sessions::Registry;
 use super::sign_in::metadata::{self, Challenge};
-use super::sign_in::{Rejection, SignIn};
+use super::sign_in::{Providers, Rejection};
 use super::throttle::FailureThrottle;
 
 /// The principal `token` authenticates, with its roles as they are now.
@@ -53,7 +53,7 @@ pub struct Auth {
     /// Where the sampled failed authentications are recorded.
     audit: Arc<dyn AuditSink>,
     /// The identity providers whose access tokens are accepted beside larkgate's own.
-    sign_in: Option<Arc<SignIn>>,
+    sign_in: Option<Providers>,
 }
 
 impl Auth {
@@ -75,10 +75,10 @@ impl Auth {
         }
     }
 
-    /// Accepts the access tokens of `sign_in`'s providers too, and names them in every
+    /// Accepts the access tokens of the providers in force too, and names them in every
     /// challenge.
-    pub fn with_sign_in(mut self, sign_in: Option<Arc<SignIn>>) -> Self {
-        self.sign_in = sign_in;
+    pub fn with_sign_in(mut self, providers: Providers) -> Self {
+        self.sign_in = Some(providers);
         self
     }
 
@@ -161,7 +161,8 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         return refusal.into_response();
     }
     let presented = token.is_some();
-    let principal = match (token, &auth.sign_in) {
+    let sign_in = auth.sign_in.as_ref().and_then(Providers::current);
+    let principal = match (token, &sign_in) {
         // larkgate's own tokens are told apart by their prefix; anything else is an access
         // token when an identity provider is configured.
         (Some(token), Some(sign_in)) if !token.trim().starts_with(tokens::TOKEN_PREFIX) => sign_in
@@ -195,7 +196,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
                 _ => None,
             };
             let mut response = error.into_response();
-            if let (Some(sign_in), Some(challenge)) = (&auth.sign_in, challenge) {
+            if let (Some(sign_in), Some(challenge)) = (&sign_in, challenge) {
                 response.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
                     metadata::www_authenticate(sign_in, challenge),

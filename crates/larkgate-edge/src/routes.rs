@@ -14,15 +14,15 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::StatusCode;
-use axum::middleware::from_fn_with_state;
-use axum::response::IntoResponse;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
 use tower::Service;
 
-use crate::access::{self, AccessLog};
+use crate::access;
 use crate::address::{self, AddressPolicy};
 use crate::console::{self, Console};
 use crate::server::ServerConfig;
-use crate::sign_in::{self, SignIn};
+use crate::sign_in::{self, Providers};
 use crate::{Auth, authenticate, json_rpc_shape};
 
 /// `/mcp`: `service` (rmcp's Streamable HTTP service) behind the access log, the address
@@ -38,50 +38,47 @@ where
         .layer(from_fn_with_state(server.bodies(), json_rpc_shape))
         .layer(from_fn_with_state(auth, authenticate))
         .layer(from_fn_with_state(policy, address::check_address))
-        .layer(from_fn_with_state(access_log(server), access::observe))
+        .layer(from_fn(access::observe))
 }
 
 /// What the edge serves beside `/mcp` (already in `app`): the protected resource metadata at
-/// each path a client looks for it when there is a `sign_in`, the console (with its own
+/// each path a client looks for it (while providers are in force), the console (with its own
 /// `Origin` rules, see [`crate::console`]) behind the access log, and the fallback.
 pub fn beside_mcp(
     app: Router,
-    server: &ServerConfig,
-    sign_in: Option<&Arc<SignIn>>,
+    sign_in: &Providers,
     public_url: &str,
     console: Arc<Console>,
 ) -> Router {
-    let app = match sign_in {
-        Some(sign_in) => app.merge(metadata(sign_in, public_url)),
-        None => app,
-    };
     let console = console::router(console);
-    app.merge(console.layer(from_fn_with_state(access_log(server), access::observe)))
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                Body::from("not found; MCP is at /mcp, the admin console at /admin\n"),
-            )
-        })
+    app.merge(metadata(sign_in, public_url))
+        .merge(console.layer(from_fn(access::observe)))
+        .fallback(|| async { not_found() })
 }
 
-/// The access log's settings.
-fn access_log(server: &ServerConfig) -> AccessLog {
-    AccessLog {
-        lines: server.access_log,
-    }
+/// The answer to a path the edge does not serve.
+fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Body::from("not found; MCP is at /mcp, the admin console at /admin\n"),
+    )
+        .into_response()
 }
 
 /// The protected resource metadata (RFC 9728) at each path a client looks for it, without a
 /// token and without the `Origin` check of `/mcp`: it is public, and browser clients read it.
-fn metadata(sign_in: &Arc<SignIn>, public_url: &str) -> Router {
+/// Without providers in force, these paths are not found, as any other.
+fn metadata(sign_in: &Providers, public_url: &str) -> Router {
     let mut router = Router::new();
     for path in sign_in::metadata::paths(public_url) {
-        let sign_in = Arc::clone(sign_in);
+        let sign_in = sign_in.clone();
         router = router.route(
             &path,
-            axum::routing::any(move |method: axum::http::Method| {
-                sign_in::metadata::serve(Arc::clone(&sign_in), method)
+            axum::routing::any(move |method: axum::http::Method| async move {
+                match sign_in.current() {
+                    Some(current) => sign_in::metadata::serve(current, method).await,
+                    None => not_found(),
+                }
             }),
         );
     }
@@ -104,8 +101,8 @@ pub struct EdgeParts<'a> {
     pub federation: Arc<larkgate_upstream::federation::Federation>,
     /// `[server]`.
     pub server: &'a ServerConfig,
-    /// `[sign_in]`.
-    pub sign_in: &'a sign_in::SignInConfig,
+    /// The identity providers (`[sign_in]`), put in force for this edge's resource URL.
+    pub sign_in: &'a Providers,
     /// The address the edge's listener is bound to.
     pub listen: std::net::SocketAddr,
 }
@@ -176,11 +173,7 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         config,
     );
     // The identity providers, with `/mcp`'s public URL as the resource their tokens name.
-    let sign_in = SignIn::new(sign_in, &public_url);
-    if let Some(sign_in) = &sign_in {
-        let sign_in = Arc::clone(sign_in);
-        tokio::spawn(async move { sign_in.prefetch().await });
-    }
+    sign_in.start(&public_url);
     let auth = Auth::new(
         Arc::clone(&store),
         Arc::clone(&sessions),
@@ -203,7 +196,7 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         auth,
         public_url.starts_with("https://"),
     );
-    let router = beside_mcp(app, server, sign_in.as_ref(), &public_url, console);
+    let router = beside_mcp(app, sign_in, &public_url, console);
     Ok(Edge {
         router,
         sessions,

@@ -136,7 +136,9 @@ pub struct ServerConfig {
     pub max_failed_authentications_per_minute: u32,
     /// How stderr is written (`--log-format` and `LARKGATE_LOG_FORMAT` override).
     pub log_format: LogFormat,
-    /// One access-log line per MCP request (`serve` and `stdio`).
+    /// One access-log line per MCP request (`serve` and `stdio`). The edge makes each line an
+    /// event of the target [`larkgate_platform::observe::ACCESS`]; the log writes them while
+    /// this is true (a reload changes it).
     pub access_log: bool,
 }
 

@@ -40,8 +40,9 @@ mod keys;
 pub mod mapping;
 pub mod metadata;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwapOption;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, AlgorithmFamily, Validation};
 use larkgate_platform::envelope::{Code, Refusal};
@@ -94,6 +95,59 @@ struct Issuer {
     algorithms: Vec<Algorithm>,
     audience: String,
     keys: Keys,
+}
+
+/// The identity providers in force, read at each request (by authentication, its challenge
+/// and the metadata document), and replaced whole when a reload changes `[sign_in]`: a
+/// request is checked against the providers in force when it arrived.
+#[derive(Clone, Debug, Default)]
+pub struct Providers {
+    current: Arc<ArcSwapOption<SignIn>>,
+    /// The configuration last given, and larkgate's resource URL once the edge is assembled.
+    given: Arc<Mutex<(SignInConfig, Option<String>)>>,
+}
+
+impl Providers {
+    /// `config`'s providers, in force once [`Providers::start`] names the resource.
+    pub fn new(config: SignInConfig) -> Self {
+        Providers {
+            current: Arc::default(),
+            given: Arc::new(Mutex::new((config, None))),
+        }
+    }
+
+    /// The providers in force; `None` when none is configured.
+    pub fn current(&self) -> Option<Arc<SignIn>> {
+        self.current.load_full()
+    }
+
+    /// Puts the providers last given in force, with `resource` as larkgate's resource URL
+    /// (the edge does, when it is assembled).
+    pub fn start(&self, resource: &str) {
+        let mut given = self.given.lock().unwrap_or_else(|p| p.into_inner());
+        given.1 = Some(resource.to_owned());
+        self.install(&given.0, resource);
+    }
+
+    /// Puts `config`'s providers in force for the next request (a reload does), their keys
+    /// fetched in the background. Before the edge is assembled, or without one (`larkgate
+    /// stdio`), it is kept for [`Providers::start`].
+    pub fn replace(&self, config: SignInConfig) {
+        let mut given = self.given.lock().unwrap_or_else(|p| p.into_inner());
+        given.0 = config;
+        if let Some(resource) = &given.1 {
+            self.install(&given.0, resource);
+        }
+    }
+
+    fn install(&self, config: &SignInConfig, resource: &str) {
+        let sign_in = SignIn::new(config, resource);
+        if let (Some(sign_in), Ok(runtime)) = (&sign_in, tokio::runtime::Handle::try_current()) {
+            let sign_in = Arc::clone(sign_in);
+            runtime.spawn(async move { sign_in.prefetch().await });
+        }
+        self.current.store(sign_in);
+    }
 }
 
 /// The configured providers and larkgate's resource URL.

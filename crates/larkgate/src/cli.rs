@@ -90,16 +90,24 @@ impl Cli {
                 .ok()
             })
             .flatten();
+        let format_chosen = chosen.is_some();
         let format = match chosen {
             Some(format) => format?,
             None => located
                 .as_ref()
                 .map_or_else(Default::default, |l| l.config.server.log_format),
         };
-        let telemetry = located
-            .filter(|_| serving)
-            .map(|located| located.config.telemetry);
-        Ok(LogSettings { format, telemetry })
+        let located = located.filter(|_| serving);
+        let access_lines = located
+            .as_ref()
+            .is_none_or(|located| located.config.server.access_log);
+        let telemetry = located.map(|located| located.config.telemetry);
+        Ok(LogSettings {
+            format,
+            format_chosen,
+            access_lines,
+            telemetry,
+        })
     }
 }
 
@@ -108,6 +116,10 @@ impl Cli {
 pub(crate) struct LogSettings {
     /// How stderr is written.
     pub(crate) format: crate::logging::LogFormat,
+    /// Whether `--log-format` or `LARKGATE_LOG_FORMAT` chose it (a reload keeps it then).
+    pub(crate) format_chosen: bool,
+    /// Whether access lines are written (`[server] access_log`).
+    pub(crate) access_lines: bool,
     /// Trace export, for `serve` and `stdio`.
     pub(crate) telemetry: Option<crate::telemetry::TelemetryConfig>,
 }

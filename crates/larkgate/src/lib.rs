@@ -43,20 +43,23 @@ pub fn main() -> ExitCode {
         }
     };
     // Traces, for the commands that serve MCP, when the configuration asks for them.
-    let exporter = match settings.telemetry.as_ref().map(telemetry::exporter) {
-        Some(Ok(exporter)) => exporter,
+    let tracer = match settings.telemetry.as_ref().map(telemetry::start) {
+        Some(Ok(tracer)) => Some(tracer),
         Some(Err(error)) => {
             eprintln!("larkgate: {error}");
             return ExitCode::from(2);
         }
         None => None,
     };
-    let (tracer, exporter) = exporter.unzip();
-    logging::init(settings.format, args.default_log_filter(), tracer);
+    logging::set_access_lines(settings.access_lines);
+    logging::init(
+        settings.format,
+        settings.format_chosen,
+        args.default_log_filter(),
+        tracer,
+    );
     let code = run(args);
-    if let Some(exporter) = exporter {
-        exporter.shutdown();
-    }
+    telemetry::shutdown();
     code
 }
 

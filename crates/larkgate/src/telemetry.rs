@@ -22,6 +22,8 @@
 //! `sample_ratio` of the traces that start here.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -217,18 +219,117 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     }
 }
 
-/// The exporting half, kept by `main` until the command ends.
-#[derive(Debug)]
-pub(crate) struct Exporter {
-    provider: SdkTracerProvider,
+/// The traces in force in this process, for a command that serves MCP: the tracer spans are
+/// built with (an exporting provider's, or one that records nothing) and whether spans are
+/// exported. [`Prepared::apply`] replaces them whole, at start and at a reload.
+struct Live {
+    tracer: arc_swap::ArcSwap<opentelemetry_sdk::trace::Tracer>,
+    exporting: AtomicBool,
+    /// The provider exporting now, shut down when another replaces it and at exit.
+    provider: Mutex<Option<SdkTracerProvider>>,
+    /// The tracer of a provider that samples nothing and exports nowhere.
+    off: opentelemetry_sdk::trace::Tracer,
 }
 
-impl Exporter {
-    /// Sends what is queued (within the export timeout) and stops the exporter's thread.
-    pub(crate) fn shutdown(self) {
-        if let Err(error) = self.provider.shutdown() {
-            eprintln!("larkgate: traces queued at exit could not all be sent: {error}");
+static LIVE: OnceLock<Live> = OnceLock::new();
+
+fn live() -> &'static Live {
+    LIVE.get_or_init(|| {
+        let off = SdkTracerProvider::builder()
+            .with_sampler(Sampler::AlwaysOff)
+            .build()
+            .tracer("larkgate");
+        Live {
+            tracer: arc_swap::ArcSwap::from_pointee(off.clone()),
+            exporting: AtomicBool::new(false),
+            provider: Mutex::new(None),
+            off,
         }
+    })
+}
+
+/// Whether spans are exported now (the trace layer is skipped while they are not).
+pub(crate) fn exporting() -> bool {
+    LIVE.get()
+        .is_some_and(|live| live.exporting.load(Ordering::Relaxed))
+}
+
+/// The tracer the trace layer builds spans with: the one in force when a span starts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LiveTracer;
+
+impl opentelemetry::trace::Tracer for LiveTracer {
+    type Span = opentelemetry_sdk::trace::Span;
+
+    fn build_with_context(
+        &self,
+        builder: opentelemetry::trace::SpanBuilder,
+        parent: &opentelemetry::Context,
+    ) -> Self::Span {
+        live().tracer.load().build_with_context(builder, parent)
+    }
+}
+
+/// Traces for a configuration, built (the configuration checked, the exporter made) but not
+/// yet in force: a reload builds them before it changes anything, so a configuration that
+/// cannot export is refused whole.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Prepared {
+    /// Puts these traces in force for the spans that start from now on. The provider they
+    /// replace sends what it has queued (within its export timeout) on a thread of its own.
+    pub(crate) fn apply(self) {
+        let live = live();
+        let old = match self.provider {
+            Some(provider) => {
+                live.tracer.store(Arc::new(provider.tracer("larkgate")));
+                live.exporting.store(true, Ordering::Relaxed);
+                replace_provider(live, Some(provider))
+            }
+            None => {
+                live.exporting.store(false, Ordering::Relaxed);
+                live.tracer.store(Arc::new(live.off.clone()));
+                replace_provider(live, None)
+            }
+        };
+        if let Some(old) = old {
+            let _ = std::thread::Builder::new()
+                .name("larkgate-traces-end".to_owned())
+                .spawn(move || shut_down(&old));
+        }
+    }
+}
+
+fn replace_provider(live: &Live, provider: Option<SdkTracerProvider>) -> Option<SdkTracerProvider> {
+    let mut held = live.provider.lock().unwrap_or_else(|p| p.into_inner());
+    std::mem::replace(&mut *held, provider)
+}
+
+fn shut_down(provider: &SdkTracerProvider) {
+    if let Err(error) = provider.shutdown() {
+        crate::logging::fail(&format!(
+            "traces queued when the exporter stopped could not all be sent: {error}"
+        ));
+    }
+}
+
+/// Traces for a command that serves MCP: `config`'s, in force, and the tracer of the layer
+/// that exports them (see [`crate::logging::init`]).
+pub(crate) fn start(config: &TelemetryConfig) -> Result<LiveTracer, String> {
+    prepare(config)?.apply();
+    Ok(LiveTracer)
+}
+
+/// Sends what is queued (within the export timeout) and stops exporting: at the end of the
+/// command.
+pub(crate) fn shutdown() {
+    let Some(live) = LIVE.get() else { return };
+    live.exporting.store(false, Ordering::Relaxed);
+    if let Some(provider) = replace_provider(live, None) {
+        shut_down(&provider);
     }
 }
 
@@ -248,12 +349,10 @@ fn export_client(timeout: Duration) -> Result<reqwest::blocking::Client, String>
     .map_err(|e| format!("telemetry: the exporter's HTTP client could not be built: {e}"))
 }
 
-/// The tracer of `config` (`None` when no endpoint is set) and what keeps it exporting.
-pub(crate) fn exporter(
-    config: &TelemetryConfig,
-) -> Result<Option<(opentelemetry_sdk::trace::Tracer, Exporter)>, String> {
+/// Traces as `config` asks for them: an exporting provider, or none when no endpoint is set.
+pub(crate) fn prepare(config: &TelemetryConfig) -> Result<Prepared, String> {
     let Some(endpoint) = &config.otlp_endpoint else {
-        return Ok(None);
+        return Ok(Prepared { provider: None });
     };
     let env = |name: &str| std::env::var(name).ok();
     config.validate(env)?;
@@ -287,8 +386,9 @@ pub(crate) fn exporter(
                 .build(),
         )
         .build();
-    let tracer = provider.tracer("larkgate");
-    Ok(Some((tracer, Exporter { provider })))
+    Ok(Prepared {
+        provider: Some(provider),
+    })
 }
 
 #[cfg(test)]
@@ -362,6 +462,6 @@ mod tests {
     fn defaults_export_nothing() {
         let defaults = TelemetryConfig::default();
         defaults.validate(|_| None).unwrap();
-        assert!(exporter(&defaults).unwrap().is_none());
+        assert!(prepare(&defaults).unwrap().provider.is_none());
     }
 }

@@ -59,8 +59,9 @@ pub(crate) struct Context {
     pub(crate) listen: Option<std::net::SocketAddr>,
     /// For `serve`: the edge's configuration (`[server]`).
     pub(crate) server: larkgate_edge::server::ServerConfig,
-    /// For `serve`: the identity providers whose access tokens `/mcp` accepts.
-    pub(crate) sign_in: larkgate_edge::sign_in::SignInConfig,
+    /// For `serve`: the identity providers whose access tokens `/mcp` accepts (a reload
+    /// replaces them).
+    pub(crate) sign_in: larkgate_edge::sign_in::Providers,
     /// The script lifecycle: drafts, publishing, runs, script tools.
     pub(crate) scripts: Arc<Scripts>,
     /// Who the command acts as: the operator, or `--as NAME`.
@@ -273,7 +274,7 @@ impl Context {
             federation,
             listen,
             server: config.server,
-            sign_in: config.sign_in,
+            sign_in: larkgate_edge::sign_in::Providers::new(config.sign_in),
             scripts,
             actor,
             config_flag: options.config,

@@ -6,8 +6,16 @@
 //!
 //! - `[policy]`: roles, approvals, rate limits (an unchanged rule keeps its budgets; see
 //!   [`larkgate_platform::ratelimit::Limiter::reconfigured`]), publishing;
-//! - each run's limits in `[scripts]` ([`RUN_LIMITS`]), for runs that start from then on.
+//! - each run's limits in `[scripts]` ([`RUN_LIMITS`]), for runs that start from then on;
+//! - `[sign_in]`: the identity providers whose tokens `/mcp` accepts, the challenge and the
+//!   protected resource metadata (see [`larkgate_edge::sign_in::Providers`]);
+//! - `[telemetry]`: where traces go, for the spans that start from then on (the exporter it
+//!   replaces sends what it queued; see [`crate::telemetry::Prepared`]);
+//! - the log ([`LIVE_SERVER_KEYS`]): `server.log_format` (unless `--log-format` or
+//!   `LARKGATE_LOG_FORMAT` chose the format) and `server.access_log`.
 //!
+//! Everything is checked and built first (the file, and an exporter for a new `[telemetry]`);
+//! only then is anything applied, so a reload applies all of it or nothing.
 //! What it refuses, whole, the configuration in force staying: a file that fails the checks
 //! `serve` makes at start (the same error `larkgate check` prints), and a file that changes
 //! anything else, which takes a restart: the refusal names each such key (`server.listen`,
@@ -37,6 +45,12 @@ pub(crate) const RUN_LIMITS: &[&str] = &[
     "max_depth",
 ];
 
+/// The keys of `[server]` a reload applies: the log's.
+pub(crate) const LIVE_SERVER_KEYS: &[&str] = &["log_format", "access_log"];
+
+/// The sections a reload applies whole.
+const LIVE_SECTIONS: &[&str] = &["policy", "sign_in", "telemetry"];
+
 /// The file in the data directory where `serve` writes the outcome of its last reload.
 pub(crate) const OUTCOME: &str = "reload.json";
 
@@ -58,6 +72,7 @@ pub(crate) struct Reloader {
     data_dir: PathBuf,
     platform: Platform,
     scripts: Arc<Scripts>,
+    sign_in: larkgate_edge::sign_in::Providers,
     /// The configuration in force, as TOML, and how many reloads there were.
     running: Mutex<(toml::Table, u64)>,
 }
@@ -69,6 +84,7 @@ impl Reloader {
             data_dir: context.data_dir.clone(),
             platform: context.platform.clone(),
             scripts: Arc::clone(&context.scripts),
+            sign_in: context.sign_in.clone(),
             running: Mutex::new((context.config_raw.clone(), 0)),
         }
     }
@@ -79,15 +95,29 @@ impl Reloader {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.1 += 1;
         let outcome = match self.read(&running.0) {
-            Ok((config, path)) => {
-                let changed = changed_sections(&running.0, &config.raw);
+            Ok(Ready {
+                config,
+                path,
+                traces,
+            }) => {
+                let changed = changed_keys(&running.0, &config.raw);
+                // Nothing below fails: the new configuration is in force whole.
                 self.platform
                     .services()
                     .replace_policy(config.policy.clone());
                 let bounds = config.scripts.bounds();
                 self.scripts.set_run_limits(bounds.limits, bounds.max_depth);
+                if changed.iter().any(|key| key == "[sign_in]") {
+                    self.sign_in.replace(config.sign_in.clone());
+                }
+                if let Some(traces) = traces {
+                    traces.apply();
+                }
+                crate::logging::set_access_lines(config.server.access_log);
+                let format_kept = !crate::logging::set_format(config.server.log_format)
+                    && changed.iter().any(|key| key == "server.log_format");
                 running.0 = config.raw;
-                let said = if changed.is_empty() {
+                let mut said = if changed.is_empty() {
                     format!("the configuration was read again from {path}: nothing changed")
                 } else {
                     format!(
@@ -96,6 +126,12 @@ impl Reloader {
                         changed.join(", ")
                     )
                 };
+                if format_kept {
+                    said.push_str(
+                        " (the log keeps its format: --log-format or LARKGATE_LOG_FORMAT chose \
+                         it at start)",
+                    );
+                }
                 crate::logging::say(&said);
                 Outcome {
                     reloaded: true,
@@ -126,9 +162,9 @@ impl Reloader {
         outcome
     }
 
-    /// The configuration as the file says it now, and the file's name; or why it cannot be
-    /// served without a restart.
-    fn read(&self, running: &toml::Table) -> Result<(Config, String), String> {
+    /// The configuration as the file says it now, checked and ready to apply; or why it
+    /// cannot be served without a restart.
+    fn read(&self, running: &toml::Table) -> Result<Ready, String> {
         let located = Located::find(self.config_flag.as_deref(), Some(&self.data_dir), |name| {
             std::env::var(name).ok()
         })
@@ -151,8 +187,25 @@ impl Reloader {
                 restart.join(", ")
             ));
         }
-        Ok((config, path))
+        let traces = (running.get("telemetry") != config.raw.get("telemetry"))
+            .then(|| crate::telemetry::prepare(&config.telemetry))
+            .transpose()
+            .map_err(|e| format!("in {path}: {e}"))?;
+        Ok(Ready {
+            config,
+            path,
+            traces,
+        })
     }
+}
+
+/// A configuration read, checked, and ready to apply.
+struct Ready {
+    config: Config,
+    /// Where it was read from, as the log names it.
+    path: String,
+    /// The traces of a changed `[telemetry]`, built.
+    traces: Option<crate::telemetry::Prepared>,
 }
 
 /// The keys whose change between `running` and `new` a reload cannot apply, named as an
@@ -170,13 +223,16 @@ pub(crate) fn needs_restart(running: &toml::Table, new: &toml::Table) -> Vec<Str
     let mut changed = Vec::new();
     for name in names {
         match name.as_str() {
-            "policy" => {}
+            name if LIVE_SECTIONS.contains(&name) => {}
             "scripts" | "server" => {
                 let (old, new) = (section(running, name), section(new, name));
                 let mut keys: std::collections::BTreeSet<&String> = old.keys().collect();
                 keys.extend(new.keys());
                 for key in keys {
-                    let live = name == "scripts" && RUN_LIMITS.contains(&key.as_str());
+                    let live = match name.as_str() {
+                        "scripts" => RUN_LIMITS.contains(&key.as_str()),
+                        _ => LIVE_SERVER_KEYS.contains(&key.as_str()),
+                    };
                     if !live && old.get(key) != new.get(key) {
                         changed.push(format!("{name}.{key}"));
                     }
@@ -194,13 +250,27 @@ pub(crate) fn needs_restart(running: &toml::Table, new: &toml::Table) -> Vec<Str
     changed
 }
 
-/// The sections a reload changed, for its log line (`[policy]`, `[scripts]`).
-fn changed_sections(running: &toml::Table, new: &toml::Table) -> Vec<String> {
-    ["policy", "scripts"]
+/// What a reload changed, for its log line: the live sections (`[policy]`, `[sign_in]`,
+/// `[telemetry]`), `[scripts]`, and the log's keys (`server.log_format`).
+fn changed_keys(running: &toml::Table, new: &toml::Table) -> Vec<String> {
+    let mut changed: Vec<String> = ["policy", "scripts", "sign_in", "telemetry"]
         .into_iter()
         .filter(|name| running.get(*name) != new.get(*name))
         .map(|name| format!("[{name}]"))
-        .collect()
+        .collect();
+    let key = |table: &toml::Table, key: &str| {
+        table
+            .get("server")
+            .and_then(|server| server.get(key))
+            .cloned()
+    };
+    changed.extend(
+        LIVE_SERVER_KEYS
+            .iter()
+            .filter(|name| key(running, name) != key(new, name))
+            .map(|name| format!("server.{name}")),
+    );
+    changed
 }
 
 /// Writes `outcome` to [`OUTCOME`] in `data_dir`, whole (a temporary file renamed into place).
@@ -287,8 +357,10 @@ mod tests {
         );
         let cases: &[(&str, &[&str])] = &[
             (
-                "[server]\nlisten = \"127.0.0.1:8940\"\n[scripts]\nmax_ticks = 99\nworkers = 2\n\
-                 max_depth = 2\n[policy.roles.b]\ncall = [\"*\"]\n",
+                "[server]\nlisten = \"127.0.0.1:8940\"\nlog_format = \"json\"\naccess_log = false\n\
+                 [scripts]\nmax_ticks = 99\nworkers = 2\nmax_depth = 2\n[policy.roles.b]\n\
+                 call = [\"*\"]\n[telemetry]\nsample_ratio = 0.5\n[[sign_in.issuers]]\n\
+                 issuer = \"https://idp.example.com\"\n",
                 &[],
             ),
             (
@@ -318,5 +390,22 @@ mod tests {
                 "{new}"
             );
         }
+    }
+
+    /// The log line of a reload names what it applied, as an operator writes it.
+    #[test]
+    fn a_reload_names_what_it_changed() {
+        let running =
+            table("[server]\nlisten = \"127.0.0.1:8940\"\n[policy.roles.a]\ncall = [\"x\"]\n");
+        let new = table(
+            "[server]\nlisten = \"127.0.0.1:8940\"\naccess_log = false\n[policy.roles.a]\n\
+             call = [\"x\"]\n[telemetry]\nsample_ratio = 0.5\n[[sign_in.issuers]]\n\
+             issuer = \"https://idp.example.com\"\n",
+        );
+        assert_eq!(
+            changed_keys(&running, &new),
+            ["[sign_in]", "[telemetry]", "server.access_log"]
+        );
+        assert!(changed_keys(&running, &running).is_empty());
     }
 }

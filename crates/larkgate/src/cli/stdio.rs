@@ -87,23 +87,15 @@ pub(crate) async fn run(args: Args, context: &Context) -> anyhow::Result<()> {
     principal(context.store.as_ref(), &token).await?;
     let maintenance = context.federation.maintain().await;
     let handler = PlatformServer::per_token(context.platform.clone(), &token, "stdio");
-    let server = observed(handler, context.server.access_log)
+    // Its access lines are written while `[server] access_log` says so (see
+    // `crate::logging::set_access_lines`).
+    let server = Observed::edge(handler, "stdio")
         .serve(rmcp::transport::stdio())
         .await
         .context("the MCP session over stdio could not start")?;
     let _ = server.waiting().await;
     maintenance.abort();
     Ok(())
-}
-
-/// The session's handler with its spans, and its access-log lines unless `[server]
-/// access_log` is off.
-fn observed(handler: PlatformServer, lines: bool) -> Observed<PlatformServer> {
-    if lines {
-        Observed::edge(handler, "stdio")
-    } else {
-        Observed::internal(handler)
-    }
 }
 
 /// How long the relay waits for one answer. The server enforces its own limits (script wall

@@ -160,7 +160,7 @@ fn serve_in_json_says_where_it_serves_and_logs_the_allow_lists_as_json() {
 
 /// The fields of a text access-log line (`... INFO access edge="http" principal="ada" ...`),
 /// or `None` for another line.
-fn access_fields(line: &str) -> Option<std::collections::HashMap<String, String>> {
+pub(crate) fn access_fields(line: &str) -> Option<std::collections::HashMap<String, String>> {
     let rest = line.split_once(" INFO access ")?.1;
     Some(
         rest.split(' ')

@@ -154,3 +154,151 @@ fn reload_without_a_running_serve_says_there_is_none() {
         "{refused}"
     );
 }
+
+/// Whether `line` is an access line, in text or in JSON.
+fn is_access_line(line: &str) -> bool {
+    crate::logs::access_fields(line).is_some()
+        || serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|json| json["message"] == "access")
+}
+
+/// Calls `clock_now` with `token` and asserts the access line in text that says so.
+fn assert_a_call_is_logged(server: &Server, token: &str) {
+    let answer = crate::traces::call(
+        &server.url,
+        token,
+        None,
+        None,
+        "clock_now",
+        serde_json::json!({}),
+    );
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let lines = server.stderr_until("tool=\"clock_now\"");
+    assert!(
+        crate::logs::access_fields(lines.last().unwrap()).is_some(),
+        "{lines:?}"
+    );
+}
+
+/// A reload puts identity providers, trace export and the log's format and access lines in
+/// force for the next request, and takes them away again, without a restart.
+#[test]
+fn a_reload_changes_sign_in_traces_and_the_log_for_the_next_request() {
+    let provider = crate::sign_in::Provider::start();
+    let collector = crate::traces::peer("otlp_receiver.py");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let signed_in = format!(
+        "{BASE}\n[[sign_in.issuers]]\nissuer = \"{}\"\nname = \"idp\"\n\n[telemetry]\n\
+         otlp_endpoint = \"http://127.0.0.1:{}\"\nservice_name = \"reloaded\"\n\n[server]\n\
+         log_format = \"json\"\naccess_log = false\n",
+        provider.issuer, collector.port
+    );
+    // `ada` is registered for the provider (which the file must name for that); then the
+    // gateway starts without it.
+    write_config(d, &signed_in);
+    let admin = crate::sign_in::ada_and_root(d, "reader");
+    write_config(d, BASE);
+    let server = Server::start(d);
+    let url = server.url.clone();
+    let metadata = url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
+    let status = |url: &str| reqwest::blocking::get(url).unwrap().status().as_u16();
+    let ada = provider.token("ada", &[("aud", &url)]);
+
+    // Before: no provider, text lines with access lines.
+    assert_eq!(status(&metadata), 404);
+    let (code, challenge, _) = crate::sign_in::call(&url, Some(&ada), "clock_now");
+    assert_eq!(code, 401);
+    assert!(!challenge.contains("resource_metadata"), "{challenge}");
+    assert_a_call_is_logged(&server, &admin);
+
+    // The provider, traces, JSON and no access lines, from the next request on.
+    write_config(d, &signed_in);
+    let said = ok(d, &["reload"]);
+    assert!(
+        said.contains(
+            "[sign_in], [telemetry], server.log_format, server.access_log changed, for the next call"
+        ),
+        "{said}"
+    );
+    let lines = server.stderr_until("was reloaded from");
+    let reloaded: serde_json::Value = serde_json::from_str(lines.last().unwrap())
+        .unwrap_or_else(|_| panic!("the reload's own line is not JSON: {lines:?}"));
+    assert_eq!(reloaded["level"], "INFO", "{reloaded}");
+    assert_eq!(status(&metadata), 200);
+    let document: serde_json::Value = reqwest::blocking::get(&metadata).unwrap().json().unwrap();
+    assert_eq!(
+        document["authorization_servers"],
+        serde_json::json!([provider.issuer])
+    );
+    let (code, _, body) = crate::sign_in::call(&url, Some(&ada), "clock_now");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["result"]["isError"], false, "{body}");
+    let (code, challenge, _) = crate::sign_in::call(&url, None, "clock_now");
+    assert_eq!(code, 401);
+    assert!(challenge.contains("resource_metadata"), "{challenge}");
+    let spans = crate::traces::spans_until(&collector, |spans| {
+        spans.iter().any(|span| span.name == "tools/call clock_now")
+    });
+    assert!(!spans.is_empty());
+    // No access line between the reload and the next one's line.
+    write_config(d, BASE);
+    let said = ok(d, &["reload"]);
+    assert!(
+        said.contains("[sign_in], [telemetry], server.log_format, server.access_log"),
+        "{said}"
+    );
+    let lines = server.stderr_until("was reloaded from");
+    assert!(!lines.iter().any(|line| is_access_line(line)), "{lines:?}");
+
+    // Back to the first file: the provider's token is refused again, the metadata gone, and
+    // the log is text with access lines.
+    assert_eq!(status(&metadata), 404);
+    let (code, _, _) = crate::sign_in::call(&url, Some(&ada), "clock_now");
+    assert_eq!(code, 401);
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("larkgate: the configuration was reloaded"),
+        "{lines:?}"
+    );
+    assert_a_call_is_logged(&server, &admin);
+    assert!(server.stop().success());
+}
+
+/// A format chosen by `LARKGATE_LOG_FORMAT` (or `--log-format`) outranks the file's, at a
+/// reload as at start; a `[telemetry]` that cannot export is refused whole.
+#[test]
+fn a_reload_keeps_a_chosen_log_format_and_refuses_telemetry_it_cannot_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_config(d, BASE);
+    let server = Server::start_with_env(d, &[("LARKGATE_LOG_FORMAT", "text")]);
+    write_config(d, &format!("{BASE}[server]\nlog_format = \"json\"\n"));
+    let said = ok(d, &["reload"]);
+    assert!(
+        said.contains("server.log_format changed")
+            && said.contains("the log keeps its format: --log-format or LARKGATE_LOG_FORMAT"),
+        "{said}"
+    );
+    let lines = server.stderr_until("was reloaded from");
+    assert!(lines.last().unwrap().starts_with("larkgate: "), "{lines:?}");
+
+    // A collector header naming a variable that is not set: nothing changes, not even the
+    // policy beside it.
+    write_config(
+        d,
+        &format!(
+            "{BASE}[policy.roles.extra]\ncall = [\"kv_get\"]\n[telemetry]\notlp_endpoint = \
+             \"http://127.0.0.1:4318\"\nheaders = {{ authorization = \"Bearer ${{NO_SUCH_OTLP_TOKEN}}\" }}\n"
+        ),
+    );
+    let refused = fails(d, &["reload"]);
+    assert!(
+        refused.contains("was not reloaded, and the one in force stays")
+            && refused.contains("NO_SUCH_OTLP_TOKEN"),
+        "{refused}"
+    );
+    assert!(server.stop().success());
+}

@@ -48,7 +48,7 @@ impl Provider {
     }
 
     /// An access token from the provider's token endpoint for `sub`, with `claims` set.
-    fn token(&self, sub: &str, claims: &[(&str, &str)]) -> String {
+    pub(crate) fn token(&self, sub: &str, claims: &[(&str, &str)]) -> String {
         let mut form = vec![
             ("grant_type", "password"),
             ("username", sub),
@@ -155,7 +155,7 @@ fn encode(value: &serde_json::Value) -> String {
 
 /// A `tools/call` of a key-value or clock tool over the 2026-07-28 revision with `token`: the
 /// HTTP status, the `WWW-Authenticate` header and the body.
-fn call(url: &str, token: Option<&str>, tool: &str) -> (u16, String, serde_json::Value) {
+pub(crate) fn call(url: &str, token: Option<&str>, tool: &str) -> (u16, String, serde_json::Value) {
     call_with(
         url,
         token,
@@ -232,6 +232,13 @@ pub(crate) fn sign_in_config(issuer: &str) -> String {
 /// groups bring) and `root`, an admin with a token of larkgate's own; `serve` started on it.
 fn gateway(d: &Path, provider: &Provider, ada_roles: &str) -> (Server, String) {
     std::fs::write(crate::config_path(d), sign_in_config(&provider.issuer)).unwrap();
+    let admin = ada_and_root(d, ada_roles);
+    (Server::start(d), admin)
+}
+
+/// Registers `ada` for the issuer named `idp` (which the configuration in `d` must name),
+/// with `ada_roles`, and `root`, an admin; answers root's token.
+pub(crate) fn ada_and_root(d: &Path, ada_roles: &str) -> String {
     ok(
         d,
         &[
@@ -245,10 +252,9 @@ fn gateway(d: &Path, provider: &Provider, ada_roles: &str) -> (Server, String) {
         ],
     );
     ok(d, &["principal", "add", "root", "--roles", "admin"]);
-    let admin = ok(d, &["token", "create", "--principal", "root"])
+    ok(d, &["token", "create", "--principal", "root"])
         .trim()
-        .to_owned();
-    (Server::start(d), admin)
+        .to_owned()
 }
 
 #[test]

@@ -59,8 +59,8 @@ pub(crate) fn peer(script: &str) -> Peer {
 
 /// One exported span, as the receiver decoded it.
 #[derive(Clone, Debug)]
-struct Span {
-    name: String,
+pub(crate) struct Span {
+    pub(crate) name: String,
     trace_id: String,
     span_id: String,
     parent: String,
@@ -70,7 +70,7 @@ struct Span {
 }
 
 /// Spans received until `done` holds of all of them (or 30 s pass).
-fn spans_until(receiver: &Peer, done: impl Fn(&[Span]) -> bool) -> Vec<Span> {
+pub(crate) fn spans_until(receiver: &Peer, done: impl Fn(&[Span]) -> bool) -> Vec<Span> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut spans = Vec::new();
     while !done(&spans) {
