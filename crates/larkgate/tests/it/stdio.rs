@@ -635,3 +635,45 @@ fn the_first_start_prints_both_client_configurations_and_the_stdio_one_works_fro
         "stdio created a data directory"
     );
 }
+
+/// A desktop session's `larkgate stdio` reloads its configuration as `serve` does (SIGHUP,
+/// which `larkgate reload` sends to whichever process holds the data directory): the session
+/// goes on, and its next call is decided by the new policy.
+#[test]
+fn a_reload_reaches_a_running_stdio_session_at_its_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    ok(d, &["principal", "add", "desk", "--roles", "reader"]);
+    let desk = ok(d, &["token", "create", "--principal", "desk"])
+        .trim()
+        .to_owned();
+    let set = CallToolRequestParams::new("kv_set").with_arguments(
+        serde_json::json!({"key": "k", "value": "v"})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let mut child = command(d);
+        child.env("LARKGATE_TOKEN", &desk);
+        let session = ().serve(TokioChildProcess::new(child).unwrap()).await.unwrap();
+        let refused = session.call_tool(set.clone()).await.unwrap();
+        assert_eq!(refusal_code(&refused).as_deref(), Some("not_found"));
+
+        std::fs::write(
+            crate::config_path(d),
+            POLICY.replace(
+                "\"kv_get\", \"clock_now\"",
+                "\"kv_get\", \"clock_now\", \"kv_set\"",
+            ),
+        )
+        .unwrap();
+        let said = ok(d, &["reload"]);
+        assert!(said.contains("[policy] changed"), "{said}");
+        let written = session.call_tool(set.clone()).await.unwrap();
+        assert_eq!(refusal_code(&written), None, "{written:?}");
+        session.cancel().await.unwrap();
+    });
+}
