@@ -310,9 +310,7 @@ fn replace_provider(live: &Live, provider: Option<SdkTracerProvider>) -> Option<
 
 fn shut_down(provider: &SdkTracerProvider) {
     if let Err(error) = provider.shutdown() {
-        crate::logging::fail(&format!(
-            "traces queued when the exporter stopped could not all be sent: {error}"
-        ));
+        tracing::warn!(%error, "traces queued when the exporter stopped could not all be sent");
     }
 }
 
