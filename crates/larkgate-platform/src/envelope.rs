@@ -37,12 +37,15 @@ pub struct Refusal {
     /// For `approval_required`: the approval's id.
     pub approval_id: Option<String>,
     /// For `internal`: the id the failure's details were logged under.
-    pub correlation_id: Option<Box<str>>,
+    pub correlation_id: Option<Box<String>>,
     /// For `approval_required` when a 2026-07-28 call's wait for its decision goes on: the
     /// `requestState` its client echoes to wait on ([`crate::approvals::wait`]). Not part of
     /// the envelope: the edge answers `input_required` instead. (This and the correlation id
     /// are boxed: they are rare, and a refusal is returned on every path.)
     pub wait_state: Option<Box<String>>,
+    /// For the operator, never the caller: what decided the refusal (a policy rule and its
+    /// reason), written into the refusal's audit record. (Boxed as the wait state is.)
+    pub decided_by: Option<Box<String>>,
 }
 
 impl Refusal {
@@ -56,12 +59,19 @@ impl Refusal {
             approval_id: None,
             correlation_id: None,
             wait_state: None,
+            decided_by: None,
         }
     }
 
     /// Adds a hint.
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// Says, for the operator's audit record only, what decided the refusal.
+    pub fn decided_by(mut self, what: impl Into<String>) -> Self {
+        self.decided_by = Some(Box::new(what.into()));
         self
     }
 
@@ -94,7 +104,7 @@ impl Refusal {
         let id = correlation_id();
         tracing::error!(correlation_id = %id, %detail, "internal failure: {summary}");
         Refusal {
-            correlation_id: Some(id.clone().into()),
+            correlation_id: Some(Box::new(id.clone())),
             ..Refusal::new(
                 Code::Internal,
                 format!("larkgate failed: {summary} (correlation id {id})"),
@@ -140,7 +150,7 @@ impl Refusal {
         let id = correlation_id();
         tracing::warn!(correlation_id = %id, %detail, "refused: {message}");
         Refusal {
-            correlation_id: Some(id.clone().into()),
+            correlation_id: Some(Box::new(id.clone())),
             ..Refusal::new(code, format!("{message} (correlation id {id})"))
         }
     }
@@ -165,7 +175,7 @@ impl Refusal {
             hint: self.hint.as_deref().map(bounded),
             retry_after_seconds: self.retry_after_seconds(),
             approval_id: self.approval_id.clone(),
-            correlation_id: self.correlation_id.as_deref().map(str::to_owned),
+            correlation_id: self.correlation_id.as_deref().cloned(),
         }
     }
 

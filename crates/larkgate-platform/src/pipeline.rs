@@ -1,8 +1,9 @@
 //! The one pipeline every call crosses, as tower layers, one file per step:
 //!
 //! ```text
-//! audit_refusals.rs → authenticate.rs → authorize.rs → arguments.rs → write_barrier.rs
-//!   → rate_limit.rs → gate.rs → journal.rs (intent, consume approval, dispatch, outcome)
+//! audit_refusals.rs → authenticate.rs → authorize.rs → arguments.rs → conditions.rs
+//!   → write_barrier.rs → rate_limit.rs → gate.rs → journal.rs (intent, consume approval,
+//!   dispatch, outcome)
 //!   → the tool's handler
 //! ```
 //!
@@ -37,6 +38,7 @@ mod arguments;
 mod audit_refusals;
 mod authenticate;
 mod authorize;
+mod conditions;
 mod gate;
 mod journal;
 mod rate_limit;
@@ -62,6 +64,7 @@ pub use arguments::{Arguments, arguments_hash};
 pub use audit_refusals::{AuditRefusals, AuditRefusalsLayer};
 pub use authenticate::Authenticate;
 pub use authorize::Authorize;
+pub use conditions::Conditions;
 pub use gate::Gate;
 pub use journal::Journal;
 pub use rate_limit::RateLimit;
@@ -90,6 +93,8 @@ pub struct CallRequest {
     pub canonical: Option<Map>,
     /// SHA-256 (hex) of the canonical arguments' RFC 8785 JSON.
     pub args_hash: Option<String>,
+    /// The policy rule that requires an approval for this call (after `conditions`).
+    pub approval_rule: Option<String>,
     /// The approval this call will consume (after `gate`).
     pub approval_id: Option<String>,
     /// A review run's call to a tool that may write (set by `write barrier`): the rate limit
@@ -122,6 +127,7 @@ impl CallRequest {
             resolved: None,
             canonical: None,
             args_hash: None,
+            approval_rule: None,
             approval_id: None,
             intercepted: false,
             review_gate: None,
@@ -288,6 +294,9 @@ pub fn build(services: Arc<Services>, registry: Arc<ToolTable>, catalog: Arc<Cat
             catalog,
         }))
         .layer(order.step(Arguments {
+            services: Arc::clone(&services),
+        }))
+        .layer(order.step(Conditions {
             services: Arc::clone(&services),
         }))
         .layer(order.step(WriteBarrier {

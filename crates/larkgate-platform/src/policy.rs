@@ -61,6 +61,9 @@ use std::fmt;
 use larkgate_store::Principal;
 use serde::{Deserialize, Serialize};
 
+pub mod condition;
+pub use condition::{Condition, FactValues, Facts};
+
 /// The role that may do everything the default configuration allows.
 pub const ROLE_ADMIN: &str = "admin";
 /// The role that resolves approvals.
@@ -442,6 +445,82 @@ fn all_tools() -> Vec<Pattern> {
     vec![Pattern("*".into())]
 }
 
+/// What a [`Rule`] does to a call it applies to, when its condition holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// The call is refused (`forbidden`), whatever else allows it.
+    Deny,
+    /// The call is allowed, as a role's `call` pattern would allow it.
+    Allow,
+    /// The call needs an approval for its exact arguments, as `[approvals] require` would.
+    RequireApproval,
+}
+
+/// A rule on calls: the tools it matches, whose calls it applies to (everyone's, unless
+/// `roles` or `principals` name some), a condition on the call (`when`, CEL: see
+/// [`condition`]), and its effect.
+///
+/// ```toml
+/// [[policy.rules]]
+/// name = "writes under tmp/ only"
+/// tools = ["kv_set", "kv_delete"]
+/// when = '!args.key.startsWith("tmp/")'
+/// effect = "deny"
+/// reason = "keys outside tmp/ belong to the deploy pipeline"
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// How the audit, the log and `policy explain` name it; `rules[N]` when absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The tools it matches.
+    pub tools: Vec<Pattern>,
+    /// It applies to principals with any of these roles...
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// ...and to these principals; to everyone when both are empty.
+    #[serde(default)]
+    pub principals: Vec<String>,
+    /// The condition on the call; the rule always applies without one.
+    #[serde(default)]
+    pub when: Option<Condition>,
+    /// What it does.
+    pub effect: Effect,
+    /// Why, for the operator (the audit and the log); the caller is not told.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl Rule {
+    /// Whether the rule applies to `principal`'s calls of `tool` (its condition aside).
+    pub fn applies_to(&self, principal: &Principal, tool: &str) -> bool {
+        let whose = (self.roles.is_empty() && self.principals.is_empty())
+            || self.principals.contains(&principal.id)
+            || self.roles.iter().any(|role| principal.roles.contains(role));
+        whose && self.tools.iter().any(|pattern| pattern.matches(tool))
+    }
+}
+
+/// How the rules decided a call whose tool the caller may see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The call goes on; with the name of the rule that requires an approval for it, if one
+    /// does.
+    Proceed {
+        /// The `require_approval` rule whose condition held.
+        approval: Option<String>,
+    },
+    /// The call is refused.
+    Refuse {
+        /// The rule that decided (its name, or `rules[N]`), or what did.
+        rule: String,
+        /// Why, for the operator: the rule's reason, or the condition's error.
+        why: String,
+    },
+}
+
 /// The whole policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -449,6 +528,9 @@ pub struct Policy {
     /// Role name to what it grants.
     #[serde(default)]
     pub roles: BTreeMap<String, RoleRules>,
+    /// Rules with conditions, in the order of evaluation [`Policy::judge`] gives them.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
     /// Approval requirements.
     #[serde(default)]
     pub approvals: ApprovalRules,
@@ -476,6 +558,7 @@ impl Default for Policy {
         );
         Policy {
             roles,
+            rules: Vec::new(),
             approvals: ApprovalRules::default(),
             rate_limits: Vec::new(),
             publishing: PublishingRules::default(),
@@ -526,24 +609,156 @@ impl Policy {
                 ));
             }
         }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            let name = self.rule_name(i);
+            if rule.tools.is_empty() {
+                return Err(format!(
+                    "{name}: tools is empty, so the rule matches nothing: name the tools it is                      for (\"*\" for all)"
+                ));
+            }
+            if rule.name.as_ref().is_some_and(|n| n.trim().is_empty()) {
+                return Err(format!(
+                    "rules[{i}]: name is empty: name it, or leave name out"
+                ));
+            }
+            if !names.insert(name.clone()) {
+                return Err(format!(
+                    "two rules are named {name:?}: give each its own name, so the audit                      says which decided"
+                ));
+            }
+        }
         Ok(())
     }
 
-    fn rules<'a>(&'a self, principal: &'a Principal) -> impl Iterator<Item = &'a RoleRules> {
+    /// How the audit names rule `index`: its `name`, else `rules[index]`.
+    pub fn rule_name(&self, index: usize) -> String {
+        match self.rules.get(index).and_then(|r| r.name.as_ref()) {
+            Some(name) => name.clone(),
+            None => format!("rules[{index}]"),
+        }
+    }
+
+    fn role_rules<'a>(&'a self, principal: &'a Principal) -> impl Iterator<Item = &'a RoleRules> {
         principal.roles.iter().filter_map(|r| self.roles.get(r))
     }
 
-    /// Whether `principal` may call `tool`.
-    pub fn may_call(&self, principal: &Principal, tool: &str) -> bool {
-        self.rules(principal)
+    /// Whether `principal`'s roles name `tool` in a `call` pattern.
+    pub fn roles_grant_call(&self, principal: &Principal, tool: &str) -> bool {
+        self.role_rules(principal)
             .any(|r| r.call.iter().any(|p| p.matches(tool)))
+    }
+
+    /// Whether an `allow` rule applies to `principal`'s calls of `tool` (its condition decides
+    /// each call; see [`Policy::judge`]).
+    fn allow_rule_applies(&self, principal: &Principal, tool: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.effect == Effect::Allow && r.applies_to(principal, tool))
+    }
+
+    /// Whether `principal` may call `tool`, by name: a role's `call` pattern names it, or an
+    /// `allow` rule applies (whose condition then decides each call).
+    pub fn may_call(&self, principal: &Principal, tool: &str) -> bool {
+        self.roles_grant_call(principal, tool) || self.allow_rule_applies(principal, tool)
     }
 
     /// Whether `principal` may see `tool` (in listings, and to be told `forbidden` rather
     /// than `not_found`).
     pub fn may_see(&self, principal: &Principal, tool: &str) -> bool {
-        self.rules(principal)
+        self.role_rules(principal)
             .any(|r| r.call.iter().chain(&r.list).any(|p| p.matches(tool)))
+            || self.allow_rule_applies(principal, tool)
+    }
+
+    /// Whether any rule applies to `principal`'s calls of `tool`: only then has
+    /// [`Policy::judge`] anything to evaluate.
+    pub fn has_rules_for(&self, principal: &Principal, tool: &str) -> bool {
+        self.rules.iter().any(|r| r.applies_to(principal, tool))
+    }
+
+    /// Decides a call of `tool` by `principal` that its roles grant (`granted`) or an `allow`
+    /// rule might, with `facts` made (once) when a rule applies. In this order:
+    ///
+    /// 1. a `deny` rule that applies and holds refuses it;
+    /// 2. an `allow` rule that applies and holds allows it;
+    /// 3. else the roles decide, as they do without rules (`granted`);
+    /// 4. then a `require_approval` rule that applies and holds requires an approval.
+    ///
+    /// A condition that cannot be evaluated refuses the call, whatever the rule's effect: a
+    /// rule the operator wrote never silently stops applying.
+    pub fn judge(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        granted: bool,
+        facts: impl FnOnce() -> FactValues,
+    ) -> Verdict {
+        let applying: Vec<(usize, &Rule)> = self
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| rule.applies_to(principal, tool))
+            .collect();
+        if applying.is_empty() {
+            return if granted {
+                Verdict::Proceed { approval: None }
+            } else {
+                Verdict::Refuse {
+                    rule: "the roles".to_owned(),
+                    why: format!("no role of {} calls {tool}", principal.id),
+                }
+            };
+        }
+        let facts = facts();
+        let mut refusal = None;
+        let mut holds = |index: usize, rule: &Rule| -> bool {
+            let Some(condition) = &rule.when else {
+                return true;
+            };
+            match condition.holds(&facts) {
+                Ok(holds) => holds,
+                Err(error) => {
+                    refusal.get_or_insert(Verdict::Refuse {
+                        rule: self.rule_name(index),
+                        why: format!("its condition could not be evaluated: {error}"),
+                    });
+                    false
+                }
+            }
+        };
+        let by = |effect| {
+            applying
+                .iter()
+                .filter(move |(_, rule)| rule.effect == effect)
+        };
+        if let Some((index, rule)) = by(Effect::Deny).find(|(i, rule)| holds(*i, rule)) {
+            return Verdict::Refuse {
+                rule: self.rule_name(*index),
+                why: rule
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "its condition holds".to_owned()),
+            };
+        }
+        let allowed = by(Effect::Allow).any(|(i, rule)| holds(*i, rule));
+        let approval = by(Effect::RequireApproval)
+            .find(|(i, rule)| holds(*i, rule))
+            .map(|(i, _)| self.rule_name(*i));
+        if let Some(refusal) = refusal {
+            return refusal;
+        }
+        if !allowed && !granted {
+            let names: Vec<String> = by(Effect::Allow).map(|(i, _)| self.rule_name(*i)).collect();
+            return Verdict::Refuse {
+                rule: names.join(", "),
+                why: format!(
+                    "no role of {} calls {tool}, and no allow rule's condition holds",
+                    principal.id
+                ),
+            };
+        }
+        Verdict::Proceed { approval }
     }
 
     /// Whether calls of `tool` need an approval.
@@ -570,13 +785,13 @@ impl Policy {
 
     /// Whether `principal` may list and read the resource (or template) at larkgate `uri`.
     pub fn may_read_resource(&self, principal: &Principal, uri: &str) -> bool {
-        self.rules(principal)
+        self.role_rules(principal)
             .any(|r| r.resources.iter().any(|p| p.matches(uri)))
     }
 
     /// Whether `principal` may list and get prompt `name`.
     pub fn may_get_prompt(&self, principal: &Principal, name: &str) -> bool {
-        self.rules(principal)
+        self.role_rules(principal)
             .any(|r| r.prompts.iter().any(|p| p.matches(name)))
     }
 
@@ -645,6 +860,124 @@ mod tests {
             kind: PrincipalKind::User,
             roles: roles.iter().map(|r| r.to_string()).collect(),
             issuer: IssuerBinding::Local,
+        }
+    }
+
+    /// `judge` of ada (role `writer`) calling `kv_set` with `key`, under `rules`.
+    fn judge(rules: &str, granted: bool, key: &str) -> Verdict {
+        let policy: Policy = toml::from_str(rules).unwrap();
+        policy.validate().unwrap();
+        let ada = Principal {
+            id: "ada".into(),
+            ..principal(&["writer"])
+        };
+        let args: larkgate_binding::Map = [("key".to_owned(), key.into())].into();
+        let chain = larkgate_store::CallChain::default();
+        policy.judge(&ada, "kv_set", granted, || {
+            Facts {
+                args: &args,
+                principal: &ada,
+                tool: "kv_set",
+                source: "builtin",
+                alias: "",
+                read_only: false,
+                chain: &chain,
+                now_ms: 0,
+            }
+            .values()
+        })
+    }
+
+    #[test]
+    fn rules_are_judged_deny_first_then_allow_then_the_roles_then_approvals() {
+        let deny = "[[rules]]\nname = \"d\"\ntools = [\"kv_*\"]\nwhen = 'args.key == \"x\"'\neffect = \"deny\"\nreason = \"no x\"\n";
+        let allow = "[[rules]]\nname = \"a\"\ntools = [\"kv_set\"]\nroles = [\"writer\"]\nwhen = 'args.key.startsWith(\"ada/\")'\neffect = \"allow\"\n";
+        let approve = "[[rules]]\ntools = [\"kv_set\"]\nprincipals = [\"ada\"]\nwhen = 'size(args.key) > 5'\neffect = \"require_approval\"\n";
+        let other = "[[rules]]\ntools = [\"kv_set\"]\nroles = [\"reader\"]\neffect = \"deny\"\n";
+        let broken = "[[rules]]\nname = \"b\"\ntools = [\"kv_set\"]\nwhen = 'args.missing == 1'\neffect = \"allow\"\n";
+        let proceed = |approval: Option<&str>| Verdict::Proceed {
+            approval: approval.map(str::to_owned),
+        };
+        let refused = |verdict: &Verdict, rule: &str| matches!(verdict, Verdict::Refuse { rule: r, .. } if r == rule);
+        // A deny that holds beats an allow and the roles.
+        let both = format!("{allow}{deny}");
+        assert!(refused(&judge(&both, true, "x"), "d"));
+        assert_eq!(
+            judge(&both, true, "x"),
+            Verdict::Refuse {
+                rule: "d".into(),
+                why: "no x".into()
+            }
+        );
+        // An allow that holds lets through what the roles do not; one that does not hold
+        // leaves the roles to decide.
+        assert_eq!(judge(allow, false, "ada/a"), proceed(None));
+        assert!(refused(&judge(allow, false, "bob/a"), "a"));
+        assert_eq!(judge(allow, true, "bob/a"), proceed(None));
+        // A rule for other roles does not apply; nothing applies: the roles decide.
+        assert_eq!(judge(other, true, "k"), proceed(None));
+        assert!(refused(&judge(other, false, "k"), "the roles"));
+        // An approval rule that holds names itself for the gate.
+        assert_eq!(judge(approve, true, "longer"), proceed(Some("rules[0]")));
+        assert_eq!(judge(approve, true, "short"), proceed(None));
+        // A condition that cannot be evaluated refuses, even on an allow rule.
+        let verdict = judge(broken, true, "k");
+        assert!(refused(&verdict, "b"), "{verdict:?}");
+        assert!(
+            matches!(&verdict, Verdict::Refuse { why, .. } if why.contains("could not be evaluated")),
+            "{verdict:?}"
+        );
+    }
+
+    #[test]
+    fn an_allow_rule_makes_its_tools_visible_and_callable_by_name() {
+        let policy: Policy = toml::from_str(
+            "[roles.viewer]\ncall = [\"kv_get\"]\n[[rules]]\ntools = [\"kv_set\"]\nroles = [\"viewer\"]\nwhen = 'true'\neffect = \"allow\"\n",
+        )
+        .unwrap();
+        let viewer = principal(&["viewer"]);
+        assert!(policy.may_see(&viewer, "kv_set") && policy.may_call(&viewer, "kv_set"));
+        assert!(!policy.roles_grant_call(&viewer, "kv_set"));
+        assert!(!policy.may_see(&principal(&["other"]), "kv_set"));
+    }
+
+    #[test]
+    fn rules_that_match_nothing_or_share_a_name_are_refused() {
+        let cases = [
+            (
+                "[[rules]]\ntools = []\neffect = \"deny\"\n",
+                "tools is empty",
+            ),
+            (
+                "[[rules]]\nname = \"x\"\ntools = [\"a\"]\neffect = \"deny\"\n[[rules]]\nname = \"x\"\ntools = [\"b\"]\neffect = \"allow\"\n",
+                "two rules are named \"x\"",
+            ),
+            (
+                "[[rules]]\nname = \" \"\ntools = [\"a\"]\neffect = \"deny\"\n",
+                "name is empty",
+            ),
+        ];
+        for (text, says) in cases {
+            let policy: Policy = toml::from_str(text).unwrap();
+            let error = policy.validate().expect_err(text);
+            assert!(error.contains(says), "{text}: {error}");
+        }
+        for (text, says) in [
+            (
+                "[[rules]]\ntools = [\"a\"]\neffect = \"maybe\"\n",
+                "unknown variant",
+            ),
+            (
+                "[[rules]]\ntools = [\"a\"]\neffect = \"deny\"\nwhen = 'foo'\n",
+                "reads `foo`",
+            ),
+            (
+                "[[rules]]\ntools = [\"a\"]\neffect = \"deny\"\nwhn = 'true'\n",
+                "unknown field",
+            ),
+        ] {
+            let error = toml::from_str::<Policy>(text).expect_err(text).to_string();
+            assert!(error.contains(says), "{text}: {error}");
         }
     }
 

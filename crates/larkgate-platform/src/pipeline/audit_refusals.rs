@@ -115,7 +115,7 @@ where
                     session: identity.as_ref().map(|i| i.label.clone()),
                     tool: Some(tool),
                     code: Some(AuditCode::Refusal(refusal.code)),
-                    detail: Some(cut(&refusal.message, MAX_MESSAGE_BYTES).into_owned()),
+                    detail: Some(audit_detail(refusal)),
                     ..Default::default()
                 };
                 if let Err(error) = services.audit.append(entry) {
@@ -124,6 +124,15 @@ where
             }
             Ok(response)
         })
+    }
+}
+
+/// What a refusal's audit record says: its message, and for the operator what decided it.
+fn audit_detail(refusal: &Refusal) -> String {
+    let message = cut(&refusal.message, MAX_MESSAGE_BYTES);
+    match &refusal.decided_by {
+        Some(decided) => format!("{message} (decided by {})", cut(decided, MAX_MESSAGE_BYTES)),
+        None => message.into_owned(),
     }
 }
 

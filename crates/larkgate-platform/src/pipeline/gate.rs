@@ -36,7 +36,9 @@ impl Step for Gate {
             .as_ref()
             .is_some_and(|t| t.spec.requires_approval);
         let policy = self.services.policy();
-        let gated = operator_gated || policy.requires_approval_of(request.kind, &request.target);
+        let gated = operator_gated
+            || request.approval_rule.is_some()
+            || policy.requires_approval_of(request.kind, &request.target);
         if request.intercepted {
             // A review run's intended write is recorded, never made: nothing is approved or
             // spent; the record says when its real run would ask for an approval.

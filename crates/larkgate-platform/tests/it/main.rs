@@ -14,5 +14,6 @@ mod identity;
 mod leaks;
 mod modules;
 mod pipeline;
+mod rules;
 mod shared_rate_limits;
 mod tokens;

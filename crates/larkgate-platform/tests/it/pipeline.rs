@@ -108,6 +108,7 @@ async fn forbidden_takes_precedence_over_the_rate_limit() {
             "authenticate",
             "authorize",
             "arguments",
+            "conditions",
             "write barrier",
             "rate limit",
             "approval gate"

@@ -24,6 +24,7 @@ const TABLES: &[(&str, &str)] = &[
         "[[policy.rate_limits]]",
         "[[policy.rate_limits]]\n{PROBE} = 1",
     ),
+    ("[[policy.rules]]", "[[policy.rules]]\n{PROBE} = 1"),
     ("[[upstreams]]", "[[upstreams]]\n{PROBE} = 1"),
     (
         "[upstreams.limits]",

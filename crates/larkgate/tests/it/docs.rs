@@ -120,3 +120,36 @@ fn normalize(path: &Path) -> PathBuf {
     }
     parts.iter().collect()
 }
+
+/// The worked examples of rules in docs/policy.md are a configuration `larkgate check` accepts,
+/// each condition compiled.
+#[test]
+fn the_policy_pages_rule_examples_pass_check() {
+    let page = std::fs::read_to_string(root().join("docs/policy.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut block: Option<String> = None;
+    for line in page.lines() {
+        match (&mut block, line.starts_with("```")) {
+            (None, true) if line == "```toml" => block = Some(String::new()),
+            (Some(text), true) => {
+                blocks.push(std::mem::take(text));
+                block = None;
+            }
+            (Some(text), false) => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    let rules: Vec<&String> = blocks
+        .iter()
+        .filter(|b| b.contains("[[policy.rules]]"))
+        .collect();
+    assert_eq!(rules.len(), 1, "one block of worked examples");
+    assert_eq!(rules[0].matches("[[policy.rules]]").count(), 5);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!("[policy.roles.admin]\ncall = [\"*\"]\n\n{}", rules[0]);
+    std::fs::write(crate::config_path(dir.path()), policy).unwrap();
+    crate::ok(dir.path(), &["check"]);
+}

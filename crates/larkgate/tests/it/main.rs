@@ -18,6 +18,7 @@ mod rate_limits;
 mod reload;
 mod replicas;
 mod resources;
+mod rules;
 mod scripts;
 mod sdk_clients;
 mod serve;

@@ -156,10 +156,11 @@ fn children<'a>(spans: &'a [Span], parent: &Span) -> Vec<&'a str> {
 }
 
 /// The pipeline's steps, each a child of the call's span, in the order they run.
-const STEPS: [&str; 7] = [
+const STEPS: [&str; 8] = [
     "authenticate",
     "authorize",
     "arguments",
+    "conditions",
     "write barrier",
     "rate limit",
     "approval gate",

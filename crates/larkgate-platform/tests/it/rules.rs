@@ -1,0 +1,134 @@
+//! The policy's rules with conditions (`[[rules]]`, CEL over the call), through the whole
+//! pipeline: what they refuse, allow and gate, what the caller is told (what a role's refusal
+//! tells, nothing of the rule) and what the audit record says (the rule, for the operator).
+
+use larkgate_caller::Caller;
+use larkgate_platform::policy::Policy;
+use larkgate_store::{AuditKind, AuditQuery, AuditStore};
+
+use crate::harness::{Harness, POLICY, args, refusal};
+
+/// The test policy, and rules: writers write only under `tmp/`; viewers may also write under
+/// their own name; values over 10 bytes need an approval; nobody writes outside office hours.
+fn policy() -> Policy {
+    let text = format!(
+        r#"{POLICY}
+[[rules]]
+name = "writes under tmp/ only"
+tools = ["kv_set", "kv_delete"]
+roles = ["writer"]
+when = '!args.key.startsWith("tmp/")'
+effect = "deny"
+reason = "keys outside tmp/ belong to the deploy pipeline"
+
+[[rules]]
+name = "viewers write their own keys"
+tools = ["kv_set"]
+roles = ["viewer"]
+when = 'args.key.startsWith(principal.name + "/")'
+effect = "allow"
+
+[[rules]]
+name = "large values"
+tools = ["kv_set"]
+when = 'size(args.value) > 10'
+effect = "require_approval"
+
+[[rules]]
+name = "office hours"
+tools = ["kv_*"]
+when = 'tool.read_only == false && (now.getHours("UTC") < 8 || now.getHours("UTC") >= 18)'
+effect = "deny"
+"#
+    );
+    let policy: Policy = toml::from_str(&text).unwrap();
+    policy.validate().unwrap();
+    policy
+}
+
+fn set(key: &str, value: &str) -> larkgate_binding::Map {
+    args(&[("key", key.into()), ("value", value.into())])
+}
+
+/// 2026-12-07 12:00 UTC, inside office hours.
+const NOON: i64 = 1_796_644_800_000;
+
+#[tokio::test]
+async fn rules_refuse_allow_and_gate_calls_by_their_arguments() {
+    let h = Harness::with(|b| {
+        b.policy(policy()).wall_clock(std::sync::Arc::new(
+            larkgate_platform::clock::ManualClock::at(NOON),
+        ))
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    wes.call_tool("kv_set", set("tmp/a", "v")).await.unwrap();
+    // Outside tmp/: refused as a role's refusal is, nothing of the rule told.
+    let refused = refusal(&wes, "kv_set", set("etc/passwd", "v")).await;
+    assert_eq!(refused.code, "forbidden");
+    assert!(
+        refused.text.contains("wes may not call kv_set"),
+        "{}",
+        refused.text
+    );
+    assert!(!refused.text.contains("tmp/"), "{}", refused.text);
+    // A read is not a write: the rule names kv_set and kv_delete only.
+    wes.call_tool("kv_get", args(&[("key", "etc/passwd".into())]))
+        .await
+        .unwrap();
+
+    // A viewer's roles do not call kv_set; the allow rule does, for its own keys only.
+    let (vera, _t) = h.session("vera").await;
+    vera.call_tool("kv_set", set("vera/notes", "v"))
+        .await
+        .unwrap();
+    let refused = refusal(&vera, "kv_set", set("wes/notes", "v")).await;
+    assert_eq!(refused.code, "forbidden");
+    // A principal whose roles neither call nor see kv_set is not told it exists.
+    let (nobody, _t) = h.session("nobody").await;
+    let refused = refusal(&nobody, "kv_set", set("nobody/x", "v")).await;
+    assert_eq!(refused.code, "not_found");
+
+    // A large value needs an approval for its exact arguments; a small one does not.
+    let refused = refusal(&wes, "kv_set", set("tmp/big", "0123456789abcdef")).await;
+    assert_eq!(refused.code, "approval_required", "{}", refused.text);
+
+    // The audit names the rule and its reason for the operator.
+    h.audit.flush().await.unwrap();
+    let records = h.store.audit_records(AuditQuery::default()).await.unwrap();
+    let details: Vec<&str> = records
+        .iter()
+        .filter(|r| r.kind == AuditKind::Refusal && r.code.as_deref() == Some("forbidden"))
+        .filter_map(|r| r.detail.as_deref())
+        .collect();
+    assert!(
+        details.iter().any(|d| d.contains(
+            "decided by rule writes under tmp/ only: keys outside tmp/ belong to the deploy pipeline"
+        )),
+        "{details:?}"
+    );
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("decided by rule viewers write their own keys")),
+        "{details:?}"
+    );
+}
+
+#[tokio::test]
+async fn outside_office_hours_writes_are_refused_by_the_platform_s_clock() {
+    let clock = larkgate_platform::clock::ManualClock::at(NOON);
+    let h = Harness::with(|b| {
+        b.policy(policy())
+            .wall_clock(std::sync::Arc::new(clock.clone()))
+    })
+    .await;
+    let (wes, _t) = h.session("wes").await;
+    wes.call_tool("kv_set", set("tmp/a", "v")).await.unwrap();
+    clock.advance(std::time::Duration::from_secs(7 * 3600));
+    let refused = refusal(&wes, "kv_set", set("tmp/a", "v")).await;
+    assert_eq!(refused.code, "forbidden");
+    wes.call_tool("kv_get", args(&[("key", "tmp/a".into())]))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,128 @@
+//! A rule on a call's arguments (`[[policy.rules]]`) decides the same from every edge: an
+//! agent over HTTP, a desktop client over stdio, a draft run's host call and a published
+//! script's; the caller reads a role's refusal, and the operator's audit names the rule.
+
+use serde_json::json;
+
+use crate::ok;
+
+const POLICY: &str = r#"
+[policy.roles.admin]
+call = ["*"]
+[policy.roles.author]
+call = ["kv_get", "clock_now"]
+
+[[policy.rules]]
+name = "no secret"
+tools = ["kv_get"]
+when = 'args.key == "secret"'
+effect = "deny"
+reason = "the secret is for the deploy pipeline"
+"#;
+
+/// The text of a call's refusal, or `ok`.
+fn outcome(answer: &serde_json::Value) -> String {
+    if answer["result"]["isError"] == false {
+        return "ok".to_owned();
+    }
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+#[test]
+fn a_rule_refuses_alike_over_http_stdio_a_draft_and_a_published_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "admin,author"]);
+    let token = ok(d, &["token", "create", "--principal", "ada"])
+        .trim()
+        .to_owned();
+    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
+    std::fs::write(
+        d.join("peek.star"),
+        "def main(*, key: str):\n    return kv_get(key = key)\n",
+    )
+    .unwrap();
+    ok(d, &["--as", "ada", "script", "save", "peek", "peek.star"]);
+    ok(d, &["--as", "pat", "script", "publish", "peek"]);
+    let server = crate::serve::Server::start(d);
+    let call = |tool: &str, arguments: serde_json::Value| {
+        outcome(&crate::traces::call(
+            &server.url,
+            &token,
+            None,
+            None,
+            tool,
+            arguments,
+        ))
+    };
+
+    // HTTP.
+    assert_eq!(call("kv_get", json!({"key": "public"})), "ok");
+    let refused = call("kv_get", json!({"key": "secret"}));
+    assert!(
+        refused.starts_with("forbidden: ada may not call kv_get"),
+        "{refused}"
+    );
+    assert!(
+        !refused.contains("deploy pipeline") && !refused.contains("no secret"),
+        "{refused}"
+    );
+
+    // A draft run's host call: the run fails with the same refusal.
+    let source = "def main():\n    return kv_get(key = \"secret\")\n";
+    let refused = call("script_run_draft", json!({"source": source}));
+    assert!(
+        refused.contains("forbidden: ada may not call kv_get"),
+        "{refused}"
+    );
+
+    // A published script's host call, made as script:peek.
+    assert_eq!(call("script__peek", json!({"key": "public"})), "ok");
+    let refused = call("script__peek", json!({"key": "secret"}));
+    assert!(
+        refused.contains("forbidden: script:peek may not call kv_get"),
+        "{refused}"
+    );
+
+    // stdio (relayed to the running serve).
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        use rmcp::ServiceExt;
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_larkgate"));
+        command
+            .current_dir(d)
+            .arg("stdio")
+            .env("LARKGATE_TOKEN", &token);
+        let session =
+            ().serve(rmcp::transport::TokioChildProcess::new(command).unwrap())
+                .await
+                .unwrap();
+        let arguments = json!({"key": "secret"});
+        let result = session
+            .call_tool(
+                rmcp::model::CallToolRequestParams::new("kv_get")
+                    .with_arguments(arguments.as_object().unwrap().clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(result.is_error, Some(true), "{result:?}");
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(
+            text.contains("forbidden: ada may not call kv_get"),
+            "{text}"
+        );
+        session.cancel().await.unwrap();
+    });
+    assert!(server.stop().success());
+
+    // The operator's audit names the rule and its reason, for each of the four.
+    let audit = ok(d, &["audit", "tail", "-n", "50", "--json"]);
+    let decided = audit
+        .matches("decided by rule no secret: the secret is for the deploy pipeline")
+        .count();
+    assert_eq!(decided, 4, "{audit}");
+}
