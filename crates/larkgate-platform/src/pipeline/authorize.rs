@@ -62,13 +62,21 @@ impl Step for Authorize {
             return Ok(());
         }
         let registry = self.registry.snapshot();
-        let tool = registry.get(&request.tool);
-        let Some(tool) = tool.filter(|t| {
-            access::reachable(identity.run.kind, &t.spec)
-                && access::may_see(&policy, principal, &t.spec)
-        }) else {
-            return Err(Refusal::not_found(&request.tool));
+        let Some(tool) = registry.get(&request.tool) else {
+            return Err(Refusal::not_found(&request.tool).decided_by("no tool has this name"));
         };
+        // The caller is told the same as for a tool that does not exist; the operator's audit
+        // tells the two apart.
+        if !access::reachable(identity.run.kind, &tool.spec) {
+            return Err(Refusal::not_found(&request.tool)
+                .decided_by("the tool is for people's own sessions, not script runs"));
+        }
+        if !access::may_see(&policy, principal, &tool.spec) {
+            return Err(Refusal::not_found(&request.tool).decided_by(format!(
+                "the roles: no role of {} lists or calls it, and no allow rule names it",
+                principal.id
+            )));
+        }
         if !access::may_call(&policy, principal, &tool.spec) {
             return Err(Refusal::new(
                 Code::Forbidden,

@@ -132,3 +132,36 @@ async fn outside_office_hours_writes_are_refused_by_the_platform_s_clock() {
         .await
         .unwrap();
 }
+
+/// The caller of a tool it may not see reads what the caller of a typo reads (`not_found`,
+/// the same text); the operator's audit tells the two apart.
+#[tokio::test]
+async fn the_audit_tells_a_tool_hidden_by_the_policy_from_a_typo() {
+    let h = Harness::new().await;
+    let (nobody, _t) = h.session("nobody").await;
+    let hidden = refusal(&nobody, "kv_set", set("k", "v")).await;
+    let typo = refusal(&nobody, "kv_sett", set("k", "v")).await;
+    assert_eq!(
+        (hidden.code.as_str(), typo.code.as_str()),
+        ("not_found", "not_found")
+    );
+    h.audit.flush().await.unwrap();
+    let records = h.store.audit_records(AuditQuery::default()).await.unwrap();
+    let detail = |tool: &str| {
+        records
+            .iter()
+            .find(|r| r.kind == AuditKind::Refusal && r.tool.as_deref() == Some(tool))
+            .and_then(|r| r.detail.clone())
+            .unwrap_or_default()
+    };
+    assert!(
+        detail("kv_set").contains("no role of nobody lists or calls it"),
+        "{}",
+        detail("kv_set")
+    );
+    assert!(
+        detail("kv_sett").contains("no tool has this name"),
+        "{}",
+        detail("kv_sett")
+    );
+}
