@@ -44,6 +44,7 @@ pub mod clock;
 pub mod decisions;
 pub mod display;
 pub mod envelope;
+pub mod explain;
 pub mod failing;
 pub mod identity;
 pub mod metrics;

@@ -60,11 +60,11 @@ use crate::policy::TargetKind;
 use crate::registry::{RegisteredTool, ToolTable};
 use crate::services::Services;
 
-pub use arguments::{Arguments, arguments_hash};
+pub use arguments::{Arguments, arguments_hash, canonical_arguments};
 pub use audit_refusals::{AuditRefusals, AuditRefusalsLayer};
 pub use authenticate::Authenticate;
 pub use authorize::Authorize;
-pub use conditions::Conditions;
+pub use conditions::{Conditions, facts};
 pub use gate::Gate;
 pub use journal::Journal;
 pub use rate_limit::RateLimit;

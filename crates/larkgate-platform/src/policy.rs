@@ -503,6 +503,20 @@ impl Rule {
     }
 }
 
+/// One rule as it stood for a call, for `larkgate policy explain`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleTrace {
+    /// Its name, or `rules[N]`.
+    pub name: String,
+    /// Its effect.
+    pub effect: Effect,
+    /// Whether it applies to the caller's calls of the tool (its condition aside).
+    pub applies: bool,
+    /// When it applies and has a condition: whether the condition holds, or why it could not
+    /// be evaluated.
+    pub condition: Option<Result<bool, String>>,
+}
+
 /// How the rules decided a call whose tool the caller may see.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -675,6 +689,27 @@ impl Policy {
     /// [`Policy::judge`] anything to evaluate.
     pub fn has_rules_for(&self, principal: &Principal, tool: &str) -> bool {
         self.rules.iter().any(|r| r.applies_to(principal, tool))
+    }
+
+    /// Every rule, in order, as it stands for `principal`'s call of `tool` with `facts`.
+    pub fn trace(&self, principal: &Principal, tool: &str, facts: &FactValues) -> Vec<RuleTrace> {
+        self.rules
+            .iter()
+            .enumerate()
+            .map(|(index, rule)| {
+                let applies = rule.applies_to(principal, tool);
+                RuleTrace {
+                    name: self.rule_name(index),
+                    effect: rule.effect,
+                    applies,
+                    condition: rule
+                        .when
+                        .as_ref()
+                        .filter(|_| applies)
+                        .map(|condition| condition.holds(facts)),
+                }
+            })
+            .collect()
     }
 
     /// Decides a call of `tool` by `principal` that its roles grant (`granted`) or an `allow`

@@ -12,6 +12,7 @@ mod context;
 mod credentials;
 mod endpoint;
 mod migrate;
+mod policy;
 mod principal;
 mod reload;
 mod run;
@@ -130,6 +131,9 @@ enum Command {
     Capabilities(capabilities::Args),
     /// Call one tool through the full pipeline, as the operator or `--as NAME`.
     Call(call::Args),
+    /// Ask how the policy decides a call, without making it.
+    #[command(subcommand)]
+    Policy(policy::Command),
     /// Manage principals: who may call tools, with which roles.
     #[command(subcommand)]
     Principal(principal::Command),
@@ -334,6 +338,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 | Command::Upstream(_)
                 | Command::Audit(_) => Ok(()),
                 Command::Call(args) => call::run(args, &context, out).await,
+                Command::Policy(command) => policy::run(command, &context, out).await,
                 Command::Run(args) => run::run(args, &context, out).await,
                 Command::Script(command) => script::run(command, &context, out).await,
                 Command::Serve(args) => serve::run(args, &context, out).await,

@@ -6,6 +6,9 @@
 use std::sync::Arc;
 
 use larkgate_binding::{Map, canonical_map_json, from_json_object};
+
+use crate::registry::RegisteredTool;
+use crate::services::CallLimits;
 use sha2::{Digest, Sha256};
 
 use crate::envelope::{Code, Refusal, refuse_arguments};
@@ -24,52 +27,67 @@ pub struct Arguments {
 impl Step for Arguments {
     const NAME: &'static str = "arguments";
     async fn check(&self, request: &mut CallRequest) -> Result<(), Refusal> {
-        let limits = &self.services.limits;
         let empty = serde_json::Map::new();
         let raw = request.arguments.as_ref().unwrap_or(&empty);
-        let size = json_size(raw);
-        if size > limits.max_argument_bytes {
-            return Err(Refusal::new(
-                Code::InvalidArguments,
-                format!(
-                    "the arguments are {size} bytes of JSON, over the limit of {} bytes",
-                    limits.max_argument_bytes
-                ),
-            )
-            .with_hint("send less data per call, or store it and pass a key"));
-        }
-        // The last conversion on a call's way (JSON to value; a script's host call made one
-        // before, value to JSON, in its worker or, for an in-process run, its session), and
-        // the one authoritative binding.
-        let map = from_json_object(raw, limits.values).map_err(|e| refuse_arguments(&e))?;
-        let tool = request.resolved.as_ref().map(Arc::clone);
-        let canonical = match tool.as_ref() {
-            Some(tool) => match &tool.input {
-                Some(shape) => shape
-                    .bind_map(&request.tool, &map)
-                    .map_err(|e| refuse_arguments(&e))?,
-                // An upstream's tool (it has no shape): its JSON Schema's required keys, closed
-                // keys and top-level types, before an approval is asked for a call that cannot
-                // run (the upstream checks the rest). larkgate's own tools without a shape
-                // check their arguments themselves, in their own words.
-                None if tool.spec.origin.source == larkgate_caller::Source::Upstream => {
-                    larkgate_binding::check_schema(&request.tool, &tool.spec.input_schema, &map)
-                        .map_err(|text| {
-                            Refusal::new(Code::InvalidArguments, text).with_hint(
-                                "call it with the arguments its input schema names (tools/list \
-                                 shows it)",
-                            )
-                        })?;
-                    map
-                }
-                None => map,
-            },
-            None => map,
-        };
+        let canonical = canonical_arguments(
+            &self.services.limits,
+            &request.tool,
+            request.resolved.as_deref(),
+            raw,
+        )?;
         request.args_hash = Some(arguments_hash(&canonical));
         request.canonical = Some(canonical);
         Ok(())
     }
+}
+
+/// The canonical arguments of a call of `tool` (named `name`) with `raw`, or the refusal that
+/// says what is wrong with them. See the module documentation.
+pub fn canonical_arguments(
+    limits: &CallLimits,
+    name: &str,
+    tool: Option<&RegisteredTool>,
+    raw: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Map, Refusal> {
+    let size = json_size(raw);
+    if size > limits.max_argument_bytes {
+        return Err(Refusal::new(
+            Code::InvalidArguments,
+            format!(
+                "the arguments are {size} bytes of JSON, over the limit of {} bytes",
+                limits.max_argument_bytes
+            ),
+        )
+        .with_hint("send less data per call, or store it and pass a key"));
+    }
+    // The last conversion on a call's way (JSON to value; a script's host call made one
+    // before, value to JSON, in its worker or, for an in-process run, its session), and
+    // the one authoritative binding.
+    let map = from_json_object(raw, limits.values).map_err(|e| refuse_arguments(&e))?;
+    Ok(match tool {
+        Some(tool) => match &tool.input {
+            Some(shape) => shape
+                .bind_map(name, &map)
+                .map_err(|e| refuse_arguments(&e))?,
+            // An upstream's tool (it has no shape): its JSON Schema's required keys, closed
+            // keys and top-level types, before an approval is asked for a call that cannot
+            // run (the upstream checks the rest). larkgate's own tools without a shape
+            // check their arguments themselves, in their own words.
+            None if tool.spec.origin.source == larkgate_caller::Source::Upstream => {
+                larkgate_binding::check_schema(name, &tool.spec.input_schema, &map).map_err(
+                    |text| {
+                        Refusal::new(Code::InvalidArguments, text).with_hint(
+                            "call it with the arguments its input schema names (tools/list \
+                             shows it)",
+                        )
+                    },
+                )?;
+                map
+            }
+            None => map,
+        },
+        None => map,
+    })
 }
 
 /// SHA-256 (hex) of the RFC 8785 JSON of canonical arguments.

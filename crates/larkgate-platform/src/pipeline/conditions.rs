@@ -16,6 +16,7 @@ use larkgate_caller::Source;
 use crate::access;
 use crate::envelope::{Code, Refusal};
 use crate::policy::{Facts, TargetKind, Verdict};
+use crate::registry::ToolSpec;
 use crate::services::Services;
 
 use super::{CallRequest, Step};
@@ -25,6 +26,31 @@ use super::{CallRequest, Step};
 pub struct Conditions {
     /// The platform's services.
     pub services: Arc<Services>,
+}
+
+/// What a condition reads of a call of `spec` by `principal` with `args`, through `chain`, at
+/// `now_ms`.
+pub fn facts<'a>(
+    args: &'a Map,
+    principal: &'a larkgate_store::Principal,
+    spec: &'a ToolSpec,
+    chain: &'a larkgate_store::CallChain,
+    now_ms: i64,
+) -> Facts<'a> {
+    Facts {
+        args,
+        principal,
+        tool: &spec.name,
+        source: match spec.origin.source {
+            Source::Capability | Source::Platform => "builtin",
+            Source::Upstream => "upstream",
+            Source::Script => "script",
+        },
+        alias: spec.origin.alias.as_deref().unwrap_or_default(),
+        read_only: spec.read_only,
+        chain,
+        now_ms,
+    }
 }
 
 #[async_trait::async_trait]
@@ -47,23 +73,9 @@ impl Step for Conditions {
             None => policy.roles_grant_call(principal, &spec.name),
         };
         let empty = Map::new();
-        let facts = || {
-            Facts {
-                args: request.canonical.as_ref().unwrap_or(&empty),
-                principal,
-                tool: &spec.name,
-                source: match spec.origin.source {
-                    Source::Capability | Source::Platform => "builtin",
-                    Source::Upstream => "upstream",
-                    Source::Script => "script",
-                },
-                alias: spec.origin.alias.as_deref().unwrap_or_default(),
-                read_only: spec.read_only,
-                chain: &identity.run.chain,
-                now_ms: self.services.clock.now_ms(),
-            }
-            .values()
-        };
+        let args = request.canonical.as_ref().unwrap_or(&empty);
+        let now_ms = self.services.clock.now_ms();
+        let facts = || facts(args, principal, spec, &identity.run.chain, now_ms).values();
         match policy.judge(principal, &spec.name, granted, facts) {
             Verdict::Proceed { approval } => {
                 request.approval_rule = approval;

@@ -126,3 +126,73 @@ fn a_rule_refuses_alike_over_http_stdio_a_draft_and_a_published_script() {
         .count();
     assert_eq!(decided, 4, "{audit}");
 }
+
+/// `larkgate policy explain` shows each rule's result and the decision, and calls nothing.
+#[test]
+fn policy_explain_shows_every_rule_and_the_decision_without_calling() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "author"]);
+    let said = ok(
+        d,
+        &[
+            "--as",
+            "ada",
+            "policy",
+            "explain",
+            "kv_get",
+            "--args",
+            r#"{"key": "secret"}"#,
+        ],
+    );
+    for expected in [
+        "ada calling kv_get:",
+        "roles: ada's roles [author] call it",
+        r#"arguments: {"key":"secret"}"#,
+        "rule no secret (deny): applies; its condition is true",
+        "decision: forbidden, by no secret: the secret is for the deploy pipeline",
+    ] {
+        assert!(said.contains(expected), "{expected:?} in {said}");
+    }
+    let said = ok(
+        d,
+        &[
+            "--as",
+            "ada",
+            "policy",
+            "explain",
+            "kv_get",
+            "--arg",
+            "key=public",
+        ],
+    );
+    assert!(
+        said.contains("rule no secret (deny): applies; its condition is false"),
+        "{said}"
+    );
+    assert!(said.ends_with("decision: allowed\n"), "{said}");
+    // Invisible and mistyped tools, and arguments the tool refuses.
+    let said = ok(
+        d,
+        &[
+            "--as", "ada", "policy", "explain", "kv_set", "--arg", "key=k",
+        ],
+    );
+    assert!(said.contains("decision: not_found"), "{said}");
+    let said = ok(d, &["--as", "ada", "policy", "explain", "kv_gett"]);
+    assert!(
+        said.contains("decision: not_found: no tool is named kv_gett"),
+        "{said}"
+    );
+    let said = ok(
+        d,
+        &[
+            "--as", "ada", "policy", "explain", "kv_get", "--arg", "nope=1",
+        ],
+    );
+    assert!(said.contains("decision: invalid_arguments"), "{said}");
+    // Nothing was called, so nothing was audited.
+    let audit = ok(d, &["audit", "tail", "-n", "20"]);
+    assert!(!audit.contains("kv_get"), "{audit}");
+}
