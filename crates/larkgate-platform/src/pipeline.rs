@@ -95,6 +95,9 @@ pub struct CallRequest {
     pub args_hash: Option<String>,
     /// The policy rule that requires an approval for this call (after `conditions`).
     pub approval_rule: Option<String>,
+    /// What conditions read of this call, made once by the first step that needs them
+    /// ([`CallRequest::ensure_facts`]).
+    pub facts: Option<crate::policy::FactValues>,
     /// The approval this call will consume (after `gate`).
     pub approval_id: Option<String>,
     /// A review run's call to a tool that may write (set by `write barrier`): the rate limit
@@ -128,6 +131,7 @@ impl CallRequest {
             canonical: None,
             args_hash: None,
             approval_rule: None,
+            facts: None,
             approval_id: None,
             intercepted: false,
             review_gate: None,
@@ -150,6 +154,28 @@ impl CallRequest {
             target,
             ..CallRequest::new(identity, String::new(), arguments)
         }
+    }
+
+    /// Makes what conditions read of this call, once: for a tool call whose caller, tool and
+    /// canonical arguments are known (after `arguments`), at the platform clock's time.
+    pub fn ensure_facts(&mut self, services: &Services) {
+        if self.facts.is_some() || self.kind != TargetKind::Tool {
+            return;
+        }
+        let (Some(identity), Some(tool), Some(args)) =
+            (&self.identity, &self.resolved, &self.canonical)
+        else {
+            return;
+        };
+        let now_ms = services.clock.now_ms();
+        let facts = conditions::facts(
+            args,
+            &identity.run.principal,
+            &tool.spec,
+            &identity.run.chain,
+            now_ms,
+        );
+        self.facts = Some(facts.values());
     }
 
     fn principal_id(&self) -> &str {

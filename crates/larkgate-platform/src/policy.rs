@@ -249,6 +249,9 @@ pub struct ApprovalRule {
     pub tool: Pattern,
     /// How long a gated call may wait for its decision, in seconds.
     pub wait_seconds: u64,
+    /// A condition on the call (see [`condition`]): the rule gates only the calls it holds
+    /// of (and, failing to evaluate, gates the call).
+    pub when: Option<Condition>,
 }
 
 impl ApprovalRule {
@@ -257,8 +260,35 @@ impl ApprovalRule {
         ApprovalRule {
             tool,
             wait_seconds: 0,
+            when: None,
         }
     }
+
+    /// Whether the rule gates a call of `tool` with `facts` (`None`: a call no condition can
+    /// read, such as a read or a get, which a rule with a condition does not gate).
+    fn gates(&self, tool: &str, facts: Option<&FactValues>) -> bool {
+        self.tool.matches(tool) && condition_counts(self.when.as_ref(), facts, "an approval rule")
+    }
+}
+
+/// Whether a rule with `when` counts a call with `facts`: always without a condition; never
+/// without facts; else when it holds, or when it fails (a rule that limits or gates fails
+/// closed: it limits or gates), which the log says.
+fn condition_counts(when: Option<&Condition>, facts: Option<&FactValues>, what: &str) -> bool {
+    let Some(condition) = when else {
+        return true;
+    };
+    let Some(facts) = facts else {
+        return false;
+    };
+    condition.holds(facts).unwrap_or_else(|why| {
+        tracing::warn!(
+            condition = condition.source(),
+            %why,
+            "the condition of {what} could not be evaluated; it applies to the call"
+        );
+        true
+    })
 }
 
 /// An [`ApprovalRule`] as the configuration writes it.
@@ -278,6 +308,8 @@ struct RuleTable {
     tool: String,
     #[serde(default)]
     wait_seconds: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    when: Option<Condition>,
 }
 
 impl TryFrom<RuleText> for ApprovalRule {
@@ -285,9 +317,14 @@ impl TryFrom<RuleText> for ApprovalRule {
     fn try_from(text: RuleText) -> Result<Self, String> {
         Ok(match text {
             RuleText::Pattern(pattern) => ApprovalRule::new(Pattern::new(&pattern)?),
-            RuleText::Table(RuleTable { tool, wait_seconds }) => ApprovalRule {
+            RuleText::Table(RuleTable {
+                tool,
+                wait_seconds,
+                when,
+            }) => ApprovalRule {
                 tool: Pattern::new(&tool)?,
                 wait_seconds,
+                when,
             },
         })
     }
@@ -295,11 +332,12 @@ impl TryFrom<RuleText> for ApprovalRule {
 
 impl From<ApprovalRule> for RuleText {
     fn from(rule: ApprovalRule) -> Self {
-        match rule.wait_seconds {
-            0 => RuleText::Pattern(rule.tool.into()),
-            wait_seconds => RuleText::Table(RuleTable {
+        match (rule.wait_seconds, rule.when) {
+            (0, None) => RuleText::Pattern(rule.tool.into()),
+            (wait_seconds, when) => RuleText::Table(RuleTable {
                 tool: rule.tool.into(),
                 wait_seconds,
+                when,
             }),
         }
     }
@@ -423,11 +461,15 @@ pub struct RateLimitRule {
     /// The largest burst; defaults to `calls`.
     #[serde(default)]
     pub burst: Option<u32>,
+    /// A condition on the call (see [`condition`]): the rule counts only the tool calls it
+    /// holds of (and, failing to evaluate, counts the call); never a read or a get.
+    #[serde(default)]
+    pub when: Option<Condition>,
 }
 
 impl RateLimitRule {
     /// Whether the rule counts a call of `kind` to `name` (a tool or prompt name, a larkgate
-    /// resource URI).
+    /// resource URI), its condition aside.
     pub fn counts(&self, kind: TargetKind, name: &str) -> bool {
         let everything = self.tools.is_none() && self.resources.is_none() && self.prompts.is_none();
         if everything {
@@ -438,6 +480,12 @@ impl RateLimitRule {
             TargetKind::Resource => self.resources.iter().flatten().any(|p| p.matches(name)),
             TargetKind::Prompt => self.prompts.iter().flatten().any(|p| p.matches(name)),
         }
+    }
+
+    /// Whether the rule counts a call of `kind` to `name` with `facts` (`None` for a call no
+    /// condition reads: a read, a get).
+    pub fn counts_call(&self, kind: TargetKind, name: &str, facts: Option<&FactValues>) -> bool {
+        self.counts(kind, name) && condition_counts(self.when.as_ref(), facts, "a rate limit")
     }
 }
 
@@ -796,9 +844,27 @@ impl Policy {
         Verdict::Proceed { approval }
     }
 
-    /// Whether calls of `tool` need an approval.
+    /// Whether calls of `tool` need an approval, by name (a rule with a condition counts:
+    /// some of them do).
     pub fn requires_approval(&self, tool: &str) -> bool {
         self.approvals.require.iter().any(|r| r.tool.matches(tool))
+    }
+
+    /// Whether rules with conditions read the calls of `tool`: [`Policy::judge`]'s, or an
+    /// approval or rate limit rule's with a `when`. Only then are a call's facts made.
+    pub fn reads_calls_of(&self, tool: &str) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.tools.iter().any(|p| p.matches(tool)))
+            || self
+                .approvals
+                .require
+                .iter()
+                .any(|r| r.when.is_some() && r.tool.matches(tool))
+            || self
+                .rate_limits
+                .iter()
+                .any(|r| r.when.is_some() && r.counts(TargetKind::Tool, tool))
     }
 
     /// How long a gated call of `kind` to `name` whose client waits is held for its decision:
@@ -830,11 +896,17 @@ impl Policy {
             .any(|r| r.prompts.iter().any(|p| p.matches(name)))
     }
 
-    /// Whether a call of `kind` to `name` needs an approval: a tool by `require`, a resource
-    /// read by `resources`, a prompt get by `prompts`.
-    pub fn requires_approval_of(&self, kind: TargetKind, name: &str) -> bool {
+    /// Whether a call of `kind` to `name` with `facts` needs an approval: a tool by
+    /// `require` (a rule with a condition when it holds), a resource read by `resources`, a
+    /// prompt get by `prompts`.
+    pub fn requires_approval_of(
+        &self,
+        kind: TargetKind,
+        name: &str,
+        facts: Option<&FactValues>,
+    ) -> bool {
         match kind {
-            TargetKind::Tool => self.requires_approval(name),
+            TargetKind::Tool => self.approvals.require.iter().any(|r| r.gates(name, facts)),
             TargetKind::Resource => self.approvals.resources.iter().any(|p| p.matches(name)),
             TargetKind::Prompt => self.approvals.prompts.iter().any(|p| p.matches(name)),
         }
@@ -1170,12 +1242,16 @@ mod tests {
         assert!(!tools_only.may_read_resource(&r, "larkgate://docs/readme"));
         assert!(!tools_only.may_get_prompt(&r, "docs__summary"));
         // Approvals: reads only where a resource pattern names them, and tool patterns never.
-        assert!(policy.requires_approval_of(TargetKind::Resource, "larkgate://docs/secret/k"));
-        assert!(!policy.requires_approval_of(TargetKind::Resource, "larkgate://docs/readme"));
+        assert!(policy.requires_approval_of(
+            TargetKind::Resource,
+            "larkgate://docs/secret/k",
+            None
+        ));
+        assert!(!policy.requires_approval_of(TargetKind::Resource, "larkgate://docs/readme", None));
         let star: Policy = toml::from_str("[approvals]\nrequire = [\"*\"]\n").unwrap();
-        assert!(star.requires_approval_of(TargetKind::Tool, "kv_get"));
-        assert!(!star.requires_approval_of(TargetKind::Resource, "larkgate://docs/readme"));
-        assert!(!star.requires_approval_of(TargetKind::Prompt, "docs__summary"));
+        assert!(star.requires_approval_of(TargetKind::Tool, "kv_get", None));
+        assert!(!star.requires_approval_of(TargetKind::Resource, "larkgate://docs/readme", None));
+        assert!(!star.requires_approval_of(TargetKind::Prompt, "docs__summary", None));
         // The default policy's admin reads everything; nobody else anything.
         let default = Policy::default();
         assert!(default.may_read_resource(&principal(&["admin"]), "larkgate://docs/x"));

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::policy::{RateLimitRule, RateScope, TargetKind};
+use crate::policy::{FactValues, RateLimitRule, RateScope, TargetKind};
 
 pub mod shared;
 
@@ -80,6 +80,8 @@ pub struct Counted<'a> {
     /// resource, or the template it matched), so that reading many URIs through one template
     /// cannot fill the key table.
     pub key: &'a str,
+    /// What a rule's condition reads of the call (a tool call's, when a rule has one).
+    pub facts: Option<&'a FactValues>,
 }
 
 /// Why a call was not admitted.
@@ -167,6 +169,7 @@ impl RateLimiter {
             kind: TargetKind::Tool,
             name: tool,
             key: tool,
+            facts: None,
         })
     }
 
@@ -205,11 +208,12 @@ impl RateLimiter {
             kind,
             name,
             key,
+            facts,
         } = call;
         self.buckets
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.rule.counts(kind, name))
+            .filter(|(_, b)| b.rule.counts_call(kind, name, facts))
             .map(|(index, b)| {
                 let key = match b.rule.per {
                     RateScope::Principal => Key::Principal(principal.to_owned()),
@@ -329,6 +333,7 @@ mod tests {
             calls,
             period_seconds: secs,
             burst,
+            when: None,
         }
     }
 

@@ -62,6 +62,7 @@ impl Step for Conditions {
         else {
             return Ok(());
         };
+        let (identity, tool) = (Arc::clone(identity), Arc::clone(tool));
         let policy = self.services.policy();
         let principal = &identity.run.principal;
         let spec = &tool.spec;
@@ -72,10 +73,15 @@ impl Step for Conditions {
             Some(roles) => access::has_any_role(principal, roles),
             None => policy.roles_grant_call(principal, &spec.name),
         };
+        request.ensure_facts(&self.services);
+        let facts = request.facts.clone();
         let empty = Map::new();
-        let args = request.canonical.as_ref().unwrap_or(&empty);
         let now_ms = self.services.clock.now_ms();
-        let facts = || facts(args, principal, spec, &identity.run.chain, now_ms).values();
+        let facts = || {
+            facts.unwrap_or_else(|| {
+                self::facts(&empty, principal, spec, &identity.run.chain, now_ms).values()
+            })
+        };
         match policy.judge(principal, &spec.name, granted, facts) {
             Verdict::Proceed { approval } => {
                 request.approval_rule = approval;

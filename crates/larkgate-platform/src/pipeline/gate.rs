@@ -36,9 +36,12 @@ impl Step for Gate {
             .as_ref()
             .is_some_and(|t| t.spec.requires_approval);
         let policy = self.services.policy();
+        if policy.reads_calls_of(&request.target) {
+            request.ensure_facts(&self.services);
+        }
         let gated = operator_gated
             || request.approval_rule.is_some()
-            || policy.requires_approval_of(request.kind, &request.target);
+            || policy.requires_approval_of(request.kind, &request.target, request.facts.as_ref());
         if request.intercepted {
             // A review run's intended write is recorded, never made: nothing is approved or
             // spent; the record says when its real run would ask for an approval.

@@ -25,6 +25,9 @@ impl Step for RateLimit {
             // A review run's intended write is recorded, never made: nothing to count or approve.
             return Ok(());
         }
+        if self.services.policy().reads_calls_of(&request.target) {
+            request.ensure_facts(&self.services);
+        }
         let principal = request.principal_id().to_owned();
         // A read's budget is kept per listed entry (its resource, or the template it matched).
         let key = match (&request.resolved, request.kind) {
@@ -38,6 +41,7 @@ impl Step for RateLimit {
                 kind: request.kind,
                 name: &request.target,
                 key,
+                facts: request.facts.as_ref(),
             })
             .await
             .map_err(|refused| match refused {

@@ -165,3 +165,50 @@ async fn the_audit_tells_a_tool_hidden_by_the_policy_from_a_typo() {
         detail("kv_sett")
     );
 }
+
+/// Rate limits and approval rules take the same conditions: a budget that counts only the
+/// calls it names by their arguments, and an approval only for the calls that need one.
+#[tokio::test]
+async fn rate_limits_and_approval_rules_count_only_the_calls_their_condition_holds_of() {
+    let policy: Policy = toml::from_str(
+        r#"
+        [roles.writer]
+        call = ["kv_*"]
+
+        [approvals]
+        require = [{ tool = "kv_delete", when = 'args.key.startsWith("prod/")' }]
+
+        [[rate_limits]]
+        per = "principal_tool"
+        tools = ["kv_set"]
+        calls = 1
+        period_seconds = 3600
+        when = 'size(args.value) > 10'
+        "#,
+    )
+    .unwrap();
+    policy.validate().unwrap();
+    let h = Harness::with(|b| b.policy(policy)).await;
+    let (wes, _t) = h.session("wes").await;
+    // Small values are not counted; the first large one spends the budget, the next waits.
+    for _ in 0..3 {
+        wes.call_tool("kv_set", set("tmp/a", "small"))
+            .await
+            .unwrap();
+    }
+    wes.call_tool("kv_set", set("tmp/b", "0123456789abcdef"))
+        .await
+        .unwrap();
+    let limited = refusal(&wes, "kv_set", set("tmp/b", "0123456789abcdef")).await;
+    assert_eq!(limited.code, "rate_limited", "{}", limited.text);
+    wes.call_tool("kv_set", set("tmp/a", "small"))
+        .await
+        .unwrap();
+    // Deleting under prod/ needs an approval; elsewhere it does not.
+    wes.call_tool("kv_set", set("prod/a", "v")).await.unwrap();
+    wes.call_tool("kv_delete", args(&[("key", "tmp/a".into())]))
+        .await
+        .unwrap();
+    let gated = refusal(&wes, "kv_delete", args(&[("key", "prod/a".into())])).await;
+    assert_eq!(gated.code, "approval_required", "{}", gated.text);
+}

@@ -86,6 +86,7 @@ fn rule(per: RateScope, tools: &[&str], calls: u32, secs: u64, burst: u32) -> Ra
         calls,
         period_seconds: secs,
         burst: Some(burst),
+        when: None,
     }
 }
 
@@ -110,6 +111,7 @@ async fn call(limiter: &SharedLimiter, principal: &str, tool: &str) -> Result<()
             kind: TargetKind::Tool,
             name: tool,
             key: tool,
+            facts: None,
         })
         .await
 }
