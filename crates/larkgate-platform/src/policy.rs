@@ -62,7 +62,7 @@ use larkgate_store::Principal;
 use serde::{Deserialize, Serialize};
 
 pub mod condition;
-pub use condition::{Condition, FactValues, Facts};
+pub use condition::{Condition, FactContext, FactValues, Facts};
 
 /// The role that may do everything the default configuration allows.
 pub const ROLE_ADMIN: &str = "admin";
@@ -741,6 +741,7 @@ impl Policy {
 
     /// Every rule, in order, as it stands for `principal`'s call of `tool` with `facts`.
     pub fn trace(&self, principal: &Principal, tool: &str, facts: &FactValues) -> Vec<RuleTrace> {
+        let facts = facts.context();
         self.rules
             .iter()
             .enumerate()
@@ -754,7 +755,7 @@ impl Policy {
                         .when
                         .as_ref()
                         .filter(|_| applies)
-                        .map(|condition| condition.holds(facts)),
+                        .map(|condition| condition.holds_in(&facts)),
                 }
             })
             .collect()
@@ -793,13 +794,13 @@ impl Policy {
                 }
             };
         }
-        let facts = facts();
+        let facts = facts().context();
         let mut refusal = None;
         let mut holds = |index: usize, rule: &Rule| -> bool {
             let Some(condition) = &rule.when else {
                 return true;
             };
-            match condition.holds(&facts) {
+            match condition.holds_in(&facts) {
                 Ok(holds) => holds,
                 Err(error) => {
                     refusal.get_or_insert(Verdict::Refuse {

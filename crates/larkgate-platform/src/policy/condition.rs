@@ -123,11 +123,13 @@ impl Condition {
     /// the caller: it may quote the arguments) when it cannot be evaluated or is not a
     /// boolean.
     pub fn holds(&self, facts: &FactValues) -> Result<bool, String> {
-        let mut context = cel::Context::with_env(Arc::clone(&ENV));
-        for (name, value) in &facts.values {
-            context.add_variable_from_value(*name, value.clone());
-        }
-        match self.program.execute(&context) {
+        self.holds_in(&facts.context())
+    }
+
+    /// [`Condition::holds`] in a context made once by [`FactValues::context`], for many
+    /// conditions on one call: making it converts every fact, the arguments whole.
+    pub fn holds_in(&self, context: &FactContext) -> Result<bool, String> {
+        match self.program.execute(&context.0) {
             Ok(cel::Value::Bool(holds)) => Ok(holds),
             Ok(other) => Err(format!(
                 "the condition gave a {}, not true or false",
@@ -425,6 +427,27 @@ impl Facts<'_> {
 #[derive(Clone, Debug)]
 pub struct FactValues {
     values: [(&'static str, cel::Value); 5],
+}
+
+impl FactValues {
+    /// The context conditions are evaluated in, made once for all the conditions evaluated on
+    /// one call.
+    pub fn context(&self) -> FactContext {
+        let mut context = cel::Context::with_env(Arc::clone(&ENV));
+        for (name, value) in &self.values {
+            context.add_variable_from_value(*name, value.clone());
+        }
+        FactContext(context)
+    }
+}
+
+/// The facts of one call, ready for [`Condition::holds_in`].
+pub struct FactContext(cel::Context<'static, 'static>);
+
+impl fmt::Debug for FactContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FactContext")
+    }
 }
 
 fn map_value(map: &Map) -> cel::Value {
