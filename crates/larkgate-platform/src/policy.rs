@@ -676,7 +676,7 @@ impl Policy {
             let name = self.rule_name(i);
             if rule.tools.is_empty() {
                 return Err(format!(
-                    "{name}: tools is empty, so the rule matches nothing: name the tools it is                      for (\"*\" for all)"
+                    "{name}: tools is empty, so the rule matches nothing: name the tools it is for (\"*\" for all)"
                 ));
             }
             if rule.name.as_ref().is_some_and(|n| n.trim().is_empty()) {
@@ -686,7 +686,7 @@ impl Policy {
             }
             if !names.insert(name.clone()) {
                 return Err(format!(
-                    "two rules are named {name:?}: give each its own name, so the audit                      says which decided"
+                    "two rules are named {name:?}: give each its own name, so the audit says which decided"
                 ));
             }
         }

@@ -22,6 +22,8 @@ use crate::config::{Config, Located};
 pub(crate) struct KnownTools {
     names: Vec<String>,
     namespaces: Vec<String>,
+    /// The argument names of each built-in tool whose input schema lists them.
+    arguments: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl KnownTools {
@@ -31,11 +33,22 @@ impl KnownTools {
         capabilities::register(&mut registry)?;
         approvals::tools::register(&mut registry)?;
         let mut names: Vec<String> = registry.iter().map(|t| t.spec.name.clone()).collect();
+        let arguments = registry
+            .iter()
+            .filter_map(|t| {
+                let properties = t.spec.input_schema.get("properties")?.as_object()?;
+                Some((t.spec.name.clone(), properties.keys().cloned().collect()))
+            })
+            .collect();
         names.extend(larkgate_scripts::platform_tool_names()?);
         let script_namespace = script_tool_name("");
         let mut namespaces = vec![script_namespace];
         namespaces.extend(aliases.into_iter().map(|a| format!("{a}{SEPARATOR}")));
-        Ok(KnownTools { names, namespaces })
+        Ok(KnownTools {
+            names,
+            namespaces,
+            arguments,
+        })
     }
 
     /// Whether `pattern` matches a tool there is, or one that could come to be in a namespace.
@@ -54,6 +67,74 @@ impl KnownTools {
             }
         })
     }
+}
+
+/// The arguments the conditions of `policy` read that a built-in tool they can match does not
+/// take: an error for a rule that names the tool itself (its condition fails, and refuses, on
+/// every call of it), a warning for one that matches it by a wildcard (it fails on that tool's
+/// calls unless it tests `has(args.FIELD)` first). Upstream and script tools are checked
+/// when larkgate knows their schemas, at run time.
+pub(crate) fn argument_problems(policy: &Policy, known: &KnownTools) -> (Vec<String>, Vec<String>) {
+    let (mut errors, mut warnings) = (Vec::new(), Vec::new());
+    let rules = policy.rules.iter().enumerate().filter_map(|(i, rule)| {
+        let when = rule.when.as_ref()?;
+        Some((policy.rule_name(i), rule.tools.as_slice(), when))
+    });
+    let approvals = policy.approvals.require.iter().filter_map(|rule| {
+        let when = rule.when.as_ref()?;
+        Some((
+            format!("policy.approvals.require {:?}", rule.tool),
+            std::slice::from_ref(&rule.tool),
+            when,
+        ))
+    });
+    let empty: Vec<Pattern> = Vec::new();
+    let limits = policy
+        .rate_limits
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| {
+            let when = rule.when.as_ref()?;
+            Some((
+                format!("policy.rate_limits[{i}]"),
+                rule.tools.as_deref().unwrap_or(&empty),
+                when,
+            ))
+        });
+    for (place, patterns, when) in rules.chain(approvals).chain(limits) {
+        for (tool, arguments) in &known.arguments {
+            let Some(pattern) = patterns.iter().find(|p| p.matches(tool)) else {
+                continue;
+            };
+            for field in when.args_fields() {
+                if arguments.contains(field) {
+                    continue;
+                }
+                let closest = arguments
+                    .iter()
+                    .min_by_key(|name| strsim::levenshtein(name, field))
+                    .map_or_else(String::new, |name| format!("; did you mean `args.{name}`?"));
+                let takes = if arguments.is_empty() {
+                    "it takes no arguments".to_owned()
+                } else {
+                    format!("it takes {}", arguments.join(", "))
+                };
+                let problem = format!(
+                    "{place}: its condition reads `args.{field}`, which {tool} does not take ({takes}){closest}"
+                );
+                if String::from(pattern.clone()).contains('*') {
+                    warnings.push(format!(
+                        "{problem}: the condition fails, and refuses, on {tool}'s calls unless it tests has(args.{field}) first"
+                    ));
+                } else {
+                    errors.push(format!(
+                        "{problem}: the condition would fail, and refuse, on every call of it"
+                    ));
+                }
+            }
+        }
+    }
+    (errors, warnings)
 }
 
 /// The roles larkgate itself gives meaning to (its platform tools' fixed roles).
@@ -91,6 +172,11 @@ pub(crate) fn warnings(
     }
     for rule in &policy.approvals.require {
         unmatched(&rule.tool, "policy.approvals.require".to_owned());
+    }
+    for (i, rule) in policy.rules.iter().enumerate() {
+        for pattern in &rule.tools {
+            unmatched(pattern, format!("rule {}", policy.rule_name(i)));
+        }
     }
     for (i, rule) in policy.rate_limits.iter().enumerate() {
         for pattern in rule.tools.iter().flatten() {
@@ -376,7 +462,12 @@ pub(crate) fn run(
         .map(|u| u.alias.clone())
         .chain(stored_aliases);
     let known = KnownTools::new(aliases)?;
+    let (errors, argument_warnings) = argument_problems(&config.policy, &known);
+    if !errors.is_empty() {
+        anyhow::bail!("{}", errors.join("\n"));
+    }
     let mut all = warnings(&config.policy, &known, &principals);
+    all.extend(argument_warnings);
     all.extend(located.warnings());
     all.extend(admin_warnings(config, &principals, postgres.is_none()));
     all.extend(config.sign_in.warnings());
@@ -397,10 +488,12 @@ pub(crate) fn run(
     };
     writeln!(
         out,
-        "configuration is valid: data_dir {}, listen {}, {} roles, {} upstreams in the file{}",
+        "configuration is valid: data_dir {}, listen {}, {} roles, {} rules, {} upstreams in \
+         the file{}",
         located.data_dir.display(),
         config.server.listen,
         config.policy.roles.len(),
+        config.policy.rules.len(),
         config.upstreams.len(),
         stored_here
     )?;
@@ -432,6 +525,52 @@ mod tests {
 
     fn policy(text: &str) -> Policy {
         Config::parse(text).unwrap().policy
+    }
+
+    #[test]
+    fn conditions_that_read_arguments_a_built_in_tool_does_not_take_are_named() {
+        let known = KnownTools::new(Vec::new()).unwrap();
+        let policy = policy(
+            "[policy.roles.admin]\ncall = [\"*\"]\n\
+             [[policy.rules]]\nname = \"typo\"\ntools = [\"kv_set\"]\nwhen = 'args.ky == \"x\"'\neffect = \"deny\"\n\
+             [[policy.rules]]\nname = \"wide\"\ntools = [\"kv_*\"]\nwhen = 'args.value == \"x\"'\neffect = \"deny\"\n\
+             [[policy.rules]]\nname = \"fine\"\ntools = [\"kv_set\"]\nwhen = 'args.key == \"x\" && principal.name == \"a\"'\neffect = \"deny\"\n\
+             [[policy.rules]]\nname = \"nowhere\"\ntools = [\"kv_sett\"]\neffect = \"deny\"\n\
+             [policy.approvals]\nrequire = [{ tool = \"kv_delete\", when = 'args.kee == \"x\"' }]\n",
+        );
+        let (errors, warnings) = argument_problems(&policy, &known);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0]
+                .starts_with("typo: its condition reads `args.ky`, which kv_set does not take")
+                && errors[0].contains("did you mean `args.key`?"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].contains("policy.approvals.require \"kv_delete\"")
+                && errors[1].contains("did you mean `args.key`?"),
+            "{errors:?}"
+        );
+        // kv_get and kv_delete take no value: warned, since the rule names them by a wildcard.
+        assert!(
+            warnings.iter().any(|w| w
+                .starts_with("wide: its condition reads `args.value`, which kv_get")
+                && w.contains("unless it tests has(args.value) first")),
+            "{warnings:?}"
+        );
+        assert!(
+            !warnings
+                .iter()
+                .chain(&errors)
+                .any(|w| w.starts_with("fine")),
+            "{warnings:?}"
+        );
+        let all = super::warnings(&policy, &known, &[]);
+        assert!(
+            all.iter()
+                .any(|w| w.starts_with("rule nowhere: the pattern \"kv_sett\" matches no tool")),
+            "{all:?}"
+        );
     }
 
     #[test]

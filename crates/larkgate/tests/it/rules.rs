@@ -196,3 +196,28 @@ fn policy_explain_shows_every_rule_and_the_decision_without_calling() {
     let audit = ok(d, &["audit", "tail", "-n", "20"]);
     assert!(!audit.contains("kv_get"), "{audit}");
 }
+
+/// `larkgate check` compiles every condition and names an argument a built-in tool the rule
+/// names does not take, with the closest one it does.
+#[test]
+fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        POLICY.replace(
+            r#"when = 'args.key == "secret"'"#,
+            r#"when = 'args.kye == "secret"'"#,
+        ),
+    )
+    .unwrap();
+    let refused = crate::fails(d, &["check"]);
+    assert!(
+        refused.contains("no secret: its condition reads `args.kye`, which kv_get does not take")
+            && refused.contains("did you mean `args.key`?"),
+        "{refused}"
+    );
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
+    let said = ok(d, &["check"]);
+    assert!(said.contains("2 roles, 1 rules"), "{said}");
+}
