@@ -137,6 +137,21 @@ pub(crate) fn argument_problems(policy: &Policy, known: &KnownTools) -> (Vec<Str
     (errors, warnings)
 }
 
+/// [`argument_problems`] for `policy` with the upstreams `aliases`, as `serve`, `stdio` and
+/// the commands that call tools check it before they start (and a reload before it applies a
+/// file): the errors as one, the warnings to log.
+pub(crate) fn rules_fit_their_tools(
+    policy: &Policy,
+    aliases: impl IntoIterator<Item = String>,
+) -> anyhow::Result<Vec<String>> {
+    let known = KnownTools::new(aliases)?;
+    let (errors, warnings) = argument_problems(policy, &known);
+    if !errors.is_empty() {
+        anyhow::bail!("{}", errors.join("\n"));
+    }
+    Ok(warnings)
+}
+
 /// The roles larkgate itself gives meaning to (its platform tools' fixed roles).
 const FIXED_ROLES: &[&str] = &[ROLE_ADMIN, ROLE_APPROVER, ROLE_AUTHOR, ROLE_PUBLISHER];
 

@@ -221,6 +221,14 @@ impl Context {
                 data_dir.display()
             );
         };
+        // A rule whose condition reads an argument its tool does not take would refuse every
+        // call of it: refused here as `larkgate check` refuses it.
+        for warning in super::check::rules_fit_their_tools(
+            &config.policy,
+            config.upstreams.iter().map(|u| u.alias.clone()),
+        )? {
+            tracing::warn!("{warning}");
+        }
         let listen = options
             .serve
             .map(|flag| flag.unwrap_or(config.server.listen));

@@ -179,6 +179,14 @@ impl Reloader {
                 .endpoint(|name| std::env::var(name).ok())
                 .map_err(|e| format!("in {path}: {e}"))?;
         }
+        let warnings = super::check::rules_fit_their_tools(
+            &config.policy,
+            config.upstreams.iter().map(|u| u.alias.clone()),
+        )
+        .map_err(|e| format!("in {path}: {e}"))?;
+        for warning in warnings {
+            tracing::warn!("{warning}");
+        }
         let restart = needs_restart(running, &config.raw);
         if !restart.is_empty() {
             return Err(format!(

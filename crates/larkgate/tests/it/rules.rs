@@ -217,7 +217,26 @@ fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
             && refused.contains("did you mean `args.key`?"),
         "{refused}"
     );
+    // What would call tools refuses to start on it, as check does.
+    let refused = crate::fails(d, &["call", "clock_now"]);
+    assert!(refused.contains("did you mean `args.key`?"), "{refused}");
     std::fs::write(crate::config_path(d), POLICY).unwrap();
     let said = ok(d, &["check"]);
     assert!(said.contains("2 roles, 1 rules"), "{said}");
+    // And a running serve refuses such a file at a reload, keeping the one in force.
+    let server = crate::serve::Server::start(d);
+    std::fs::write(
+        crate::config_path(d),
+        POLICY.replace(
+            r#"when = 'args.key == "secret"'"#,
+            r#"when = 'args.kye == "secret"'"#,
+        ),
+    )
+    .unwrap();
+    let refused = crate::fails(d, &["reload"]);
+    assert!(
+        refused.contains("was not reloaded") && refused.contains("did you mean `args.key`?"),
+        "{refused}"
+    );
+    assert!(server.stop().success());
 }
