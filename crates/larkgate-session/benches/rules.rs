@@ -7,6 +7,9 @@
 //!
 //! Target (issue: policy on arguments): 100 rules add at most 20 µs to the median call.
 //!
+//! Then the decision alone, without the pipeline's noise: making a call's facts and judging it
+//! (`Policy::judge`), per call, for the same three policies.
+//!
 //! `cargo bench -p larkgate-session --bench rules`
 
 use std::sync::Arc;
@@ -132,5 +135,42 @@ fn main() {
             p99.as_secs_f64() * 1e6,
             (median.as_secs_f64() - base.as_secs_f64()) * 1e6
         );
+    }
+    judge_alone(&counts, &arguments);
+}
+
+/// Facts made and the call judged, alone: the median of 50 batches of 200 per policy.
+fn judge_alone(counts: &[usize], arguments: &Map) {
+    use larkgate_platform::policy::Facts;
+    let principal = admin();
+    let chain = larkgate_store::CallChain::default();
+    let policies: Vec<Policy> = counts.iter().map(|&n| policy(n)).collect();
+    let mut per_call: Vec<Vec<Duration>> = vec![Vec::new(); counts.len()];
+    for _ in 0..50 {
+        for (policy, samples) in policies.iter().zip(per_call.iter_mut()) {
+            let started = Instant::now();
+            for _ in 0..200 {
+                let verdict = policy.judge(&principal, "kv_get", true, || {
+                    Facts {
+                        args: arguments,
+                        principal: &principal,
+                        tool: "kv_get",
+                        source: "builtin",
+                        alias: "",
+                        read_only: true,
+                        chain: &chain,
+                        now_ms: 0,
+                    }
+                    .values()
+                });
+                std::hint::black_box(verdict);
+            }
+            samples.push(started.elapsed() / 200);
+        }
+    }
+    println!("the decision alone (facts made, every rule evaluated), per call:");
+    for (rules, samples) in counts.iter().zip(per_call) {
+        let (median, _) = median_and_p99(samples);
+        println!("  {rules:>3} rules: {:>7.2} µs", median.as_secs_f64() * 1e6);
     }
 }
