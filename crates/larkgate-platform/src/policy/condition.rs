@@ -70,6 +70,8 @@ pub struct Condition {
     /// The top-level argument fields it reads by name (`args.key`, `args["key"]`,
     /// `has(args.key)`).
     args_fields: BTreeSet<String>,
+    /// Whether it reads no fact: the same for every call.
+    constant: bool,
 }
 
 impl Condition {
@@ -106,6 +108,7 @@ impl Condition {
             source: source.to_owned(),
             program: Arc::new(program),
             args_fields: analysis.args_fields,
+            constant: !analysis.reads_facts,
         })
     }
 
@@ -117,6 +120,12 @@ impl Condition {
     /// The top-level argument fields the condition reads by name.
     pub fn args_fields(&self) -> &BTreeSet<String> {
         &self.args_fields
+    }
+
+    /// Whether the condition reads none of the facts, so that it is true of every call or of
+    /// none (`1 == 1`, `"x".startsWith("y")`).
+    pub fn is_constant(&self) -> bool {
+        self.constant
     }
 
     /// Whether the condition holds of `facts`; an error (for the operator's log, never for
@@ -219,6 +228,8 @@ fn one_line(text: &str) -> String {
 #[derive(Default)]
 struct Analysis {
     args_fields: BTreeSet<String>,
+    /// Whether it reads any fact at all.
+    reads_facts: bool,
 }
 
 impl Analysis {
@@ -245,6 +256,7 @@ impl Analysis {
                 if !FACTS.contains(&name.as_str()) {
                     return Err(unknown_name(name));
                 }
+                self.reads_facts = true;
                 if inside && name == "args" {
                     return Err(
                         "a comprehension (all, exists, exists_one, map, filter) may not read \
@@ -555,6 +567,13 @@ mod tests {
         // A comprehension's variable named like a fact is its own.
         let condition = Condition::new("[1, 2].exists(args, args == 2)").unwrap();
         assert!(condition.args_fields().is_empty());
+        assert!(condition.is_constant());
+        assert!(Condition::new("1 == 1").unwrap().is_constant());
+        assert!(
+            !Condition::new("now.getHours(\"UTC\") > 8")
+                .unwrap()
+                .is_constant()
+        );
     }
 
     #[test]

@@ -198,6 +198,37 @@ pub(crate) fn warnings(
             unmatched(pattern, format!("policy.rate_limits[{i}].tools"));
         }
     }
+    let conditions = policy
+        .rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| {
+            Some((format!("rule {}", policy.rule_name(i)), rule.when.as_ref()?))
+        })
+        .chain(
+            policy
+                .rate_limits
+                .iter()
+                .enumerate()
+                .filter_map(|(i, rule)| {
+                    Some((format!("policy.rate_limits[{i}]"), rule.when.as_ref()?))
+                }),
+        )
+        .chain(policy.approvals.require.iter().filter_map(|rule| {
+            Some((
+                format!("policy.approvals.require {:?}", rule.tool),
+                rule.when.as_ref()?,
+            ))
+        }));
+    for (place, condition) in conditions {
+        if condition.is_constant() {
+            warnings.push(format!(
+                "{place}: its condition {:?} reads none of args, principal, tool, chain and \
+                 now, so it is true of every call or of none: leave `when` out, or the rule",
+                condition.source()
+            ));
+        }
+    }
     // Resource patterns name larkgate URIs: one that cannot begin like one matches nothing.
     let resource_places = policy
         .roles
@@ -545,6 +576,15 @@ mod tests {
     #[test]
     fn conditions_that_read_arguments_a_built_in_tool_does_not_take_are_named() {
         let known = KnownTools::new(Vec::new()).unwrap();
+        let constant = policy(
+            "[policy.roles.admin]\ncall = [\"*\"]\n[[policy.rules]]\nname = \"always\"\ntools = [\"kv_set\"]\nwhen = '1 == 1'\neffect = \"deny\"\n",
+        );
+        let all = super::warnings(&constant, &known, &[]);
+        assert!(
+            all.iter()
+                .any(|w| w.starts_with("rule always: its condition \"1 == 1\" reads none of")),
+            "{all:?}"
+        );
         let policy = policy(
             "[policy.roles.admin]\ncall = [\"*\"]\n\
              [[policy.rules]]\nname = \"typo\"\ntools = [\"kv_set\"]\nwhen = 'args.ky == \"x\"'\neffect = \"deny\"\n\
