@@ -144,6 +144,13 @@ pub(crate) fn rules_fit_their_tools(
     policy: &Policy,
     aliases: impl IntoIterator<Item = String>,
 ) -> anyhow::Result<Vec<String>> {
+    // The tools' schemas are read only when a condition could read them.
+    let conditions = policy.rules.iter().any(|r| r.when.is_some())
+        || policy.approvals.require.iter().any(|r| r.when.is_some())
+        || policy.rate_limits.iter().any(|r| r.when.is_some());
+    if !conditions {
+        return Ok(Vec::new());
+    }
     let known = KnownTools::new(aliases)?;
     let (errors, warnings) = argument_problems(policy, &known);
     if !errors.is_empty() {

@@ -203,14 +203,11 @@ fn policy_explain_shows_every_rule_and_the_decision_without_calling() {
 fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(
-        crate::config_path(d),
-        POLICY.replace(
-            r#"when = 'args.key == "secret"'"#,
-            r#"when = 'args.kye == "secret"'"#,
-        ),
-    )
-    .unwrap();
+    let typo = POLICY.replace(
+        r#"when = 'args.key == "secret"'"#,
+        r#"when = 'args.kye == "secret"'"#,
+    );
+    std::fs::write(crate::config_path(d), &typo).unwrap();
     let refused = crate::fails(d, &["check"]);
     assert!(
         refused.contains("no secret: its condition reads `args.kye`, which kv_get does not take")
@@ -225,14 +222,7 @@ fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
     assert!(said.contains("2 roles, 1 rules"), "{said}");
     // And a running serve refuses such a file at a reload, keeping the one in force.
     let server = crate::serve::Server::start(d);
-    std::fs::write(
-        crate::config_path(d),
-        POLICY.replace(
-            r#"when = 'args.key == "secret"'"#,
-            r#"when = 'args.kye == "secret"'"#,
-        ),
-    )
-    .unwrap();
+    std::fs::write(crate::config_path(d), &typo).unwrap();
     let refused = crate::fails(d, &["reload"]);
     assert!(
         refused.contains("was not reloaded") && refused.contains("did you mean `args.key`?"),
