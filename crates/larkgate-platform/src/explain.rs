@@ -90,7 +90,14 @@ pub fn explain(
         larkgate_binding::canonical_map_json(&canonical)
     ));
     let chain = CallChain::default();
-    let values = facts(&canonical, principal, spec, &chain, services.clock.now_ms()).values();
+    let values = facts(
+        &canonical,
+        principal,
+        registered,
+        &chain,
+        services.clock.now_ms(),
+    )
+    .values();
     for rule in policy.trace(principal, tool, &values) {
         let effect = match rule.effect {
             Effect::Deny => "deny",
@@ -105,7 +112,7 @@ pub fn explain(
         };
         lines.push(format!("rule {} ({effect}): {result}", rule.name));
     }
-    let decision = match policy.judge(principal, tool, granted, || values.clone()) {
+    let decision = match policy.judge(principal, tool, granted, &values) {
         Verdict::Refuse { rule, why } => format!("forbidden, by {rule}: {why}"),
         Verdict::Proceed {
             approval: Some(rule),

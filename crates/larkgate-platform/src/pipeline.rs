@@ -171,7 +171,7 @@ impl CallRequest {
         let facts = conditions::facts(
             args,
             &identity.run.principal,
-            &tool.spec,
+            tool,
             &identity.run.chain,
             now_ms,
         );

@@ -178,6 +178,26 @@ impl Platform {
         &self.registry
     }
 
+    /// Logs, for each tool of the table that `which` selects, the policy's rules that name it and
+    /// read an argument its input schema does not list: each refuses (gates, counts) every call
+    /// of it, failing closed, until the rule or the tool changes. Called when an upstream's or
+    /// the scripts' tools are replaced, so that a changed definition is noticed when it comes.
+    pub fn warn_of_unfit_rules(&self, which: impl Fn(&crate::registry::ToolSpec) -> bool) {
+        let policy = self.services().policy();
+        for tool in self.registry.snapshot().iter().filter(|t| which(&t.spec)) {
+            let Some(arguments) = &tool.arguments else {
+                continue;
+            };
+            for unfit in policy.unfit_for(&tool.spec.name, arguments) {
+                tracing::warn!(
+                    tool = %tool.spec.name,
+                    "{unfit}, which the tool's input schema does not list: it applies to every \
+                     call of the tool (a rule refuses it) until the rule or the tool is changed"
+                );
+            }
+        }
+    }
+
     /// The upstreams' resources and prompts, for replacing an upstream's as they change.
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog

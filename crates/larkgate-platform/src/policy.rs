@@ -99,6 +99,67 @@ impl Pattern {
     pub fn matches(&self, name: &str) -> bool {
         glob(self.0.as_bytes(), name.as_bytes())
     }
+
+    /// Whether the pattern names one tool, with no `*`.
+    pub fn is_literal(&self) -> bool {
+        !self.0.contains('*')
+    }
+}
+
+/// The arguments a condition reads that a tool it applies to does not take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Misfit {
+    /// The fields of `args` the condition reads and the tool does not take, in order.
+    pub fields: Vec<String>,
+    /// Whether the rule matches the tool by a wildcard only (rather than naming it).
+    pub by_wildcard: bool,
+}
+
+/// The arguments `condition` reads that a tool named `tool`, taking `arguments`, does not
+/// take, with how `patterns` match the tool; `None` when it fits, or when no pattern matches.
+pub fn misfit(
+    patterns: &[Pattern],
+    condition: &Condition,
+    tool: &str,
+    arguments: &[String],
+) -> Option<Misfit> {
+    let mut matching = patterns.iter().filter(|p| p.matches(tool)).peekable();
+    matching.peek()?;
+    let by_wildcard = !matching.any(Pattern::is_literal);
+    let fields: Vec<String> = condition
+        .args_fields()
+        .iter()
+        .filter(|field| !arguments.contains(field))
+        .cloned()
+        .collect();
+    (!fields.is_empty()).then_some(Misfit {
+        fields,
+        by_wildcard,
+    })
+}
+
+/// Why a rule that names the call's tool refuses it without being evaluated: its condition
+/// reads an argument the tool's input schema, as the registry holds it now, does not have
+/// (the tool changed since the rule was written, or the rule is mistyped and was never
+/// checked). The rule fails closed rather than silently never holding: a `has(args.x)` guard
+/// would otherwise turn a deny rule off. `None` when it fits, when the rule only matches the
+/// tool by a wildcard (which `larkgate check` warns about instead), or when the schema lists
+/// no arguments to check against.
+fn refuses_unfit(
+    patterns: &[Pattern],
+    condition: &Condition,
+    facts: &FactValues,
+) -> Option<String> {
+    let (tool, arguments) = (facts.tool_name(), facts.tool_arguments()?);
+    let misfit = misfit(patterns, condition, tool, arguments)?;
+    if misfit.by_wildcard {
+        return None;
+    }
+    Some(format!(
+        "its condition reads `args.{}`, which {tool} does not take now: the rule no longer fits \
+         the tool's input schema, and refuses its calls until the rule or the tool is changed",
+        misfit.fields.join("`, `args.")
+    ))
 }
 
 /// `*`-only glob matching, iterative with one backtrack point: linear in practice, never
@@ -267,28 +328,42 @@ impl ApprovalRule {
     /// Whether the rule gates a call of `tool` with `facts` (`None`: a call no condition can
     /// read, such as a read or a get, which a rule with a condition does not gate).
     fn gates(&self, tool: &str, facts: Option<&FactValues>) -> bool {
-        self.tool.matches(tool) && condition_counts(self.when.as_ref(), facts, "an approval rule")
+        self.tool.matches(tool)
+            && condition_counts(
+                std::slice::from_ref(&self.tool),
+                self.when.as_ref(),
+                facts,
+                "an approval rule",
+            )
     }
 }
 
 /// Whether a rule with `when` counts a call with `facts`: always without a condition; never
 /// without facts; else when it holds, or when it fails (a rule that limits or gates fails
 /// closed: it limits or gates), which the log says.
-fn condition_counts(when: Option<&Condition>, facts: Option<&FactValues>, what: &str) -> bool {
+fn condition_counts(
+    patterns: &[Pattern],
+    when: Option<&Condition>,
+    facts: Option<&FactValues>,
+    what: &str,
+) -> bool {
     let Some(condition) = when else {
         return true;
     };
     let Some(facts) = facts else {
         return false;
     };
-    condition.holds(facts).unwrap_or_else(|why| {
-        tracing::warn!(
-            condition = condition.source(),
-            %why,
-            "the condition of {what} could not be evaluated; it applies to the call"
-        );
-        true
-    })
+    let unfit = refuses_unfit(patterns, condition, facts).map(Err);
+    unfit
+        .unwrap_or_else(|| condition.holds(facts))
+        .unwrap_or_else(|why| {
+            tracing::warn!(
+                condition = condition.source(),
+                %why,
+                "the condition of {what} could not be evaluated; it applies to the call"
+            );
+            true
+        })
 }
 
 /// An [`ApprovalRule`] as the configuration writes it.
@@ -485,7 +560,13 @@ impl RateLimitRule {
     /// Whether the rule counts a call of `kind` to `name` with `facts` (`None` for a call no
     /// condition reads: a read, a get).
     pub fn counts_call(&self, kind: TargetKind, name: &str, facts: Option<&FactValues>) -> bool {
-        self.counts(kind, name) && condition_counts(self.when.as_ref(), facts, "a rate limit")
+        self.counts(kind, name)
+            && condition_counts(
+                self.tools.as_deref().unwrap_or_default(),
+                self.when.as_ref(),
+                facts,
+                "a rate limit",
+            )
     }
 }
 
@@ -741,7 +822,7 @@ impl Policy {
 
     /// Every rule, in order, as it stands for `principal`'s call of `tool` with `facts`.
     pub fn trace(&self, principal: &Principal, tool: &str, facts: &FactValues) -> Vec<RuleTrace> {
-        let facts = facts.context();
+        let context = facts.context();
         self.rules
             .iter()
             .enumerate()
@@ -751,11 +832,12 @@ impl Policy {
                     name: self.rule_name(index),
                     effect: rule.effect,
                     applies,
-                    condition: rule
-                        .when
-                        .as_ref()
-                        .filter(|_| applies)
-                        .map(|condition| condition.holds_in(&facts)),
+                    condition: rule.when.as_ref().filter(|_| applies).map(|condition| {
+                        match refuses_unfit(&rule.tools, condition, facts) {
+                            Some(why) => Err(why),
+                            None => condition.holds_in(&context),
+                        }
+                    }),
                 }
             })
             .collect()
@@ -776,7 +858,7 @@ impl Policy {
         principal: &Principal,
         tool: &str,
         granted: bool,
-        facts: impl FnOnce() -> FactValues,
+        facts: &FactValues,
     ) -> Verdict {
         let applying: Vec<(usize, &Rule)> = self
             .rules
@@ -794,13 +876,20 @@ impl Policy {
                 }
             };
         }
-        let facts = facts().context();
+        let context = facts.context();
         let mut refusal = None;
         let mut holds = |index: usize, rule: &Rule| -> bool {
             let Some(condition) = &rule.when else {
                 return true;
             };
-            match condition.holds_in(&facts) {
+            if let Some(why) = refuses_unfit(&rule.tools, condition, facts) {
+                refusal.get_or_insert(Verdict::Refuse {
+                    rule: self.rule_name(index),
+                    why,
+                });
+                return false;
+            }
+            match condition.holds_in(&context) {
                 Ok(holds) => holds,
                 Err(error) => {
                     refusal.get_or_insert(Verdict::Refuse {
@@ -843,6 +932,43 @@ impl Policy {
             };
         }
         Verdict::Proceed { approval }
+    }
+
+    /// Each rule, approval rule and rate limit that names `tool` (not by a wildcard) and whose
+    /// condition reads an argument the tool, taking `arguments`, does not take, as "PLACE reads
+    /// `args.F`": it refuses (a rule), gates (an approval rule) or counts (a rate limit) every
+    /// call of the tool until one of them changes.
+    pub fn unfit_for(&self, tool: &str, arguments: &[String]) -> Vec<String> {
+        let rules = self.rules.iter().enumerate().filter_map(|(i, rule)| {
+            Some((
+                format!("rule {}", self.rule_name(i)),
+                &rule.tools[..],
+                rule.when.as_ref()?,
+            ))
+        });
+        let approvals = self.approvals.require.iter().filter_map(|rule| {
+            Some((
+                format!("the approval rule for {:?}", rule.tool),
+                std::slice::from_ref(&rule.tool),
+                rule.when.as_ref()?,
+            ))
+        });
+        let limits = self.rate_limits.iter().enumerate().filter_map(|(i, rule)| {
+            Some((
+                format!("rate_limits[{i}]"),
+                rule.tools.as_deref()?,
+                rule.when.as_ref()?,
+            ))
+        });
+        rules
+            .chain(approvals)
+            .chain(limits)
+            .filter_map(|(place, patterns, condition)| {
+                let misfit = misfit(patterns, condition, tool, arguments)?;
+                (!misfit.by_wildcard)
+                    .then(|| format!("{place} reads `args.{}`", misfit.fields.join("`, `args.")))
+            })
+            .collect()
     }
 
     /// Whether calls of `tool` need an approval, by name (a rule with a condition counts:
@@ -981,8 +1107,11 @@ mod tests {
         };
         let args: larkgate_binding::Map = [("key".to_owned(), key.into())].into();
         let chain = larkgate_store::CallChain::default();
-        policy.judge(&ada, "kv_set", granted, || {
-            Facts {
+        policy.judge(
+            &ada,
+            "kv_set",
+            granted,
+            &Facts {
                 args: &args,
                 principal: &ada,
                 tool: "kv_set",
@@ -991,9 +1120,10 @@ mod tests {
                 read_only: false,
                 chain: &chain,
                 now_ms: 0,
+                arguments: None,
             }
-            .values()
-        })
+            .values(),
+        )
     }
 
     #[test]

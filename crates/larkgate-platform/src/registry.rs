@@ -170,6 +170,17 @@ pub struct RegisteredTool {
     pub handler: Arc<dyn ToolHandler>,
     /// Its input shape, validated, when it has one.
     pub input: Option<larkgate_binding::InputShape>,
+    /// The arguments its input schema lists (`properties`), when it lists them: what the
+    /// policy's rules that name it may read ([`schema_arguments`]).
+    pub arguments: Option<Arc<[String]>>,
+}
+
+/// The arguments an input schema lists (the names under `properties`), when it lists them.
+pub fn schema_arguments(
+    input_schema: &serde_json::Map<String, serde_json::Value>,
+) -> Option<Arc<[String]>> {
+    let properties = input_schema.get("properties")?.as_object()?;
+    Some(properties.keys().cloned().collect())
 }
 
 impl std::fmt::Debug for RegisteredTool {
@@ -450,6 +461,7 @@ impl Registry {
         self.tools.insert(
             spec.name.clone(),
             Arc::new(RegisteredTool {
+                arguments: schema_arguments(&spec.input_schema),
                 spec,
                 handler,
                 input,

@@ -110,6 +110,14 @@ pub fn platform_tool_names() -> Result<Vec<String>, RegistryError> {
         .collect())
 }
 
+/// The tool (`script__<name>`) a published `version` is served as, without what runs it: for
+/// checks of the policy against the tools there are, without starting anything.
+pub fn published_tool_spec(
+    version: &larkgate_store::ScriptVersion,
+) -> Result<larkgate_platform::registry::ToolSpec, Refusal> {
+    tools::script_tool(Weak::new(), version).map(|(spec, _)| spec)
+}
+
 fn store_failed(error: StoreError) -> Refusal {
     Refusal::store("the script store failed", error)
 }
@@ -215,6 +223,8 @@ impl Scripts {
             }
         }
         self.platform.tool_table().replace_scripts(tools)?;
+        self.platform
+            .warn_of_unfit_rules(|spec| spec.origin.source == larkgate_caller::Source::Script);
         Ok(())
     }
 

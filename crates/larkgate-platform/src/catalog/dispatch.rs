@@ -32,6 +32,7 @@ impl Resolved {
             },
             handler: Arc::new(Dispatch { kind, target: self }),
             input: None,
+            arguments: None,
         }
     }
 }

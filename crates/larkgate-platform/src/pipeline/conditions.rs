@@ -16,7 +16,7 @@ use larkgate_caller::Source;
 use crate::access;
 use crate::envelope::{Code, Refusal};
 use crate::policy::{Facts, TargetKind, Verdict};
-use crate::registry::ToolSpec;
+use crate::registry::RegisteredTool;
 use crate::services::Services;
 
 use super::{CallRequest, Step};
@@ -28,15 +28,16 @@ pub struct Conditions {
     pub services: Arc<Services>,
 }
 
-/// What a condition reads of a call of `spec` by `principal` with `args`, through `chain`, at
+/// What a condition reads of a call of `tool` by `principal` with `args`, through `chain`, at
 /// `now_ms`.
 pub fn facts<'a>(
     args: &'a Map,
     principal: &'a larkgate_store::Principal,
-    spec: &'a ToolSpec,
+    tool: &'a RegisteredTool,
     chain: &'a larkgate_store::CallChain,
     now_ms: i64,
 ) -> Facts<'a> {
+    let spec = &tool.spec;
     Facts {
         args,
         principal,
@@ -50,6 +51,7 @@ pub fn facts<'a>(
         read_only: spec.read_only,
         chain,
         now_ms,
+        arguments: tool.arguments.as_ref(),
     }
 }
 
@@ -74,13 +76,16 @@ impl Step for Conditions {
             None => policy.roles_grant_call(principal, &spec.name),
         };
         request.ensure_facts(&self.services);
-        let facts = request.facts.clone();
-        let empty = Map::new();
-        let now_ms = self.services.clock.now_ms();
-        let facts = || {
-            facts.unwrap_or_else(|| {
-                self::facts(&empty, principal, spec, &identity.run.chain, now_ms).values()
-            })
+        let fallback;
+        let facts = match &request.facts {
+            Some(facts) => facts,
+            // Not after `arguments`; the rules are judged on no arguments rather than skipped.
+            None => {
+                let now_ms = self.services.clock.now_ms();
+                fallback = self::facts(&Map::new(), principal, &tool, &identity.run.chain, now_ms)
+                    .values();
+                &fallback
+            }
         };
         match policy.judge(principal, &spec.name, granted, facts) {
             Verdict::Proceed { approval } => {

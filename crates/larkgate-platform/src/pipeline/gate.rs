@@ -91,14 +91,21 @@ impl Step for Gate {
             return Ok(());
         }
         let wait = policy.approval_wait(request.kind, &request.target);
+        // The operator's audit of a call held or refused here names the rule that gated it.
+        let rule = request.approval_rule.as_deref();
+        let named = |refusal: Refusal| match rule {
+            Some(rule) => refusal.decided_by(format!("rule {rule}: its condition holds")),
+            None => refusal,
+        };
         let id = match approvals::admit(&self.services, &call).await {
             Ok(id) => id,
             Err(asked) => match (asked.code, waiting, wait) {
                 (Code::ApprovalRequired, Some(waiting), Some(wait)) => {
                     approvals::wait::until_decided(&self.services, &call, asked, waiting, wait)
-                        .await?
+                        .await
+                        .map_err(named)?
                 }
-                _ => return Err(asked),
+                _ => return Err(named(asked)),
             },
         };
         request.approval_id = Some(id);

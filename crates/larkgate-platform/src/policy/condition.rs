@@ -36,6 +36,8 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use larkgate_binding::{Map, Value as Arg};
 use serde::{Deserialize, Serialize};
 
+mod fast;
+
 /// The longest condition, in bytes of source.
 pub const MAX_SOURCE_BYTES: usize = 2048;
 /// The deepest nesting of brackets in a condition's source.
@@ -72,6 +74,8 @@ pub struct Condition {
     args_fields: BTreeSet<String>,
     /// Whether it reads no fact: the same for every call.
     constant: bool,
+    /// The condition on the fast path, when it is written in the core it takes.
+    fast: Option<Arc<fast::Node>>,
 }
 
 impl Condition {
@@ -106,6 +110,7 @@ impl Condition {
         analysis.walk(program.expression(), &mut Vec::new(), false, 1)?;
         Ok(Condition {
             source: source.to_owned(),
+            fast: fast::compile(program.expression()).map(Arc::new),
             program: Arc::new(program),
             args_fields: analysis.args_fields,
             constant: !analysis.reads_facts,
@@ -136,9 +141,20 @@ impl Condition {
     }
 
     /// [`Condition::holds`] in a context made once by [`FactValues::context`], for many
-    /// conditions on one call: making it converts every fact, the arguments whole.
-    pub fn holds_in(&self, context: &FactContext) -> Result<bool, String> {
-        match self.program.execute(&context.0) {
+    /// conditions on one call: the facts as CEL values are made, once, only if a condition
+    /// needs the cel crate's evaluation.
+    pub fn holds_in(&self, context: &FactContext<'_>) -> Result<bool, String> {
+        if let Some(node) = &self.fast
+            && let Ok(holds) = fast::holds(node, context.values)
+        {
+            return Ok(holds);
+        }
+        self.holds_by_cel(context)
+    }
+
+    /// [`Condition::holds_in`] by the cel crate alone, never the fast path.
+    fn holds_by_cel(&self, context: &FactContext<'_>) -> Result<bool, String> {
+        match self.program.execute(context.cel()) {
             Ok(cel::Value::Bool(holds)) => Ok(holds),
             Ok(other) => Err(format!(
                 "the condition gave a {}, not true or false",
@@ -280,15 +296,20 @@ impl Analysis {
                     } else {
                         call.args.get(1)
                     };
-                    if !matches!(
-                        pattern.map(|p| &p.expr),
-                        Some(Expr::Literal(LiteralValue::String(_)))
-                    ) {
+                    let Some(Expr::Literal(LiteralValue::String(pattern))) =
+                        pattern.map(|p| &p.expr)
+                    else {
                         return Err(
                             "matches() takes a literal pattern only (\"^tmp/[a-z]+$\"), never \
                              one from the arguments"
                                 .to_owned(),
                         );
+                    };
+                    if let Err(error) = regex::Regex::new(pattern.inner()) {
+                        return Err(format!(
+                            "matches() has a pattern that is not a valid regular expression: {}",
+                            one_line(&error.to_string())
+                        ));
                     }
                 }
                 if call.func_name == "_[_]"
@@ -380,7 +401,7 @@ pub struct Facts<'a> {
     /// The tool's listed name.
     pub tool: &'a str,
     /// Where the tool comes from: `builtin`, `upstream` or `script`.
-    pub source: &'a str,
+    pub source: &'static str,
     /// The upstream's alias for an upstream's tool, else `""`.
     pub alias: &'a str,
     /// Whether the tool declares itself read-only.
@@ -389,32 +410,116 @@ pub struct Facts<'a> {
     pub chain: &'a larkgate_store::CallChain,
     /// The time of the call, in Unix milliseconds (the platform's clock).
     pub now_ms: i64,
+    /// The arguments the tool's input schema lists, when it lists them: a rule that names the
+    /// tool and reads another one refuses its calls (see [`crate::policy::Policy::judge`]).
+    pub arguments: Option<&'a Arc<[String]>>,
 }
 
 impl Facts<'_> {
-    /// The facts as CEL values, made once per call for every condition evaluated on it.
+    /// The facts, owned, made once per call for every condition evaluated on it.
     pub fn values(&self) -> FactValues {
         let principal = &self.principal;
         let issuer = match &principal.issuer {
             larkgate_store::IssuerBinding::Issuer(name) => name.clone(),
             _ => String::new(),
         };
+        FactValues {
+            args: self.args.clone(),
+            principal: PrincipalFacts {
+                name: principal.id.clone(),
+                roles: principal.roles.clone(),
+                kind: principal.kind.as_str(),
+                issuer,
+            },
+            tool: ToolFacts {
+                name: self.tool.to_owned(),
+                source: self.source,
+                alias: self.alias.to_owned(),
+                read_only: self.read_only,
+                arguments: self.arguments.cloned(),
+            },
+            chain: ChainFacts {
+                through: self.chain.through.clone(),
+                authors: self.chain.authors.clone(),
+            },
+            now_ms: self.now_ms,
+        }
+    }
+}
+
+/// [`Facts`], owned: what a call keeps for the steps that evaluate conditions.
+#[derive(Clone, Debug)]
+pub struct FactValues {
+    args: Map,
+    principal: PrincipalFacts,
+    tool: ToolFacts,
+    chain: ChainFacts,
+    now_ms: i64,
+}
+
+#[derive(Clone, Debug)]
+struct PrincipalFacts {
+    name: String,
+    roles: Vec<String>,
+    kind: &'static str,
+    issuer: String,
+}
+
+#[derive(Clone, Debug)]
+struct ToolFacts {
+    name: String,
+    source: &'static str,
+    alias: String,
+    read_only: bool,
+    arguments: Option<Arc<[String]>>,
+}
+
+#[derive(Clone, Debug)]
+struct ChainFacts {
+    through: Vec<String>,
+    authors: Vec<String>,
+}
+
+impl FactValues {
+    /// The tool's listed name.
+    pub fn tool_name(&self) -> &str {
+        &self.tool.name
+    }
+
+    /// The arguments the tool's input schema lists, when it lists them.
+    pub fn tool_arguments(&self) -> Option<&[String]> {
+        self.tool.arguments.as_deref()
+    }
+
+    /// The context conditions are evaluated in, made once for all the conditions evaluated on
+    /// one call.
+    pub fn context(&self) -> FactContext<'_> {
+        FactContext {
+            values: self,
+            cel: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The facts as the cel crate's context: every fact converted, the arguments whole.
+    fn cel_context(&self) -> cel::Context<'static, 'static> {
         let strings = |items: &[String]| {
             cel::Value::List(Arc::new(
                 items.iter().map(|s| cel::Value::from(s.as_str())).collect(),
             ))
         };
+        let principal = &self.principal;
         let principal = cel::Value::from(HashMap::from([
-            ("name", cel::Value::from(principal.id.as_str())),
+            ("name", cel::Value::from(principal.name.as_str())),
             ("roles", strings(&principal.roles)),
-            ("kind", cel::Value::from(principal.kind.as_str())),
-            ("issuer", cel::Value::from(issuer)),
+            ("kind", cel::Value::from(principal.kind)),
+            ("issuer", cel::Value::from(principal.issuer.as_str())),
         ]));
+        let tool = &self.tool;
         let tool = cel::Value::from(HashMap::from([
-            ("name", cel::Value::from(self.tool)),
-            ("source", cel::Value::from(self.source)),
-            ("alias", cel::Value::from(self.alias)),
-            ("read_only", cel::Value::Bool(self.read_only)),
+            ("name", cel::Value::from(tool.name.as_str())),
+            ("source", cel::Value::from(tool.source)),
+            ("alias", cel::Value::from(tool.alias.as_str())),
+            ("read_only", cel::Value::Bool(tool.read_only)),
         ]));
         let chain = cel::Value::from(HashMap::from([
             ("through", strings(&self.chain.through)),
@@ -423,40 +528,34 @@ impl Facts<'_> {
         let now = chrono::DateTime::from_timestamp_millis(self.now_ms)
             .unwrap_or_default()
             .fixed_offset();
-        FactValues {
-            values: [
-                ("args", map_value(self.args)),
-                ("principal", principal),
-                ("tool", tool),
-                ("chain", chain),
-                ("now", cel::Value::Timestamp(now)),
-            ],
-        }
-    }
-}
-
-/// [`Facts`] as CEL values.
-#[derive(Clone, Debug)]
-pub struct FactValues {
-    values: [(&'static str, cel::Value); 5],
-}
-
-impl FactValues {
-    /// The context conditions are evaluated in, made once for all the conditions evaluated on
-    /// one call.
-    pub fn context(&self) -> FactContext {
         let mut context = cel::Context::with_env(Arc::clone(&ENV));
-        for (name, value) in &self.values {
-            context.add_variable_from_value(*name, value.clone());
+        for (name, value) in [
+            ("args", map_value(&self.args)),
+            ("principal", principal),
+            ("tool", tool),
+            ("chain", chain),
+            ("now", cel::Value::Timestamp(now)),
+        ] {
+            context.add_variable_from_value(name, value);
         }
-        FactContext(context)
+        context
     }
 }
 
-/// The facts of one call, ready for [`Condition::holds_in`].
-pub struct FactContext(cel::Context<'static, 'static>);
+/// The facts of one call, ready for [`Condition::holds_in`]: the cel crate's context is made
+/// the first time a condition needs it, and only then.
+pub struct FactContext<'a> {
+    values: &'a FactValues,
+    cel: std::cell::OnceCell<cel::Context<'static, 'static>>,
+}
 
-impl fmt::Debug for FactContext {
+impl FactContext<'_> {
+    fn cel(&self) -> &cel::Context<'static, 'static> {
+        self.cel.get_or_init(|| self.values.cel_context())
+    }
+}
+
+impl fmt::Debug for FactContext<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("FactContext")
     }
@@ -516,6 +615,7 @@ mod tests {
             read_only: false,
             chain: &chain,
             now_ms: 1_796_644_800_000,
+            arguments: None,
         };
         condition.holds(&facts.values())
     }

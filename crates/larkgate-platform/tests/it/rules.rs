@@ -2,8 +2,13 @@
 //! pipeline: what they refuse, allow and gate, what the caller is told (what a role's refusal
 //! tells, nothing of the rule) and what the audit record says (the rule, for the operator).
 
+use std::sync::Arc;
+
+use larkgate_binding::Map;
 use larkgate_caller::Caller;
 use larkgate_platform::policy::Policy;
+use larkgate_platform::registry::{Origin, Source, ToolHandler, ToolSpec};
+use larkgate_platform::{CallContext, Refusal};
 use larkgate_store::{AuditKind, AuditQuery, AuditStore};
 
 use crate::harness::{Harness, POLICY, args, refusal};
@@ -113,6 +118,15 @@ async fn rules_refuse_allow_and_gate_calls_by_their_arguments() {
             .any(|d| d.contains("decided by rule viewers write their own keys")),
         "{details:?}"
     );
+    // The call an approval rule held names it too.
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.code.as_deref() == Some("approval_required"))
+            .filter_map(|r| r.detail.as_deref())
+            .any(|d| d.contains("decided by rule large values: its condition holds")),
+        "{records:?}"
+    );
 }
 
 #[tokio::test]
@@ -211,4 +225,100 @@ async fn rate_limits_and_approval_rules_count_only_the_calls_their_condition_hol
         .unwrap();
     let gated = refusal(&wes, "kv_delete", args(&[("key", "prod/a".into())])).await;
     assert_eq!(gated.code, "approval_required", "{}", gated.text);
+}
+
+/// An upstream's tool `fs__read` whose input schema lists `field`, answering `{}`.
+fn fs_read(field: &str) -> Vec<(ToolSpec, Arc<dyn ToolHandler>)> {
+    struct Answers;
+    #[async_trait::async_trait]
+    impl ToolHandler for Answers {
+        async fn call(&self, _: &CallContext, _: Map) -> Result<Map, Refusal> {
+            Ok(Map::new())
+        }
+    }
+    let spec = ToolSpec {
+        input_schema: serde_json::json!({
+            "type": "object",
+            "properties": {field: {"type": "string"}},
+        })
+        .as_object()
+        .unwrap()
+        .clone(),
+        read_only: true,
+        ..ToolSpec::new(
+            "fs__read",
+            Origin {
+                source: Source::Upstream,
+                alias: Some("fs".into()),
+                original_name: "read".into(),
+            },
+        )
+    };
+    vec![(spec, Arc::new(Answers))]
+}
+
+/// When an upstream's tool changes its schema so that a rule naming it reads an argument it no
+/// longer takes, the rule fails closed: it refuses every call of the tool (a `has()` guard
+/// would otherwise turn the deny rule off, and `file: "secret/..."` would pass), the operator's
+/// audit says why, and the rule holds again once the tool fits it. A rule that matches the tool
+/// by a wildcard only is evaluated as written.
+#[tokio::test]
+async fn a_rule_that_no_longer_fits_its_tool_s_schema_refuses_its_calls_until_it_does() {
+    let policy = format!(
+        r#"{POLICY}
+[[rules]]
+name = "no secrets"
+tools = ["fs__read"]
+when = 'has(args.path) && args.path.startsWith("secret/")'
+effect = "deny"
+
+[[rules]]
+name = "wide"
+tools = ["fs__*"]
+when = 'has(args.mode) && args.mode == "raw"'
+effect = "deny"
+"#
+    );
+    let policy: Policy = toml::from_str(&policy).unwrap();
+    let h = Harness::with(|b| b.policy(policy)).await;
+    let table = h.platform.tool_table();
+    table.replace_upstream("fs", fs_read("path")).unwrap();
+    let (root, _t) = h.session("root").await;
+    let path = |p: &str| args(&[("path", p.into())]);
+    let file = |p: &str| args(&[("file", p.into())]);
+    root.call_tool("fs__read", path("docs/a")).await.unwrap();
+    assert_eq!(
+        refusal(&root, "fs__read", path("secret/k")).await.code,
+        "forbidden"
+    );
+
+    // The upstream renames `path` to `file`: every call is refused, the harmless one too.
+    table.replace_upstream("fs", fs_read("file")).unwrap();
+    for arguments in [file("secret/k"), file("docs/a")] {
+        let refused = refusal(&root, "fs__read", arguments).await;
+        assert_eq!(refused.code, "forbidden");
+        assert!(!refused.text.contains("path"), "{}", refused.text);
+    }
+    h.audit.flush().await.unwrap();
+    let records = h.store.audit_records(AuditQuery::default()).await.unwrap();
+    let unfit = "decided by rule no secrets: its condition reads `args.path`, which fs__read \
+                 does not take now";
+    assert!(
+        records
+            .iter()
+            .filter_map(|r| r.detail.as_deref())
+            .any(|d| d.contains(unfit)),
+        "{records:?}"
+    );
+
+    // The tool takes `path` again: the rule is evaluated again.
+    table.replace_upstream("fs", fs_read("path")).unwrap();
+    root.call_tool("fs__read", path("docs/a")).await.unwrap();
+    assert_eq!(
+        refusal(&root, "fs__read", path("secret/k")).await.code,
+        "forbidden"
+    );
+    // `wide` reads `mode`, which fs__read never took: it names the tool by a wildcard, so
+    // its guard decides (a `larkgate check` warning, not a refusal).
+    root.call_tool("fs__read", path("docs/b")).await.unwrap();
 }

@@ -250,6 +250,8 @@ impl Federation {
         if let Err(e) = published {
             return Err(Fatal(format!("upstream {alias:?}: {e}")));
         }
+        self.platform
+            .warn_of_unfit_rules(|spec| spec.origin.alias.as_deref() == Some(alias));
         let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
         status.server = client.server_shown();
         status.protocol = client.protocol_version().map(|v| v.to_string());
@@ -296,6 +298,8 @@ impl Federation {
                 handlers(adoption.specs, &upstream.link, Limits::default()),
             )
             .map_err(|e| Fatal(format!("upstream {alias:?}: {e}")))?;
+        self.platform
+            .warn_of_unfit_rules(|spec| spec.origin.alias.as_deref() == Some(alias));
         let mut status = upstream.status.lock().unwrap_or_else(|p| p.into_inner());
         status.tools = count;
         status.gated = gated;

@@ -8,9 +8,9 @@ use std::io::Write;
 use std::path::Path;
 
 use larkgate_platform::policy::{
-    Pattern, Policy, ROLE_ADMIN, ROLE_APPROVER, ROLE_AUTHOR, ROLE_PUBLISHER,
+    Pattern, Policy, ROLE_ADMIN, ROLE_APPROVER, ROLE_AUTHOR, ROLE_PUBLISHER, misfit,
 };
-use larkgate_platform::registry::{Registry, SEPARATOR, script_tool_name};
+use larkgate_platform::registry::{Registry, SEPARATOR, schema_arguments, script_tool_name};
 use larkgate_platform::{approvals, capabilities};
 use larkgate_store::{IssuerBinding, Principal, PrincipalStore, SqliteStore, UpstreamStore};
 
@@ -24,6 +24,8 @@ pub(crate) struct KnownTools {
     namespaces: Vec<String>,
     /// The argument names of each built-in tool whose input schema lists them.
     arguments: std::collections::BTreeMap<String, Vec<String>>,
+    /// The same for the tools beyond the file: upstreams' pinned tools, published scripts.
+    outside: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl KnownTools {
@@ -35,10 +37,7 @@ impl KnownTools {
         let mut names: Vec<String> = registry.iter().map(|t| t.spec.name.clone()).collect();
         let arguments = registry
             .iter()
-            .filter_map(|t| {
-                let properties = t.spec.input_schema.get("properties")?.as_object()?;
-                Some((t.spec.name.clone(), properties.keys().cloned().collect()))
-            })
+            .filter_map(|t| arguments_of(&t.spec))
             .collect();
         names.extend(larkgate_scripts::platform_tool_names()?);
         let script_namespace = script_tool_name("");
@@ -48,6 +47,7 @@ impl KnownTools {
             names,
             namespaces,
             arguments,
+            outside: Default::default(),
         })
     }
 
@@ -69,11 +69,15 @@ impl KnownTools {
     }
 }
 
-/// The arguments the conditions of `policy` read that a built-in tool they can match does not
-/// take: an error for a rule that names the tool itself (its condition fails, and refuses, on
-/// every call of it), a warning for one that matches it by a wildcard (it fails on that tool's
-/// calls unless it tests `has(args.FIELD)` first). Upstream and script tools are checked
-/// when larkgate knows their schemas, at run time.
+/// The arguments the conditions of `policy` read that a tool they can match does not take.
+///
+/// For a built-in tool: an error for a rule that names the tool itself (its condition fails,
+/// and refuses, on every call of it), a warning for one that matches it by a wildcard (it fails
+/// on that tool's calls unless it tests `has(args.FIELD)` first).
+///
+/// For an upstream's tool (its pinned definition) or a published script's: a warning either
+/// way, since those tools change outside the file. A rule that names such a tool and reads an
+/// argument it does not take refuses every call of it while that lasts (it fails closed).
 pub(crate) fn argument_problems(policy: &Policy, known: &KnownTools) -> (Vec<String>, Vec<String>) {
     let (mut errors, mut warnings) = (Vec::new(), Vec::new());
     let rules = policy.rules.iter().enumerate().filter_map(|(i, rule)| {
@@ -101,15 +105,23 @@ pub(crate) fn argument_problems(policy: &Policy, known: &KnownTools) -> (Vec<Str
                 when,
             ))
         });
+    let tools = known
+        .arguments
+        .iter()
+        .map(|(tool, arguments)| (tool, arguments, true))
+        .chain(
+            known
+                .outside
+                .iter()
+                .map(|(tool, arguments)| (tool, arguments, false)),
+        );
+    let tools: Vec<_> = tools.collect();
     for (place, patterns, when) in rules.chain(approvals).chain(limits) {
-        for (tool, arguments) in &known.arguments {
-            let Some(pattern) = patterns.iter().find(|p| p.matches(tool)) else {
+        for &(tool, arguments, builtin) in &tools {
+            let Some(misfit) = misfit(patterns, when, tool, arguments) else {
                 continue;
             };
-            for field in when.args_fields() {
-                if arguments.contains(field) {
-                    continue;
-                }
+            for field in &misfit.fields {
                 let closest = arguments
                     .iter()
                     .min_by_key(|name| strsim::levenshtein(name, field))
@@ -122,13 +134,17 @@ pub(crate) fn argument_problems(policy: &Policy, known: &KnownTools) -> (Vec<Str
                 let problem = format!(
                     "{place}: its condition reads `args.{field}`, which {tool} does not take ({takes}){closest}"
                 );
-                if String::from(pattern.clone()).contains('*') {
+                if misfit.by_wildcard {
                     warnings.push(format!(
                         "{problem}: the condition fails, and refuses, on {tool}'s calls unless it tests has(args.{field}) first"
                     ));
-                } else {
+                } else if builtin {
                     errors.push(format!(
                         "{problem}: the condition would fail, and refuse, on every call of it"
+                    ));
+                } else {
+                    warnings.push(format!(
+                        "{problem}: the rule refuses every call of {tool} until the rule or the tool changes"
                     ));
                 }
             }
@@ -137,26 +153,73 @@ pub(crate) fn argument_problems(policy: &Policy, known: &KnownTools) -> (Vec<Str
     (errors, warnings)
 }
 
-/// [`argument_problems`] for `policy` with the upstreams `aliases`, as `serve`, `stdio` and
-/// the commands that call tools check it before they start (and a reload before it applies a
-/// file): the errors as one, the warnings to log.
+/// [`argument_problems`] for `policy` with the upstreams `aliases` and the tools beyond the
+/// file there are now (`outside`: upstreams' pinned tools, published scripts), as `serve`,
+/// `stdio` and the commands that call tools check it before they start (and a reload before it
+/// applies a file): the errors as one, the warnings to log.
 pub(crate) fn rules_fit_their_tools(
     policy: &Policy,
     aliases: impl IntoIterator<Item = String>,
+    outside: impl IntoIterator<Item = (String, Vec<String>)>,
 ) -> anyhow::Result<Vec<String>> {
     // The tools' schemas are read only when a condition could read them.
-    let conditions = policy.rules.iter().any(|r| r.when.is_some())
-        || policy.approvals.require.iter().any(|r| r.when.is_some())
-        || policy.rate_limits.iter().any(|r| r.when.is_some());
-    if !conditions {
+    if !has_conditions(policy) {
         return Ok(Vec::new());
     }
-    let known = KnownTools::new(aliases)?;
+    let mut known = KnownTools::new(aliases)?;
+    known.outside.extend(outside);
     let (errors, warnings) = argument_problems(policy, &known);
     if !errors.is_empty() {
         anyhow::bail!("{}", errors.join("\n"));
     }
     Ok(warnings)
+}
+
+/// Whether any rule, approval rule or rate limit of `policy` has a condition.
+pub(crate) fn has_conditions(policy: &Policy) -> bool {
+    policy.rules.iter().any(|r| r.when.is_some())
+        || policy.approvals.require.iter().any(|r| r.when.is_some())
+        || policy.rate_limits.iter().any(|r| r.when.is_some())
+}
+
+/// The tools beyond the file that `store` holds, with the arguments each takes: the pinned,
+/// approved tools of the upstreams `upstreams` (configured and added), and the published
+/// scripts. What cannot be read is left out (an upstream's pins that do not parse, a script
+/// the engine no longer takes), as `serve` leaves it out.
+pub(crate) async fn stored_tools(
+    store: &dyn larkgate_store::Store,
+    upstreams: &[larkgate_upstream::config::UpstreamConfig],
+) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let mut tools = Vec::new();
+    let added = store.upstreams().await?.into_iter().filter_map(|record| {
+        serde_json::from_str::<larkgate_upstream::config::UpstreamConfig>(&record.config).ok()
+    });
+    for upstream in upstreams.iter().cloned().chain(added) {
+        let alias = upstream.alias.as_str();
+        let pinned: Vec<rmcp::model::Tool> = store
+            .pins(alias)
+            .await?
+            .iter()
+            .filter(|pin| pin.status == larkgate_store::PinStatus::Approved)
+            .filter_map(|pin| serde_json::from_str(&pin.definition).ok())
+            .collect();
+        let adoption = larkgate_upstream::tools::adopt(alias, &pinned, upstream.approval);
+        tools.extend(adoption.specs.iter().filter_map(arguments_of));
+    }
+    for version in store.latest_versions().await? {
+        if let Ok(spec) = larkgate_scripts::published_tool_spec(&version) {
+            tools.extend(arguments_of(&spec));
+        }
+    }
+    Ok(tools)
+}
+
+/// A tool's name and the arguments its input schema lists, when it lists them.
+pub(crate) fn arguments_of(
+    spec: &larkgate_platform::registry::ToolSpec,
+) -> Option<(String, Vec<String>)> {
+    let arguments = schema_arguments(&spec.input_schema)?;
+    Some((spec.name.clone(), arguments.to_vec()))
 }
 
 /// The roles larkgate itself gives meaning to (its platform tools' fixed roles).
@@ -369,6 +432,8 @@ struct Stored {
     approvals: Vec<String>,
     /// Published scripts.
     scripts: usize,
+    /// The upstreams' pinned tools and the published scripts, with the arguments each takes.
+    tools: Vec<(String, Vec<String>)>,
 }
 
 /// What `data_dir`'s store holds for `config`'s checks, read in one opening of it.
@@ -391,11 +456,16 @@ fn stored(config: &Config, data_dir: &Path) -> anyhow::Result<Stored> {
             None => (Vec::new(), Vec::new(), 0),
         };
         let approvals = approval_lines(config, store.as_ref(), &records).await?;
+        let tools = match &store {
+            Some(store) => stored_tools(store, &config.upstreams).await?,
+            None => Vec::new(),
+        };
         Ok(Stored {
             principals,
             aliases: records.into_iter().map(|u| u.alias).collect(),
             approvals,
             scripts,
+            tools,
         })
     })
 }
@@ -491,6 +561,7 @@ pub(crate) fn run(
         aliases: stored_aliases,
         approvals,
         scripts,
+        tools: stored_tools,
     } = match &postgres {
         None => stored(config, &located.data_dir)?,
         Some(_) => Stored::default(),
@@ -514,7 +585,8 @@ pub(crate) fn run(
         .iter()
         .map(|u| u.alias.clone())
         .chain(stored_aliases);
-    let known = KnownTools::new(aliases)?;
+    let mut known = KnownTools::new(aliases)?;
+    known.outside.extend(stored_tools);
     let (errors, argument_warnings) = argument_problems(&config.policy, &known);
     if !errors.is_empty() {
         anyhow::bail!("{}", errors.join("\n"));

@@ -223,9 +223,14 @@ impl Context {
         };
         // A rule whose condition reads an argument its tool does not take would refuse every
         // call of it: refused here as `larkgate check` refuses it.
+        let outside = match super::check::has_conditions(&config.policy) {
+            true => super::check::stored_tools(store.as_ref(), &config.upstreams).await?,
+            false => Vec::new(),
+        };
         for warning in super::check::rules_fit_their_tools(
             &config.policy,
             config.upstreams.iter().map(|u| u.alias.clone()),
+            outside,
         )? {
             tracing::warn!("{warning}");
         }

@@ -179,9 +179,24 @@ impl Reloader {
                 .endpoint(|name| std::env::var(name).ok())
                 .map_err(|e| format!("in {path}: {e}"))?;
         }
+        // The upstreams' and scripts' tools as they are served now.
+        let outside = self
+            .platform
+            .tool_table()
+            .snapshot()
+            .iter()
+            .filter(|tool| {
+                matches!(
+                    tool.spec.origin.source,
+                    larkgate_caller::Source::Upstream | larkgate_caller::Source::Script
+                )
+            })
+            .filter_map(|tool| super::check::arguments_of(&tool.spec))
+            .collect::<Vec<_>>();
         let warnings = super::check::rules_fit_their_tools(
             &config.policy,
             config.upstreams.iter().map(|u| u.alias.clone()),
+            outside,
         )
         .map_err(|e| format!("in {path}: {e}"))?;
         for warning in warnings {

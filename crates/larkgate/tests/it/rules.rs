@@ -117,6 +117,38 @@ fn a_rule_refuses_alike_over_http_stdio_a_draft_and_a_published_script() {
         );
         session.cancel().await.unwrap();
     });
+
+    // The console's audit page names the rule to an administrator.
+    let origin = server.url.trim_end_matches("/mcp").to_owned();
+    let http = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let signed_in = http
+        .post(format!("{origin}/admin/sign-in"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .unwrap();
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = http
+        .get(format!("{origin}/admin/audit"))
+        .header("Cookie", &cookie)
+        .send()
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().unwrap();
+    assert!(
+        page.contains("decided by rule no secret: the secret is for the deploy pipeline"),
+        "{page}"
+    );
     assert!(server.stop().success());
 
     // The operator's audit names the rule and its reason, for each of the four.
@@ -220,6 +252,34 @@ fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
     std::fs::write(crate::config_path(d), POLICY).unwrap();
     let said = ok(d, &["check"]);
     assert!(said.contains("2 roles, 1 rules"), "{said}");
+
+    // A published script's tool: a rule naming it is checked against its parameters, with a
+    // warning (scripts change outside the file), at check and at every start.
+    ok(d, &["principal", "add", "ada", "--roles", "admin,author"]);
+    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
+    std::fs::write(
+        d.join("peek.star"),
+        "def main(*, key: str):\n    return kv_get(key = key)\n",
+    )
+    .unwrap();
+    ok(d, &["--as", "ada", "script", "save", "peek", "peek.star"]);
+    ok(d, &["--as", "pat", "script", "publish", "peek"]);
+    let on_script = format!(
+        "{POLICY}\n[[policy.rules]]\nname = \"peek\"\ntools = [\"script__peek\"]\n\
+         when = 'args.kee == \"x\"'\neffect = \"deny\"\n"
+    );
+    std::fs::write(crate::config_path(d), &on_script).unwrap();
+    let checked = crate::larkgate_in(d, &["check"]);
+    assert!(checked.status.success(), "{}", crate::stderr(&checked));
+    let warned = crate::stderr(&checked);
+    assert!(
+        warned.contains(
+            "peek: its condition reads `args.kee`, which script__peek does not take (it takes \
+             key); did you mean `args.key`?: the rule refuses every call of script__peek"
+        ),
+        "{warned}"
+    );
+    std::fs::write(crate::config_path(d), POLICY).unwrap();
     // And a running serve refuses such a file at a reload, keeping the one in force.
     let server = crate::serve::Server::start(d);
     std::fs::write(crate::config_path(d), &typo).unwrap();
