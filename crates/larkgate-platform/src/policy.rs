@@ -150,15 +150,29 @@ fn refuses_unfit(
     condition: &Condition,
     facts: &FactValues,
 ) -> Option<String> {
-    let (tool, arguments) = (facts.tool_name(), facts.tool_arguments()?);
-    let misfit = misfit(patterns, condition, tool, arguments)?;
-    if misfit.by_wildcard {
+    if condition.args_fields().is_empty() {
         return None;
     }
+    let (tool, arguments) = (facts.tool_name(), facts.tool_arguments()?);
+    // A literal pattern matches only its own name: compared, not matched (this runs for each
+    // rule on every call it applies to).
+    if !patterns.iter().any(|p| p.0 == tool && p.is_literal()) {
+        return None;
+    }
+    condition
+        .args_fields()
+        .iter()
+        .find(|field| !arguments.contains(field))?;
+    let missing: Vec<&str> = condition
+        .args_fields()
+        .iter()
+        .filter(|field| !arguments.contains(field))
+        .map(String::as_str)
+        .collect();
     Some(format!(
         "its condition reads `args.{}`, which {tool} does not take now: the rule no longer fits \
          the tool's input schema, and refuses its calls until the rule or the tool is changed",
-        misfit.fields.join("`, `args.")
+        missing.join("`, `args.")
     ))
 }
 

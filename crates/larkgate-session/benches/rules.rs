@@ -158,6 +158,9 @@ fn judge_alone(counts: &[usize], arguments: &Map) {
     use larkgate_platform::policy::Facts;
     let principal = admin();
     let chain = larkgate_store::CallChain::default();
+    // kv_get's arguments as its input schema lists them, which the pipeline reads the rules'
+    // fields against, as here.
+    let takes: Arc<[String]> = ["key".to_owned()].into();
     let mut policies: Vec<Policy> = counts.iter().map(|&n| policy(n)).collect();
     policies.push(policy_of(100, CEL_ONLY));
     let mut per_call: Vec<Vec<Duration>> = vec![Vec::new(); policies.len()];
@@ -178,7 +181,7 @@ fn judge_alone(counts: &[usize], arguments: &Map) {
                         read_only: true,
                         chain: &chain,
                         now_ms: 0,
-                        arguments: None,
+                        arguments: Some(&takes),
                     }
                     .values(),
                 );
