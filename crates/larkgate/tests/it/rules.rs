@@ -20,6 +20,19 @@ effect = "deny"
 reason = "the secret is for the deploy pipeline"
 "#;
 
+/// Publishes `peek(key)`, which reads the key with `kv_get`, saved by ada (who must exist)
+/// and published by a new publisher, pat.
+fn publish_peek(d: &std::path::Path) {
+    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
+    std::fs::write(
+        d.join("peek.star"),
+        "def main(*, key: str):\n    return kv_get(key = key)\n",
+    )
+    .unwrap();
+    ok(d, &["--as", "ada", "script", "save", "peek", "peek.star"]);
+    ok(d, &["--as", "pat", "script", "publish", "peek"]);
+}
+
 /// The text of a call's refusal, or `ok`.
 fn outcome(answer: &serde_json::Value) -> String {
     if answer["result"]["isError"] == false {
@@ -40,14 +53,7 @@ fn a_rule_refuses_alike_over_http_stdio_a_draft_and_a_published_script() {
     let token = ok(d, &["token", "create", "--principal", "ada"])
         .trim()
         .to_owned();
-    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
-    std::fs::write(
-        d.join("peek.star"),
-        "def main(*, key: str):\n    return kv_get(key = key)\n",
-    )
-    .unwrap();
-    ok(d, &["--as", "ada", "script", "save", "peek", "peek.star"]);
-    ok(d, &["--as", "pat", "script", "publish", "peek"]);
+    publish_peek(d);
     let server = crate::serve::Server::start(d);
     let call = |tool: &str, arguments: serde_json::Value| {
         outcome(&crate::traces::call(
@@ -256,14 +262,7 @@ fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
     // A published script's tool: a rule naming it is checked against its parameters, with a
     // warning (scripts change outside the file), at check and at every start.
     ok(d, &["principal", "add", "ada", "--roles", "admin,author"]);
-    ok(d, &["principal", "add", "pat", "--roles", "publisher"]);
-    std::fs::write(
-        d.join("peek.star"),
-        "def main(*, key: str):\n    return kv_get(key = key)\n",
-    )
-    .unwrap();
-    ok(d, &["--as", "ada", "script", "save", "peek", "peek.star"]);
-    ok(d, &["--as", "pat", "script", "publish", "peek"]);
+    publish_peek(d);
     let on_script = format!(
         "{POLICY}\n[[policy.rules]]\nname = \"peek\"\ntools = [\"script__peek\"]\n\
          when = 'args.kee == \"x\"'\neffect = \"deny\"\n"
