@@ -113,7 +113,7 @@ pub fn explain(
         lines.push(format!("rule {} ({effect}): {result}", rule.name));
     }
     let decision = match policy.judge(principal, tool, granted, &values) {
-        Verdict::Refuse { rule, why } => format!("forbidden, by {rule}: {why}"),
+        Verdict::Refuse { rule, why, .. } => format!("forbidden, by {rule}: {why}"),
         Verdict::Proceed {
             approval: Some(rule),
         } => format!("allowed after an approval, required by rule {rule}"),

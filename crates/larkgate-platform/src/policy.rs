@@ -675,6 +675,10 @@ pub enum Verdict {
         rule: String,
         /// Why, for the operator: the rule's reason, or the condition's error.
         why: String,
+        /// Whether the rule could not be judged (its condition failed to evaluate on these
+        /// arguments, or no longer fits the tool) rather than decided: the caller is given a
+        /// correlation id to quote, and the log has `why` under it.
+        failed: bool,
     },
 }
 
@@ -887,6 +891,7 @@ impl Policy {
                 Verdict::Refuse {
                     rule: "the roles".to_owned(),
                     why: format!("no role of {} calls {tool}", principal.id),
+                    failed: false,
                 }
             };
         }
@@ -900,6 +905,7 @@ impl Policy {
                 refusal.get_or_insert(Verdict::Refuse {
                     rule: self.rule_name(index),
                     why,
+                    failed: true,
                 });
                 return false;
             }
@@ -909,6 +915,7 @@ impl Policy {
                     refusal.get_or_insert(Verdict::Refuse {
                         rule: self.rule_name(index),
                         why: format!("its condition could not be evaluated: {error}"),
+                        failed: true,
                     });
                     false
                 }
@@ -926,6 +933,7 @@ impl Policy {
                     .reason
                     .clone()
                     .unwrap_or_else(|| "its condition holds".to_owned()),
+                failed: false,
             };
         }
         let allowed = by(Effect::Allow).any(|(i, rule)| holds(*i, rule));
@@ -943,6 +951,7 @@ impl Policy {
                     "no role of {} calls {tool}, and no allow rule's condition holds",
                     principal.id
                 ),
+                failed: false,
             };
         }
         Verdict::Proceed { approval }
@@ -1158,7 +1167,8 @@ mod tests {
             judge(&both, true, "x"),
             Verdict::Refuse {
                 rule: "d".into(),
-                why: "no x".into()
+                why: "no x".into(),
+                failed: false,
             }
         );
         // An allow that holds lets through what the roles do not; one that does not hold
@@ -1176,7 +1186,7 @@ mod tests {
         let verdict = judge(broken, true, "k");
         assert!(refused(&verdict, "b"), "{verdict:?}");
         assert!(
-            matches!(&verdict, Verdict::Refuse { why, .. } if why.contains("could not be evaluated")),
+            matches!(&verdict, Verdict::Refuse { why, failed: true, .. } if why.contains("could not be evaluated")),
             "{verdict:?}"
         );
     }

@@ -92,7 +92,11 @@ impl Step for Conditions {
                 request.approval_rule = approval;
                 Ok(())
             }
-            Verdict::Refuse { rule, why } => {
+            Verdict::Refuse {
+                rule,
+                why,
+                failed: false,
+            } => {
                 tracing::warn!(
                     principal = %principal.id,
                     tool = %spec.name,
@@ -107,6 +111,29 @@ impl Step for Conditions {
                 .with_hint("ask an administrator for a role or rule that allows it")
                 .decided_by(format!("rule {rule}: {why}")))
             }
+            // The rule could not be judged on this call: refused all the same (a rule never
+            // silently stops applying), and the caller gets a correlation id to quote; the
+            // error, which may quote the arguments, goes to the log under it, never to them.
+            Verdict::Refuse {
+                rule,
+                why,
+                failed: true,
+            } => Err(Refusal::logged(
+                Code::Forbidden,
+                format!(
+                    "{} may not call {}: a policy rule could not be evaluated on this call",
+                    principal.id, spec.name
+                ),
+                format_args!(
+                    "principal {} calling {}: rule {rule}: {why}",
+                    principal.id, spec.name
+                ),
+            )
+            .with_hint(
+                "check the arguments' types against the tool's schema; if they are right, tell \
+                 the operator the correlation id (their log has the rule and its error)",
+            )
+            .decided_by(format!("rule {rule}: {why}"))),
         }
     }
 }

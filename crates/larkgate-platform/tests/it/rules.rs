@@ -180,6 +180,62 @@ async fn the_audit_tells_a_tool_hidden_by_the_policy_from_a_typo() {
     );
 }
 
+/// A rule whose condition cannot be evaluated on a call (here `int()` of a value that is not a
+/// number) refuses it whatever the rule's effect: the caller reads a `forbidden` with a
+/// correlation id to quote and nothing of the rule or the value; the audit has the rule and
+/// the error. The same rule decides the calls it can evaluate as written.
+#[tokio::test]
+async fn a_rule_that_cannot_be_evaluated_refuses_with_a_correlation_id() {
+    let policy: Policy = toml::from_str(&format!(
+        r#"{POLICY}
+[[rules]]
+name = "numbered values"
+tools = ["kv_set"]
+when = 'args.key.startsWith("n/") && int(args.value) > 100'
+effect = "require_approval"
+"#
+    ))
+    .unwrap();
+    let h = Harness::with(|b| b.policy(policy)).await;
+    let (wes, _t) = h.session("wes").await;
+    wes.call_tool("kv_set", set("tmp/a", "anything"))
+        .await
+        .unwrap();
+    wes.call_tool("kv_set", set("n/a", "7")).await.unwrap();
+    let gated = refusal(&wes, "kv_set", set("n/a", "700")).await;
+    assert_eq!(gated.code, "approval_required", "{}", gated.text);
+
+    let refused = refusal(&wes, "kv_set", set("n/a", "seven hundred")).await;
+    assert_eq!(refused.code, "forbidden", "{}", refused.text);
+    let (said, id) = refused
+        .text
+        .split_once("(correlation id ")
+        .unwrap_or_else(|| panic!("no correlation id: {}", refused.text));
+    assert!(
+        said.starts_with(
+            "forbidden: wes may not call kv_set: a policy rule could not be evaluated"
+        ),
+        "{}",
+        refused.text
+    );
+    let id: String = id.chars().take_while(char::is_ascii_hexdigit).collect();
+    assert_eq!(id.len(), 16, "{}", refused.text);
+    for secret in ["seven hundred", "numbered values", "int("] {
+        assert!(!refused.text.contains(secret), "{}", refused.text);
+    }
+    h.audit.flush().await.unwrap();
+    let records = h.store.audit_records(AuditQuery::default()).await.unwrap();
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.kind == AuditKind::Refusal && r.code.as_deref() == Some("forbidden"))
+            .filter_map(|r| r.detail.as_deref())
+            .any(|d| d
+                .contains("decided by rule numbered values: its condition could not be evaluated")),
+        "{records:?}"
+    );
+}
+
 /// Rate limits and approval rules take the same conditions: a budget that counts only the
 /// calls it names by their arguments, and an approval only for the calls that need one.
 #[tokio::test]
