@@ -36,6 +36,7 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use larkgate_binding::{Map, Value as Arg};
 use serde::{Deserialize, Serialize};
 
+mod always;
 mod fast;
 
 /// The longest condition, in bytes of source.
@@ -74,6 +75,8 @@ pub struct Condition {
     args_fields: BTreeSet<String>,
     /// Whether it reads no fact: the same for every call.
     constant: bool,
+    /// The value it has on every call, though it reads the facts, when its shape decides it.
+    always: Option<bool>,
     /// The condition on the fast path, when it is written in the core it takes.
     fast: Option<Arc<fast::Node>>,
 }
@@ -111,6 +114,7 @@ impl Condition {
         Ok(Condition {
             source: source.to_owned(),
             fast: fast::compile(program.expression()).map(Arc::new),
+            always: always::always(program.expression()),
             program: Arc::new(program),
             args_fields: analysis.args_fields,
             constant: !analysis.reads_facts,
@@ -131,6 +135,13 @@ impl Condition {
     /// none (`1 == 1`, `"x".startsWith("y")`).
     pub fn is_constant(&self) -> bool {
         self.constant
+    }
+
+    /// The value the condition has on every call it can be evaluated on, when the shape of
+    /// the expression decides it although it reads the facts (`args.key == args.key`,
+    /// `has(args.key) || true`); `None` when it may depend on the call. See [`always`].
+    pub fn always(&self) -> Option<bool> {
+        self.always
     }
 
     /// Whether the condition holds of `facts`; an error (for the operator's log, never for

@@ -297,6 +297,13 @@ pub(crate) fn warnings(
                  now, so it is true of every call or of none: leave `when` out, or the rule",
                 condition.source()
             ));
+        } else if let Some(value) = condition.always() {
+            warnings.push(format!(
+                "{place}: its condition {:?} is {value} on every call it can be evaluated on \
+                 (a value compared with itself, or a part that decides the whole): compare \
+                 with what you meant, or leave `when` out",
+                condition.source()
+            ));
         }
     }
     // Resource patterns name larkgate URIs: one that cannot begin like one matches nothing.
@@ -664,6 +671,21 @@ mod tests {
                 .any(|w| w.starts_with("rule always: its condition \"1 == 1\" reads none of")),
             "{all:?}"
         );
+        // One that reads the facts and has one value all the same.
+        let tautology = policy(
+            "[policy.roles.admin]\ncall = [\"*\"]\n[[policy.rules]]\nname = \"self\"\ntools = [\"kv_set\"]\nwhen = 'args.key == args.key'\neffect = \"deny\"\n\
+             [policy.approvals]\nrequire = [{ tool = \"kv_delete\", when = 'has(args.key) && !has(args.key)' }]\n",
+        );
+        let all = super::warnings(&tautology, &known, &[]);
+        for expected in [
+            "rule self: its condition \"args.key == args.key\" is true on every call",
+            "policy.approvals.require \"kv_delete\": its condition \"has(args.key) && !has(args.key)\" is false on every call",
+        ] {
+            assert!(
+                all.iter().any(|w| w.starts_with(expected)),
+                "{expected}: {all:?}"
+            );
+        }
         let policy = policy(
             "[policy.roles.admin]\ncall = [\"*\"]\n\
              [[policy.rules]]\nname = \"typo\"\ntools = [\"kv_set\"]\nwhen = 'args.ky == \"x\"'\neffect = \"deny\"\n\
