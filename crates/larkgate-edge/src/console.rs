@@ -1,7 +1,9 @@
 //! The admin console at `/admin`, served by `larkgate serve` beside `/mcp`: server-rendered
 //! pages (HTML auto-escaped by minijinja), plain forms answered with POST-redirect-GET, no
-//! script at all. Every action goes through the same services as the CLI and the MCP tools,
-//! and is audited the same way.
+//! script at all. An action that is also an MCP tool (approving or denying a request,
+//! publishing a script, approving an upstream's quarantined tools) is that tool's call, made
+//! through the platform's pipeline as the signed-in principal ([`Console::call`]): the policy's
+//! rules, rate limits and audit treat it as they treat the same call from any other edge.
 //!
 //! | page | who | what |
 //! | --- | --- | --- |
@@ -142,6 +144,30 @@ impl Console {
             auth,
             secure,
         })
+    }
+
+    /// Carries out a console action as the tool call it is (`approvals_approve`,
+    /// `script_publish`, ...): through the platform's pipeline, as `principal` in a direct
+    /// session labelled `console`. The policy's rules, rate limits, approval gate and audit
+    /// apply to it exactly as to the same call over MCP or stdio: the console is one more edge,
+    /// never a way around them. The answer is the tool's structured output.
+    async fn call(
+        &self,
+        principal: &larkgate_store::Principal,
+        tool: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Value, larkgate_platform::Refusal> {
+        let identity = Arc::new(larkgate_platform::SessionIdentity {
+            run: larkgate_platform::RunContext::direct(principal.clone()),
+            label: "console".into(),
+        });
+        let output = self
+            .platform
+            .call(Some(identity), tool, Some(arguments))
+            .await?;
+        Ok(larkgate_binding::to_json(&larkgate_binding::Value::Map(
+            output,
+        )))
     }
 
     fn render(&self, status: StatusCode, name: &str, values: minijinja::Value) -> Response {

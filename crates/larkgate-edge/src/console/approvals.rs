@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use larkgate_platform::approvals::{self, Decision, tools::ApprovalView};
+use larkgate_platform::approvals::{self, tools::ApprovalView};
 use larkgate_platform::display;
 use minijinja::context;
 use minijinja::value::Serde;
@@ -123,23 +123,29 @@ pub(super) async fn resolve(
             return Redirect::to("/admin/approvals").into_response();
         }
     };
-    let reason = Some(form.reason.as_str()).filter(|r| !r.trim().is_empty());
-    let decision = Decision { approve, reason };
-    let flash = match approvals::resolve_in(
-        console.platform.services(),
-        &signed.principal,
-        &id,
-        decision,
-    )
-    .await
-    {
-        Ok(approval) => Flash::ok(format!(
-            "{} {} for {}: {}",
-            if approve { "Approved" } else { "Denied" },
-            approval.id,
-            approval.principal,
-            approval.tool
-        )),
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("id".into(), id.into());
+    let reason = form.reason.trim();
+    if !reason.is_empty() {
+        arguments.insert("reason".into(), form.reason.into());
+    }
+    let tool = if approve {
+        "approvals_approve"
+    } else {
+        "approvals_deny"
+    };
+    let flash = match console.call(&signed.principal, tool, arguments).await {
+        Ok(resolved) => {
+            let approval = &resolved["approval"];
+            let field = |name: &str| approval[name].as_str().unwrap_or_default().to_owned();
+            Flash::ok(format!(
+                "{} {} for {}: {}",
+                if approve { "Approved" } else { "Denied" },
+                field("id"),
+                field("principal"),
+                field("tool")
+            ))
+        }
         Err(refusal) => Flash::error(said(&refusal)),
     };
     console.sessions.flash(&signed.id, flash);

@@ -108,13 +108,26 @@ pub(super) async fn publish(
         Ok(signed) => signed,
         Err(response) => return *response,
     };
-    let flash = match console.scripts.publish(&signed.principal, &name).await {
-        Ok((version, _)) => Flash::ok(format!(
-            "Published {name} version {}: it runs as script:{name} with {}'s roles [{}].",
-            version.version,
-            version.author,
-            version.author_roles.join(", ")
-        )),
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("name".into(), name.as_str().into());
+    let flash = match console
+        .call(&signed.principal, "script_publish", arguments)
+        .await
+    {
+        Ok(published) => {
+            let roles: Vec<&str> = published["author_roles"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .collect();
+            Flash::ok(format!(
+                "Published {name} version {}: it runs as script:{name} with {}'s roles [{}].",
+                published["version"],
+                published["author"].as_str().unwrap_or_default(),
+                roles.join(", ")
+            ))
+        }
         Err(refusal) => Flash::error(said(&refusal)),
     };
     console.sessions.flash(&signed.id, flash);

@@ -64,34 +64,34 @@ pub(super) async fn approve_tools(
         Err(response) => return *response,
     };
     let tool = filter(form.tool);
-    let flash = match manage::review(
-        &console.platform,
-        &alias,
-        tool.as_deref(),
-        true,
-        &signed.principal.id,
-    )
-    .await
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("alias".into(), alias.as_str().into());
+    if let Some(tool) = &tool {
+        arguments.insert("tool".into(), tool.as_str().into());
+    }
+    arguments.insert("approve".into(), true.into());
+    let flash = match console
+        .call(&signed.principal, "upstream_review", arguments)
+        .await
     {
         Ok(reviewed) => {
-            let approved: Vec<String> = reviewed
+            let approved: Vec<&str> = reviewed["tools"]
+                .as_array()
                 .into_iter()
-                .filter(|t| t.approved)
-                .map(|t| t.name)
+                .flatten()
+                .filter(|t| t["approved"] == true)
+                .filter_map(|t| t["name"].as_str())
                 .collect();
             if approved.is_empty() {
                 Flash::error(format!("{alias}: nothing was quarantined to approve."))
             } else {
                 Flash::ok(format!(
-                    "Approved {}; the gateway serves the new definition within a second.",
+                    "Approved {}; the gateway serves the new definition now.",
                     approved.join(", ")
                 ))
             }
         }
-        Err(manage::ManageError::Failed(detail)) => Flash::error(said(
-            &larkgate_platform::Refusal::internal("the review could not be saved", detail),
-        )),
-        Err(error) => Flash::error(error.to_string()),
+        Err(refusal) => Flash::error(said(&refusal)),
     };
     console.sessions.flash(&signed.id, flash);
     Redirect::to("/admin/upstreams").into_response()

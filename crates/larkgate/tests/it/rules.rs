@@ -1,6 +1,7 @@
 //! A rule on a call's arguments (`[[policy.rules]]`) decides the same from every edge: an
-//! agent over HTTP, a desktop client over stdio, a draft run's host call and a published
-//! script's; the caller reads a role's refusal, and the operator's audit names the rule.
+//! agent over HTTP, a desktop client over stdio, a draft run's host call, a published
+//! script's, and the admin console's actions (which are tool calls); the caller reads a role's
+//! refusal, and the operator's audit names the rule.
 
 use serde_json::json;
 
@@ -18,6 +19,19 @@ tools = ["kv_get"]
 when = 'args.key == "secret"'
 effect = "deny"
 reason = "the secret is for the deploy pipeline"
+
+[[policy.rules]]
+name = "release scripts"
+tools = ["script_publish"]
+when = 'args.name.startsWith("release_")'
+effect = "deny"
+reason = "release scripts are published by the release pipeline"
+
+[[policy.rules]]
+name = "numbered keys"
+tools = ["kv_get"]
+when = 'args.key.startsWith("n/") && int(args.key) > 100'
+effect = "deny"
 "#;
 
 /// Publishes `peek(key)`, which reads the key with `kv_get`, saved by ada (who must exist)
@@ -31,6 +45,30 @@ fn publish_peek(d: &std::path::Path) {
     .unwrap();
     ok(d, &["--as", "ada", "script", "save", "peek", "peek.star"]);
     ok(d, &["--as", "pat", "script", "publish", "peek"]);
+}
+
+/// The answer to `tool` called with `arguments` written as they are (JSON text, which may say
+/// a key twice), over HTTP on the 2026-07-28 revision.
+fn call_raw(url: &str, token: &str, tool: &str, arguments: &str) -> serde_json::Value {
+    let body = format!(
+        r#"{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{"name": "{tool}",
+            "arguments": {arguments}, "_meta": {{
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {{}}}}}}}}"#
+    );
+    reqwest::blocking::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(body)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap()
 }
 
 /// The text of a call's refusal, or `ok`.
@@ -77,6 +115,16 @@ fn a_rule_refuses_alike_over_http_stdio_a_draft_and_a_published_script() {
         !refused.contains("deploy pipeline") && !refused.contains("no secret"),
         "{refused}"
     );
+
+    // Arguments with a key twice: the rule judges what the tool gets (the last), never the
+    // other one.
+    for (arguments, expected) in [
+        (r#"{"key": "public", "key": "secret"}"#, false),
+        (r#"{"key": "secret", "key": "public"}"#, true),
+    ] {
+        let answer = call_raw(&server.url, &token, "kv_get", arguments);
+        assert_eq!(outcome(&answer) == "ok", expected, "{arguments}: {answer}");
+    }
 
     // A draft run's host call: the run fails with the same refusal.
     let source = "def main():\n    return kv_get(key = \"secret\")\n";
@@ -155,14 +203,96 @@ fn a_rule_refuses_alike_over_http_stdio_a_draft_and_a_published_script() {
         page.contains("decided by rule no secret: the secret is for the deploy pipeline"),
         "{page}"
     );
+
+    // The console's publish is the call script_publish: the rule refuses it there as over
+    // HTTP, and the page says what the caller is told, nothing of the rule.
+    let source = "def main():\n    return \"v2\"\n";
+    let saved = call(
+        "script_save_draft",
+        json!({"name": "release_notes", "source": source}),
+    );
+    assert_eq!(saved, "ok");
+    let refused = call("script_publish", json!({"name": "release_notes"}));
+    assert!(
+        refused.starts_with("forbidden: ada may not call script_publish"),
+        "{refused}"
+    );
+    let script_page = |path: &str| {
+        http.get(format!("{origin}{path}"))
+            .header("Cookie", &cookie)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    let page = script_page("/admin/scripts/release_notes");
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no form: {page}"))
+        .to_owned();
+    let posted = http
+        .post(format!("{origin}/admin/scripts/release_notes/publish"))
+        .header("Cookie", &cookie)
+        .header("Origin", &origin)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .unwrap();
+    assert_eq!(posted.status(), 303);
+    let page = script_page("/admin/scripts/release_notes");
+    assert!(page.contains("ada may not call script_publish"), "{page}");
+    assert!(!page.contains("release pipeline"), "{page}");
+    assert!(page.contains("Never published."), "{page}");
+
+    // A rule that cannot be evaluated on a call refuses it with a correlation id, under which
+    // the log has the rule and its error.
+    let refused = call("kv_get", json!({"key": "n/seven"}));
+    assert!(
+        refused.starts_with(
+            "forbidden: ada may not call kv_get: a policy rule could not be evaluated on this call"
+        ),
+        "{refused}"
+    );
+    let id: String = refused
+        .split("(correlation id ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{refused}"))
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    let logged = server.stderr_until(&id);
+    let line = logged.last().unwrap();
+    assert!(
+        line.contains("rule numbered keys: its condition could not be evaluated"),
+        "{line}"
+    );
     assert!(server.stop().success());
 
-    // The operator's audit names the rule and its reason, for each of the four.
-    let audit = ok(d, &["audit", "tail", "-n", "50", "--json"]);
-    let decided = audit
-        .matches("decided by rule no secret: the secret is for the deploy pipeline")
-        .count();
-    assert_eq!(decided, 4, "{audit}");
+    // The operator's audit names the rule and its reason, for each refusal: HTTP (twice: the
+    // key written twice), the draft, the published script and stdio; publishing over HTTP and
+    // from the console.
+    let audit = ok(d, &["audit", "tail", "-n", "500", "--json"]);
+    let decided = |text: &str| audit.matches(text).count();
+    assert_eq!(
+        decided("decided by rule no secret: the secret is for the deploy pipeline"),
+        5,
+        "{audit}"
+    );
+    assert_eq!(
+        decided(
+            "decided by rule release scripts: release scripts are published by the release \
+             pipeline"
+        ),
+        2,
+        "{audit}"
+    );
+    // The console's refusal is recorded as its session's, like any edge's.
+    assert!(
+        audit.contains(r#""session":"console","tool":"script_publish""#),
+        "{audit}"
+    );
 }
 
 /// `larkgate policy explain` shows each rule's result and the decision, and calls nothing.
@@ -257,7 +387,7 @@ fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
     assert!(refused.contains("did you mean `args.key`?"), "{refused}");
     std::fs::write(crate::config_path(d), POLICY).unwrap();
     let said = ok(d, &["check"]);
-    assert!(said.contains("2 roles, 1 rules"), "{said}");
+    assert!(said.contains("2 roles, 3 rules"), "{said}");
 
     // A published script's tool: a rule naming it is checked against its parameters, with a
     // warning (scripts change outside the file), at check and at every start.
@@ -276,6 +406,36 @@ fn check_names_a_condition_that_reads_an_argument_its_tool_does_not_take() {
             "peek: its condition reads `args.kee`, which script__peek does not take (it takes \
              key); did you mean `args.key`?: the rule refuses every call of script__peek"
         ),
+        "{warned}"
+    );
+
+    // An upstream's tool: checked against the definition pinned when it was approved, read
+    // from the store (the upstream itself is gone by then).
+    let peer = crate::upstreams::weather();
+    ok(
+        d,
+        &[
+            "upstream",
+            "add",
+            "weather",
+            &peer.url,
+            "--allow",
+            "127.0.0.1",
+        ],
+    );
+    drop(peer);
+    let on_upstream = format!(
+        "{POLICY}\n[[policy.rules]]\nname = \"cities\"\ntools = [\"weather__forecast\"]\n\
+         when = 'args.ctiy == \"Oslo\"'\neffect = \"deny\"\n"
+    );
+    std::fs::write(crate::config_path(d), &on_upstream).unwrap();
+    let checked = crate::larkgate_in(d, &["check"]);
+    assert!(checked.status.success(), "{}", crate::stderr(&checked));
+    let warned = crate::stderr(&checked);
+    assert!(
+        warned.contains(
+            "cities: its condition reads `args.ctiy`, which weather__forecast does not take"
+        ) && warned.contains("did you mean `args.city`?"),
         "{warned}"
     );
     std::fs::write(crate::config_path(d), POLICY).unwrap();
