@@ -3,14 +3,18 @@
 //! whose policies have 0, 10 and 100 deny rules that apply to the call and whose conditions
 //! read its arguments (each false, so every one is evaluated and the call goes through).
 //! Batches of each are interleaved, so all see the same conditions; it prints each one's
-//! median and p99 and what the rules add to the median.
+//! median and p99 and what the rules add to the median, and the CPU time the process spends
+//! per call (every thread's, from `/proc/self/task/*/schedstat`, the median of the batches):
+//! the wall-clock median also moves with how often a waiting thread parks and is woken, which
+//! a few µs more of work per call can change, and the CPU time does not.
 //!
 //! Target (issue: policy on arguments): 100 rules add at most 20 µs to the median call.
 //!
 //! Then the decision alone, without the pipeline's noise: making a call's facts and judging it
 //! (`Policy::judge`), per call, for the same three policies, and for 100 rules written so that
 //! the cel crate evaluates each (the conditions' fast path does not take them): the baseline
-//! the fast path is measured against.
+//! the fast path is measured against. Each is timed twice: in a hot loop, and with the caches
+//! emptied before each call (8 MiB written between calls), as a call in a server finds them.
 //!
 //! `cargo bench -p larkgate-session --bench rules`
 
@@ -84,6 +88,18 @@ async fn session(dir: &std::path::Path, rules: usize) -> SessionCaller {
     caller
 }
 
+/// The CPU time every thread of this process has run for, in ns (Linux; 0 elsewhere).
+fn process_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn median_and_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
@@ -110,6 +126,7 @@ fn main() {
     });
     let arguments: Map = [("key".to_owned(), Value::from("reports/2026-12"))].into();
     let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); counts.len()];
+    let mut cpu: Vec<Vec<Duration>> = vec![Vec::new(); counts.len()];
     runtime.block_on(async {
         // The key, set; a warm-up; then 200 interleaved batches of 25 calls each.
         let mut set = arguments.clone();
@@ -124,7 +141,8 @@ fn main() {
             }
         }
         for _ in 0..200 {
-            for (session, samples) in sessions.iter().zip(samples.iter_mut()) {
+            for ((session, samples), cpu) in sessions.iter().zip(samples.iter_mut()).zip(&mut cpu) {
+                let before = process_cpu_ns();
                 for _ in 0..25 {
                     let started = Instant::now();
                     session
@@ -133,6 +151,9 @@ fn main() {
                         .unwrap();
                     samples.push(started.elapsed());
                 }
+                cpu.push(Duration::from_nanos(
+                    process_cpu_ns().saturating_sub(before) / 25,
+                ));
             }
         }
     });
@@ -141,13 +162,18 @@ fn main() {
         "kv_get through the whole pipeline, {} calls each:",
         samples[0].len()
     );
-    for (rules, samples) in counts.iter().zip(samples) {
+    let (base_cpu, _) = median_and_p99(cpu[0].clone());
+    for ((rules, samples), cpu) in counts.iter().zip(samples).zip(cpu) {
         let (median, p99) = median_and_p99(samples);
+        let (cpu, _) = median_and_p99(cpu);
         println!(
-            "  {rules:>3} rules: median {:>7.1} µs, p99 {:>7.1} µs, rules add {:>6.1} µs to the median",
+            "  {rules:>3} rules: median {:>7.1} µs, p99 {:>7.1} µs, rules add {:>6.1} µs to the \
+             median; CPU {:>6.1} µs per call, rules add {:>5.1} µs",
             median.as_secs_f64() * 1e6,
             p99.as_secs_f64() * 1e6,
-            (median.as_secs_f64() - base.as_secs_f64()) * 1e6
+            (median.as_secs_f64() - base.as_secs_f64()) * 1e6,
+            cpu.as_secs_f64() * 1e6,
+            (cpu.as_secs_f64() - base_cpu.as_secs_f64()) * 1e6
         );
     }
     judge_alone(&counts, &arguments);
@@ -155,7 +181,6 @@ fn main() {
 
 /// Facts made and the call judged, alone: the median of 50 batches of 200 per policy.
 fn judge_alone(counts: &[usize], arguments: &Map) {
-    use larkgate_platform::policy::Facts;
     let principal = admin();
     let chain = larkgate_store::CallChain::default();
     // kv_get's arguments as its input schema lists them, which the pipeline reads the rules'
@@ -163,34 +188,67 @@ fn judge_alone(counts: &[usize], arguments: &Map) {
     let takes: Arc<[String]> = ["key".to_owned()].into();
     let mut policies: Vec<Policy> = counts.iter().map(|&n| policy(n)).collect();
     policies.push(policy_of(100, CEL_ONLY));
+    for cold in [false, true] {
+        judge_each(
+            &policies, &principal, &chain, &takes, arguments, counts, cold,
+        );
+    }
+}
+
+/// The median of 50 batches of 200 decisions per policy; with `cold`, 8 MiB are written
+/// before each decision (outside its time), so it finds the caches as a server's call does.
+fn judge_each(
+    policies: &[Policy],
+    principal: &Principal,
+    chain: &larkgate_store::CallChain,
+    takes: &Arc<[String]>,
+    arguments: &Map,
+    counts: &[usize],
+    cold: bool,
+) {
+    use larkgate_platform::policy::Facts;
+    let mut junk = vec![0u8; if cold { 8 << 20 } else { 0 }];
     let mut per_call: Vec<Vec<Duration>> = vec![Vec::new(); policies.len()];
     for _ in 0..50 {
         for (policy, samples) in policies.iter().zip(per_call.iter_mut()) {
-            let started = Instant::now();
-            for _ in 0..200 {
+            let mut spent = Duration::ZERO;
+            for i in 0..200u32 {
+                for byte in junk.iter_mut().step_by(64) {
+                    *byte = byte.wrapping_add(i as u8);
+                }
+                std::hint::black_box(&junk);
+                let started = Instant::now();
                 let verdict = policy.judge(
-                    &principal,
+                    principal,
                     "kv_get",
                     true,
                     &Facts {
                         args: arguments,
-                        principal: &principal,
+                        principal,
                         tool: "kv_get",
                         source: "builtin",
                         alias: "",
                         read_only: true,
-                        chain: &chain,
+                        chain,
                         now_ms: 0,
-                        arguments: Some(&takes),
+                        arguments: Some(takes),
                     }
                     .values(),
                 );
                 std::hint::black_box(verdict);
+                spent += started.elapsed();
             }
-            samples.push(started.elapsed() / 200);
+            samples.push(spent / 200);
         }
     }
-    println!("the decision alone (facts made, every rule evaluated), per call:");
+    println!(
+        "the decision alone (facts made, every rule evaluated), per call, {}:",
+        if cold {
+            "the caches emptied before each"
+        } else {
+            "in a hot loop"
+        }
+    );
     let labels = counts
         .iter()
         .map(|rules| format!("{rules:>3} rules"))
