@@ -62,7 +62,9 @@ use larkgate_store::Principal;
 use serde::{Deserialize, Serialize};
 
 pub mod condition;
+mod judging;
 pub use condition::{Condition, FactContext, FactValues, Facts};
+pub use judging::MAX_TOOLS as MAX_JUDGED_TOOLS;
 
 /// The role that may do everything the default configuration allows.
 pub const ROLE_ADMIN: &str = "admin";
@@ -639,10 +641,14 @@ pub struct Rule {
 impl Rule {
     /// Whether the rule applies to `principal`'s calls of `tool` (its condition aside).
     pub fn applies_to(&self, principal: &Principal, tool: &str) -> bool {
-        let whose = (self.roles.is_empty() && self.principals.is_empty())
+        self.is_for(principal) && self.tools.iter().any(|pattern| pattern.matches(tool))
+    }
+
+    /// Whether the rule applies to `principal`'s calls (of the tools it matches).
+    fn is_for(&self, principal: &Principal) -> bool {
+        (self.roles.is_empty() && self.principals.is_empty())
             || self.principals.contains(&principal.id)
-            || self.roles.iter().any(|role| principal.roles.contains(role));
-        whose && self.tools.iter().any(|pattern| pattern.matches(tool))
+            || self.roles.iter().any(|role| principal.roles.contains(role))
     }
 }
 
@@ -701,6 +707,11 @@ pub struct Policy {
     /// What publishing a script needs.
     #[serde(default)]
     pub publishing: PublishingRules,
+    /// The rules as calls are judged on them, made the first time a call is (see
+    /// [`judging`]). A policy is not changed once it judges calls: the platform holds it
+    /// behind an `Arc` and replaces it whole.
+    #[serde(skip)]
+    judging: judging::Cell,
 }
 
 impl Default for Policy {
@@ -723,6 +734,7 @@ impl Default for Policy {
             approvals: ApprovalRules::default(),
             rate_limits: Vec::new(),
             publishing: PublishingRules::default(),
+            judging: judging::Cell::default(),
         }
     }
 }
@@ -813,9 +825,25 @@ impl Policy {
     /// Whether an `allow` rule applies to `principal`'s calls of `tool` (its condition decides
     /// each call; see [`Policy::judge`]).
     fn allow_rule_applies(&self, principal: &Principal, tool: &str) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.effect == Effect::Allow && r.applies_to(principal, tool))
+        self.applying(principal, tool)
+            .any(|(_, compiled)| compiled.effect == Effect::Allow)
+    }
+
+    /// The rules that apply to `principal`'s calls of `tool` (their conditions aside), in
+    /// order, as [`judging`] keeps them.
+    fn applying<'a>(
+        &'a self,
+        principal: &'a Principal,
+        tool: &str,
+    ) -> impl Iterator<Item = (judging::Matching, &'a judging::Compiled)> + 'a {
+        let judging = self.judging.get(&self.rules);
+        let matching = judging.matching(&self.rules, tool);
+        (0..matching.len()).filter_map(move |i| {
+            let m = matching[i];
+            let compiled = &judging.rules[m.rule as usize];
+            (compiled.everyone || self.rules[m.rule as usize].is_for(principal))
+                .then_some((m, compiled))
+        })
     }
 
     /// Whether `principal` may call `tool`, by name: a role's `call` pattern names it, or an
@@ -835,7 +863,7 @@ impl Policy {
     /// Whether any rule applies to `principal`'s calls of `tool`: only then has
     /// [`Policy::judge`] anything to evaluate.
     pub fn has_rules_for(&self, principal: &Principal, tool: &str) -> bool {
-        self.rules.iter().any(|r| r.applies_to(principal, tool))
+        self.applying(principal, tool).next().is_some()
     }
 
     /// Every rule, in order, as it stands for `principal`'s call of `tool` with `facts`.
@@ -878,12 +906,9 @@ impl Policy {
         granted: bool,
         facts: &FactValues,
     ) -> Verdict {
-        let applying: Vec<(usize, &Rule)> = self
-            .rules
-            .iter()
-            .enumerate()
-            .filter(|(_, rule)| rule.applies_to(principal, tool))
-            .collect();
+        let judging = self.judging.get(&self.rules);
+        let applying: Vec<(judging::Matching, &judging::Compiled)> =
+            self.applying(principal, tool).collect();
         if applying.is_empty() {
             return if granted {
                 Verdict::Proceed { approval: None }
@@ -897,11 +922,22 @@ impl Policy {
         }
         let context = facts.context();
         let mut refusal = None;
-        let mut holds = |index: usize, rule: &Rule| -> bool {
-            let Some(condition) = &rule.when else {
+        let mut holds = |matching: judging::Matching, compiled: &judging::Compiled| -> bool {
+            if !compiled.conditional {
                 return true;
-            };
-            if let Some(why) = refuses_unfit(&rule.tools, condition, facts) {
+            }
+            let index = matching.rule as usize;
+            // The rule itself (`self.rules`) is read only off the fast path: its memory is
+            // elsewhere, and cold.
+            let condition = || self.rules[index].when.as_ref();
+            // Only a rule that names the tool fails closed when it reads an argument the tool
+            // does not take (see `refuses_unfit`, which says why).
+            if matching.named
+                && let Some(arguments) = facts.tool_arguments()
+                && judging.reads_beyond(compiled, arguments)
+                && let Some(condition) = condition()
+                && let Some(why) = refuses_unfit(&self.rules[index].tools, condition, facts)
+            {
                 refusal.get_or_insert(Verdict::Refuse {
                     rule: self.rule_name(index),
                     why,
@@ -909,7 +945,11 @@ impl Policy {
                 });
                 return false;
             }
-            match condition.holds_in(&context) {
+            let held = match compiled.fast.map(|root| judging.program.holds(root, facts)) {
+                Some(Ok(holds)) => Ok(holds),
+                _ => condition().map_or(Ok(true), |c| c.holds_by_cel(&context)),
+            };
+            match held {
                 Ok(holds) => holds,
                 Err(error) => {
                     refusal.get_or_insert(Verdict::Refuse {
@@ -924,27 +964,38 @@ impl Policy {
         let by = |effect| {
             applying
                 .iter()
-                .filter(move |(_, rule)| rule.effect == effect)
+                .copied()
+                .filter(move |(_, compiled)| compiled.effect == effect)
         };
-        if let Some((index, rule)) = by(Effect::Deny).find(|(i, rule)| holds(*i, rule)) {
+        if let Some((matching, _)) = by(Effect::Deny).find(|&(m, c)| holds(m, c)) {
+            let index = matching.rule as usize;
             return Verdict::Refuse {
-                rule: self.rule_name(*index),
-                why: rule
+                rule: self.rule_name(index),
+                why: self.rules[index]
                     .reason
                     .clone()
                     .unwrap_or_else(|| "its condition holds".to_owned()),
                 failed: false,
             };
         }
-        let allowed = by(Effect::Allow).any(|(i, rule)| holds(*i, rule));
+        let allowed = by(Effect::Allow).any(|(m, c)| holds(m, c));
         let approval = by(Effect::RequireApproval)
-            .find(|(i, rule)| holds(*i, rule))
-            .map(|(i, _)| self.rule_name(*i));
+            .find(|&(m, c)| holds(m, c))
+            .map(|(m, _)| self.rule_name(m.rule as usize));
         if let Some(refusal) = refusal {
             return refusal;
         }
         if !allowed && !granted {
-            let names: Vec<String> = by(Effect::Allow).map(|(i, _)| self.rule_name(*i)).collect();
+            let names: Vec<String> = by(Effect::Allow)
+                .map(|(m, _)| self.rule_name(m.rule as usize))
+                .collect();
+            if names.is_empty() {
+                return Verdict::Refuse {
+                    rule: "the roles".to_owned(),
+                    why: format!("no role of {} calls {tool}", principal.id),
+                    failed: false,
+                };
+            }
             return Verdict::Refuse {
                 rule: names.join(", "),
                 why: format!(
@@ -1003,9 +1054,11 @@ impl Policy {
     /// Whether rules with conditions read the calls of `tool`: [`Policy::judge`]'s, or an
     /// approval or rate limit rule's with a `when`. Only then are a call's facts made.
     pub fn reads_calls_of(&self, tool: &str) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.tools.iter().any(|p| p.matches(tool)))
+        !self
+            .judging
+            .get(&self.rules)
+            .matching(&self.rules, tool)
+            .is_empty()
             || self
                 .approvals
                 .require
@@ -1147,6 +1200,254 @@ mod tests {
             }
             .values(),
         )
+    }
+
+    /// The judge as the rules read one by one, with the patterns matched and each condition
+    /// evaluated on its own: what [`Policy::judge`] decides through [`judging`], which must
+    /// decide alike.
+    fn judge_by_scan(
+        policy: &Policy,
+        principal: &Principal,
+        tool: &str,
+        granted: bool,
+        facts: &FactValues,
+    ) -> Verdict {
+        let applying: Vec<(usize, &Rule)> = policy
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, rule)| rule.applies_to(principal, tool))
+            .collect();
+        if applying.is_empty() {
+            return if granted {
+                Verdict::Proceed { approval: None }
+            } else {
+                Verdict::Refuse {
+                    rule: "the roles".to_owned(),
+                    why: format!("no role of {} calls {tool}", principal.id),
+                    failed: false,
+                }
+            };
+        }
+        let context = facts.context();
+        let mut refusal = None;
+        let mut holds = |index: usize, rule: &Rule| -> bool {
+            let Some(condition) = &rule.when else {
+                return true;
+            };
+            if let Some(why) = refuses_unfit(&rule.tools, condition, facts) {
+                refusal.get_or_insert(Verdict::Refuse {
+                    rule: policy.rule_name(index),
+                    why,
+                    failed: true,
+                });
+                return false;
+            }
+            match condition.holds_in(&context) {
+                Ok(holds) => holds,
+                Err(error) => {
+                    refusal.get_or_insert(Verdict::Refuse {
+                        rule: policy.rule_name(index),
+                        why: format!("its condition could not be evaluated: {error}"),
+                        failed: true,
+                    });
+                    false
+                }
+            }
+        };
+        let by = |effect| {
+            applying
+                .iter()
+                .filter(move |(_, rule)| rule.effect == effect)
+        };
+        if let Some((index, rule)) = by(Effect::Deny).find(|(i, rule)| holds(*i, rule)) {
+            return Verdict::Refuse {
+                rule: policy.rule_name(*index),
+                why: rule
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "its condition holds".to_owned()),
+                failed: false,
+            };
+        }
+        let allowed = by(Effect::Allow).any(|(i, rule)| holds(*i, rule));
+        let approval = by(Effect::RequireApproval)
+            .find(|(i, rule)| holds(*i, rule))
+            .map(|(i, _)| policy.rule_name(*i));
+        if let Some(refusal) = refusal {
+            return refusal;
+        }
+        if !allowed && !granted {
+            let names: Vec<String> = by(Effect::Allow)
+                .map(|(i, _)| policy.rule_name(*i))
+                .collect();
+            if names.is_empty() {
+                return Verdict::Refuse {
+                    rule: "the roles".to_owned(),
+                    why: format!("no role of {} calls {tool}", principal.id),
+                    failed: false,
+                };
+            }
+            return Verdict::Refuse {
+                rule: names.join(", "),
+                why: format!(
+                    "no role of {} calls {tool}, and no allow rule's condition holds",
+                    principal.id
+                ),
+                failed: false,
+            };
+        }
+        Verdict::Proceed { approval }
+    }
+
+    /// [`Policy::judge`] decides every call as reading the rules one by one does: rules for
+    /// roles and principals, wildcards and names, rules that no longer fit the tool, conditions
+    /// the fast path takes and ones only the cel crate evaluates, conditions that fail.
+    #[test]
+    fn the_judge_decides_as_reading_the_rules_one_by_one() {
+        let text = r#"
+            [[rules]]
+            name = "deny tmp"
+            tools = ["kv_*"]
+            when = 'has(args.key) && args.key.startsWith("etc/")'
+            effect = "deny"
+            [[rules]]
+            name = "writers"
+            tools = ["kv_set", "fs__read"]
+            roles = ["writer"]
+            when = 'args.key.startsWith(principal.name + "/")'
+            effect = "allow"
+            [[rules]]
+            name = "big"
+            tools = ["kv_set"]
+            when = 'size(args.value) > 3'
+            effect = "require_approval"
+            [[rules]]
+            name = "ada only"
+            tools = ["*"]
+            principals = ["ada"]
+            when = 'args.amount > 10'
+            effect = "deny"
+            [[rules]]
+            name = "unfit"
+            tools = ["fs__read"]
+            when = 'args.path == "x"'
+            effect = "deny"
+            [[rules]]
+            name = "always"
+            tools = ["clock_*"]
+            effect = "require_approval"
+            [[rules]]
+            name = "by cel"
+            tools = ["kv_get", "fs__read"]
+            when = '(args.key + "").endsWith("!")'
+            effect = "deny"
+        "#;
+        let policy: Policy = toml::from_str(text).unwrap();
+        policy.validate().unwrap();
+        let people = [
+            Principal {
+                id: "ada".into(),
+                ..principal(&["writer"])
+            },
+            Principal {
+                id: "bo".into(),
+                ..principal(&["reader"])
+            },
+        ];
+        let takes = |names: &[&str]| -> std::sync::Arc<[String]> {
+            names.iter().map(|n| n.to_string()).collect()
+        };
+        let tools: [(&str, Option<std::sync::Arc<[String]>>); 5] = [
+            ("kv_set", Some(takes(&["key", "value"]))),
+            ("kv_get", Some(takes(&["key"]))),
+            ("fs__read", Some(takes(&["key"]))),
+            ("clock_now", None),
+            ("other", Some(takes(&[]))),
+        ];
+        let arguments = [
+            serde_json::json!({}),
+            serde_json::json!({"key": "etc/passwd"}),
+            serde_json::json!({"key": "ada/notes", "value": "long value"}),
+            serde_json::json!({"key": "bo/x", "value": "v", "amount": 1}),
+            serde_json::json!({"key": 7, "amount": 11}),
+            serde_json::json!({"key": "a!", "amount": 3}),
+            serde_json::json!({"key": "x", "amount": "11", "path": "x"}),
+        ];
+        let chain = larkgate_store::CallChain::default();
+        let mut decided = 0;
+        let mut seen = std::collections::BTreeSet::new();
+        for principal in &people {
+            for (tool, takes) in &tools {
+                for args in &arguments {
+                    let larkgate_binding::Value::Map(args) =
+                        larkgate_binding::from_json(args, larkgate_binding::Limits::default())
+                            .unwrap()
+                    else {
+                        panic!("arguments are a map")
+                    };
+                    let facts = Facts {
+                        args: &args,
+                        principal,
+                        tool,
+                        source: "builtin",
+                        alias: "",
+                        read_only: false,
+                        chain: &chain,
+                        now_ms: 0,
+                        arguments: takes.as_ref(),
+                    }
+                    .values();
+                    for granted in [true, false] {
+                        let fast = policy.judge(principal, tool, granted, &facts);
+                        let scanned = judge_by_scan(&policy, principal, tool, granted, &facts);
+                        assert_eq!(
+                            fast, scanned,
+                            "{} calling {tool} with {args:?}",
+                            principal.id
+                        );
+                        seen.insert(match &fast {
+                            Verdict::Proceed { approval: None } => "proceed".to_owned(),
+                            Verdict::Proceed {
+                                approval: Some(rule),
+                            } => format!("approval {rule}"),
+                            Verdict::Refuse { rule, failed, .. } => {
+                                format!("refuse {rule} {failed}")
+                            }
+                        });
+                        decided += 1;
+                    }
+                    assert_eq!(
+                        policy.has_rules_for(principal, tool),
+                        policy.rules.iter().any(|r| r.applies_to(principal, tool)),
+                        "{tool}"
+                    );
+                }
+            }
+        }
+        assert_eq!(decided, 2 * 5 * 7 * 2);
+        // Every way a call can be decided was decided here.
+        for way in [
+            "proceed",
+            "approval big",
+            "approval always",
+            "refuse deny tmp false",
+            "refuse ada only false",
+            "refuse unfit true",
+            "refuse by cel false",
+            "refuse writers false",
+            "refuse the roles false",
+        ] {
+            assert!(seen.contains(way), "{way} not in {seen:?}");
+        }
+        assert!(
+            seen.iter()
+                .any(|w| w.ends_with(" true") && w != "refuse unfit true"),
+            "{seen:?}"
+        );
+        // A copy judges alike, with tables of its own.
+        let copy = policy.clone();
+        assert_eq!(copy, policy);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use larkgate_binding::{Map, Value as Arg};
 use serde::{Deserialize, Serialize};
 
 mod always;
-mod fast;
+pub(super) mod fast;
 
 /// The longest condition, in bytes of source.
 pub const MAX_SOURCE_BYTES: usize = 2048;
@@ -77,8 +77,10 @@ pub struct Condition {
     constant: bool,
     /// The value it has on every call, though it reads the facts, when its shape decides it.
     always: Option<bool>,
-    /// The condition on the fast path, when it is written in the core it takes.
-    fast: Option<Arc<fast::Node>>,
+    /// The condition on the fast path, alone in its program, when it is written in the core
+    /// that path takes (a policy judges its rules with all their conditions in one program:
+    /// see [`crate::policy::Policy::judge`]).
+    fast: Option<Arc<(fast::Program, fast::Id)>>,
 }
 
 impl Condition {
@@ -113,7 +115,11 @@ impl Condition {
         analysis.walk(program.expression(), &mut Vec::new(), false, 1)?;
         Ok(Condition {
             source: source.to_owned(),
-            fast: fast::compile(program.expression()).map(Arc::new),
+            fast: {
+                let mut fast = fast::Program::default();
+                fast.compile(program.expression())
+                    .map(|root| Arc::new((fast, root)))
+            },
             always: always::always(program.expression()),
             program: Arc::new(program),
             args_fields: analysis.args_fields,
@@ -155,16 +161,21 @@ impl Condition {
     /// conditions on one call: the facts as CEL values are made, once, only if a condition
     /// needs the cel crate's evaluation.
     pub fn holds_in(&self, context: &FactContext<'_>) -> Result<bool, String> {
-        if let Some(node) = &self.fast
-            && let Ok(holds) = fast::holds(node, context.values)
+        if let Some(fast) = &self.fast
+            && let Ok(holds) = fast.0.holds(fast.1, context.values)
         {
             return Ok(holds);
         }
         self.holds_by_cel(context)
     }
 
+    /// The parsed expression, for compiling it again into a policy's program.
+    pub(super) fn expression(&self) -> &IdedExpr {
+        self.program.expression()
+    }
+
     /// [`Condition::holds_in`] by the cel crate alone, never the fast path.
-    fn holds_by_cel(&self, context: &FactContext<'_>) -> Result<bool, String> {
+    pub(super) fn holds_by_cel(&self, context: &FactContext<'_>) -> Result<bool, String> {
         match self.program.execute(context.cel()) {
             Ok(cel::Value::Bool(holds)) => Ok(holds),
             Ok(other) => Err(format!(
