@@ -64,7 +64,6 @@ use serde::{Deserialize, Serialize};
 pub mod condition;
 mod judging;
 pub use condition::{Condition, FactContext, FactValues, Facts};
-pub use judging::MAX_TOOLS as MAX_JUDGED_TOOLS;
 
 /// The role that may do everything the default configuration allows.
 pub const ROLE_ADMIN: &str = "admin";

@@ -26,7 +26,7 @@ use super::condition::fast::{Id, Program, Span};
 use super::{Effect, Rule};
 
 /// The most tool names whose matching rules are kept.
-pub const MAX_TOOLS: usize = 4096;
+pub(super) const MAX_TOOLS: usize = 4096;
 
 /// One rule as a call reads it.
 #[derive(Debug)]
@@ -166,5 +166,35 @@ impl Eq for Cell {}
 impl std::fmt::Debug for Cell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Judging")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_of_tool_names_stays_bounded_and_answers_alike_after_it_starts_again() {
+        let policy: super::super::Policy = toml::from_str(
+            "[[rules]]\ntools = [\"kv_*\"]\neffect = \"deny\"\n\
+             [[rules]]\ntools = [\"kv_get\", \"x*\"]\neffect = \"allow\"\n",
+        )
+        .unwrap();
+        let judging = Judging::new(&policy.rules);
+        let named = |tool: &str| -> Vec<(u32, bool)> {
+            judging
+                .matching(&policy.rules, tool)
+                .iter()
+                .map(|m| (m.rule, m.named))
+                .collect()
+        };
+        assert_eq!(named("kv_get"), [(0, false), (1, true)]);
+        for n in 0..MAX_TOOLS + 10 {
+            named(&format!("x{n}"));
+            assert!(judging.by_tool.read().unwrap().len() <= MAX_TOOLS);
+        }
+        assert_eq!(named("kv_get"), [(0, false), (1, true)]);
+        assert_eq!(named("x1"), [(1, false)]);
+        assert!(named("other").is_empty());
     }
 }
