@@ -122,10 +122,25 @@ fn normalize(path: &Path) -> PathBuf {
 }
 
 /// The worked examples of rules in docs/policy.md are a configuration `larkgate check` accepts,
-/// each condition compiled.
+/// each condition compiled, and the README shows the same five.
 #[test]
 fn the_policy_pages_rule_examples_pass_check() {
-    let page = std::fs::read_to_string(root().join("docs/policy.md")).unwrap();
+    let rules = rule_examples("docs/policy.md");
+    assert_eq!(
+        rule_examples("README.md"),
+        rules,
+        "the README's five are the policy page's"
+    );
+    assert_eq!(rules.matches("[[policy.rules]]").count(), 5);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!("[policy.roles.admin]\ncall = [\"*\"]\n\n{rules}");
+    std::fs::write(crate::config_path(dir.path()), policy).unwrap();
+    crate::ok(dir.path(), &["check"]);
+}
+
+/// The one TOML block of `page` with rules in it.
+fn rule_examples(page: &str) -> String {
+    let page = std::fs::read_to_string(root().join(page)).unwrap();
     let mut blocks = Vec::new();
     let mut block: Option<String> = None;
     for line in page.lines() {
@@ -142,14 +157,10 @@ fn the_policy_pages_rule_examples_pass_check() {
             (None, _) => {}
         }
     }
-    let rules: Vec<&String> = blocks
-        .iter()
+    let mut rules: Vec<String> = blocks
+        .into_iter()
         .filter(|b| b.contains("[[policy.rules]]"))
         .collect();
-    assert_eq!(rules.len(), 1, "one block of worked examples");
-    assert_eq!(rules[0].matches("[[policy.rules]]").count(), 5);
-    let dir = tempfile::tempdir().unwrap();
-    let policy = format!("[policy.roles.admin]\ncall = [\"*\"]\n\n{}", rules[0]);
-    std::fs::write(crate::config_path(dir.path()), policy).unwrap();
-    crate::ok(dir.path(), &["check"]);
+    assert_eq!(rules.len(), 1, "one block of worked examples in {page}");
+    rules.remove(0)
 }
