@@ -84,4 +84,7 @@ pub struct CallContext {
     pub identity: Arc<SessionIdentity>,
     /// The platform's shared services.
     pub services: Arc<Services>,
+    /// What the call may say to the client that made it (progress), and how that client's
+    /// cancellation reaches it.
+    pub conversation: crate::Conversation,
 }

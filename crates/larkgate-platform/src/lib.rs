@@ -41,6 +41,7 @@ pub mod bounded;
 pub mod capabilities;
 pub mod catalog;
 pub mod clock;
+pub mod conversation;
 pub mod decisions;
 pub mod display;
 pub mod envelope;
@@ -61,6 +62,7 @@ pub mod tokens;
 pub mod trace_context;
 pub mod typed;
 
+pub use conversation::Conversation;
 pub use envelope::{Code, Refusal};
 pub use identity::{CallContext, RunContext, RunKind, SessionIdentity};
 pub use platform::{Platform, PlatformBuilder};

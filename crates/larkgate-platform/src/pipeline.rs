@@ -111,6 +111,9 @@ pub struct CallRequest {
     /// (none for a script's calls, which are refused at once): the gate holds a gated call
     /// whose rule has a `wait_seconds` ([`crate::approvals::wait`]).
     pub waiting: Option<crate::approvals::wait::Waiting>,
+    /// What the call may say to its client while it runs, and its client's cancellation
+    /// ([`crate::Conversation::none`] when no client waits on it).
+    pub conversation: crate::Conversation,
 }
 
 impl CallRequest {
@@ -136,6 +139,7 @@ impl CallRequest {
             intercepted: false,
             review_gate: None,
             waiting: None,
+            conversation: crate::Conversation::none(),
         }
     }
 

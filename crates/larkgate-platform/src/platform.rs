@@ -301,6 +301,21 @@ impl Platform {
             .await
     }
 
+    /// [`Platform::call_for_client`] in `conversation`: what the call says (an upstream's
+    /// progress) reaches the client that made it, and the client's cancellation reaches the
+    /// call.
+    pub async fn call_in(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        tool: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        conversation: crate::Conversation,
+    ) -> Result<crate::registry::ToolOutput, Refusal> {
+        let mut request = CallRequest::new(identity, tool, arguments);
+        request.conversation = conversation;
+        self.dispatch(request).await
+    }
+
     /// [`Platform::call_for_client`] for a client that waits for an approval's decision as
     /// `waiting` says, where the call's `require` rule has a wait
     /// ([`crate::approvals::wait`]).
@@ -310,9 +325,11 @@ impl Platform {
         tool: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
         waiting: crate::approvals::wait::Waiting,
+        conversation: crate::Conversation,
     ) -> Result<crate::registry::ToolOutput, Refusal> {
         let mut request = CallRequest::new(identity, tool, arguments);
         request.waiting = Some(waiting);
+        request.conversation = conversation;
         self.dispatch(request).await
     }
 

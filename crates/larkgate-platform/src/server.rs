@@ -43,14 +43,15 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, GetPromptRequestParams,
     GetPromptResponse, GetPromptResult, InputRequiredResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType,
+    ServerCapabilities, ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::RunKind;
 use crate::approvals::wait::{Progress, Rounds, Waiting};
+use crate::conversation::Conversation;
 use crate::envelope::{Code, Refusal};
 use crate::identity::{RunContext, SessionIdentity};
 use crate::observe::Exchange;
@@ -446,23 +447,31 @@ impl ServerHandler for PlatformServer {
                 .policy()
                 .approval_wait(TargetKind::Tool, &request.name)
                 .is_some();
-        let waiting = may_wait.then(|| waiting(&context, request.request_state));
-        let result = self
-            .observed(&context, |identity| async move {
-                match (identity.as_ref().map(|i| i.run.kind), waiting) {
-                    (Some(RunKind::Direct), Some(waiting)) => {
-                        platform
-                            .call_waiting(identity, &request.name, request.arguments, waiting)
-                            .await
-                    }
-                    _ => {
-                        platform
-                            .call_for_client(identity, &request.name, request.arguments)
-                            .await
-                    }
+        let (conversation, outbox) =
+            Conversation::open(context.meta.get_progress_token(), context.ct.clone());
+        let waiting = may_wait.then(|| waiting(&context, request.request_state, &conversation));
+        let call = self.observed(&context, |identity| async move {
+            match (identity.as_ref().map(|i| i.run.kind), waiting) {
+                (Some(RunKind::Direct), Some(waiting)) => {
+                    platform
+                        .call_waiting(
+                            identity,
+                            &request.name,
+                            request.arguments,
+                            waiting,
+                            conversation,
+                        )
+                        .await
                 }
-            })
-            .await;
+                _ => {
+                    platform
+                        .call_in(identity, &request.name, request.arguments, conversation)
+                        .await
+                }
+            }
+        });
+        // What the call says (an upstream's progress) is sent in this task, before its answer.
+        let result = outbox.carry(&context.peer, call).await;
         let result = match result {
             // Another server's answer, as it came: every kind of content, text as text.
             Ok(ToolOutput {
@@ -491,14 +500,15 @@ impl ServerHandler for PlatformServer {
 /// How the client of `context` waits for an approval's decision: until it cancels the call
 /// (or, over HTTP, goes away); told of the wait by progress notifications when it asked for
 /// them; a round at a time on 2026-07-28, whose retry echoes `request_state`.
-fn waiting(context: &RequestContext<RoleServer>, request_state: Option<String>) -> Waiting {
+fn waiting(
+    context: &RequestContext<RoleServer>,
+    request_state: Option<String>,
+    conversation: &Conversation,
+) -> Waiting {
     let cancelled = context.ct.clone();
-    let progress = context.meta.get_progress_token().map(|token| {
-        Box::new(PeerProgress {
-            peer: context.peer.clone(),
-            token,
-        }) as Box<dyn Progress>
-    });
+    let progress = conversation
+        .wants_progress()
+        .then(|| Box::new(ConversationProgress(conversation.clone())) as Box<dyn Progress>);
     let stateless = context
         .protocol_version()
         .is_some_and(|version| !version.has_initialize());
@@ -511,20 +521,13 @@ fn waiting(context: &RequestContext<RoleServer>, request_state: Option<String>) 
     }
 }
 
-/// Progress notifications to the client that asked for them with `token`.
-struct PeerProgress {
-    peer: rmcp::Peer<RoleServer>,
-    token: ProgressToken,
-}
+/// An approval's wait, told to the client through the call's conversation (so that what an
+/// upstream reports after it still increases).
+struct ConversationProgress(Conversation);
 
 #[async_trait::async_trait]
-impl Progress for PeerProgress {
+impl Progress for ConversationProgress {
     async fn tell(&self, progress: f64, total: f64, message: String) {
-        let mut params = ProgressNotificationParam::new(self.token.clone(), progress);
-        params.total = Some(total);
-        params.message = Some(message);
-        if let Err(error) = self.peer.notify_progress(params).await {
-            tracing::debug!(%error, "a waiting call's progress could not be sent");
-        }
+        self.0.progress(progress, Some(total), Some(&message));
     }
 }

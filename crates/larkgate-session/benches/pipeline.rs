@@ -120,6 +120,7 @@ fn bench(c: &mut Criterion) {
     let context = CallContext {
         identity: identity(),
         services: Arc::clone(platform.services()),
+        conversation: larkgate_platform::Conversation::none(),
     };
     // Both sessions are driven by the same raw rmcp client, so the difference between them
     // is the server side: the pipeline and its audit records.

@@ -143,7 +143,13 @@ async fn a_call_held_on_one_replica_is_told_at_once_of_a_decision_made_through_a
     let held = tokio::spawn(async move {
         let arguments = serde_json::json!({"key": "k"}).as_object().cloned();
         platform
-            .call_waiting(Some(identity), "kv_delete", arguments, waiting)
+            .call_waiting(
+                Some(identity),
+                "kv_delete",
+                arguments,
+                waiting,
+                larkgate_platform::Conversation::none(),
+            )
             .await
     });
     let message = waits.recv().await.unwrap();

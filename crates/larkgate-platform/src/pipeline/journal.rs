@@ -148,7 +148,14 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
                 let used_at_ms = services.clock.now_ms();
                 match approvals::consume(services.store.as_ref(), id, used_at_ms).await {
                     Ok(()) => {
-                        let result = run(&services, &identity, &tool, arguments).await;
+                        let result = run(
+                            &services,
+                            &identity,
+                            &tool,
+                            arguments,
+                            &request.conversation,
+                        )
+                        .await;
                         if let Err(refusal) = &result
                             && !approvals::reached_the_tool(refusal)
                             && approvals::restore(services.store.as_ref(), id, used_at_ms).await
@@ -160,7 +167,16 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
                     Err(refusal) => Err(refusal),
                 }
             }
-            None => run(&services, &identity, &tool, arguments).await,
+            None => {
+                run(
+                    &services,
+                    &identity,
+                    &tool,
+                    arguments,
+                    &request.conversation,
+                )
+                .await
+            }
         }
     }
     .instrument(dispatch)
@@ -248,10 +264,12 @@ async fn run(
     identity: &Arc<SessionIdentity>,
     tool: &RegisteredTool,
     arguments: Map,
+    conversation: &crate::Conversation,
 ) -> Result<ToolOutput, Refusal> {
     let context = CallContext {
         identity: Arc::clone(identity),
         services: Arc::clone(services),
+        conversation: conversation.clone(),
     };
     tool.handler.call_for_client(&context, arguments).await
 }

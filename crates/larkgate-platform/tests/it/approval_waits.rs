@@ -126,7 +126,13 @@ async fn call(
             arguments.insert("value".to_owned(), "v".into());
         }
         platform
-            .call_waiting(Some(identity), &tool, Some(arguments), waiting)
+            .call_waiting(
+                Some(identity),
+                &tool,
+                Some(arguments),
+                waiting,
+                larkgate_platform::Conversation::none(),
+            )
             .await
     })
 }
@@ -419,7 +425,13 @@ async fn a_principal_holds_only_so_many_calls_at_once() {
     let _root_held = tokio::spawn(async move {
         let arguments = serde_json::json!({"key": "r"}).as_object().cloned();
         platform
-            .call_waiting(Some(admin), "kv_delete", arguments, waiting)
+            .call_waiting(
+                Some(admin),
+                "kv_delete",
+                arguments,
+                waiting,
+                larkgate_platform::Conversation::none(),
+            )
             .await
     });
     root.waiting_for().await;

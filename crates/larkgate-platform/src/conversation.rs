@@ -1,0 +1,365 @@
+//! What a call says to the client that made it while it runs, and how that client's
+//! cancellation reaches the call.
+//!
+//! A client that calls a tool may ask to hear its progress (a `progressToken` in the
+//! request's `_meta`) and may cancel it (`notifications/cancelled`, or on 2026-07-28 by closing
+//! the request's stream: rmcp cancels the request's token either way). The edge opens a
+//! [`Conversation`] for each call ([`Conversation::open`]) and hands it down the pipeline in
+//! the call's [`crate::CallContext`]; a handler that reaches further (an upstream's tool) says
+//! through it what it hears, and stops when it is cancelled.
+//!
+//! # Threat model
+//!
+//! What is said comes from an upstream server, which is not trusted, and goes to a client:
+//!
+//! - **Bounded.** At most [`MAX_PROGRESS`] progress notifications are relayed per call, each
+//!   message cut to [`MAX_MESSAGE_BYTES`]; a notification that would not
+//!   increase the progress (the protocol requires every one to) is not relayed. What is not
+//!   relayed is counted, and the count is logged when the call ends.
+//! - **Never after the answer.** The edge relays what is said in the task that answers the
+//!   call ([`Outbox::carry`]), sends what is queued before the answer, and closes the
+//!   conversation then: a notification that arrives after it is dropped.
+//! - **Never blocking.** Saying something never waits for the client: a full queue drops the
+//!   notification (counted), so a slow client cannot hold up an upstream's connection, which
+//!   other calls share.
+//! - **Only to the caller who asked.** The notification carries the client's own
+//!   `progressToken`, never the one larkgate sent upstream; a client that sent none hears
+//!   nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::{Peer, RoleServer};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::bounded::{MAX_MESSAGE_BYTES, cut};
+
+/// The most progress notifications relayed to a client for one call.
+pub const MAX_PROGRESS: u32 = 1000;
+
+/// How many notifications wait to be sent to the client at most; past that they are dropped.
+const QUEUE: usize = 64;
+
+/// A call's conversation with the client that made it; [`Conversation::none`] for a call no
+/// client waits on (the command line's `call`), which says nothing and is never cancelled.
+#[derive(Clone, Default)]
+pub struct Conversation(Option<Arc<Inner>>);
+
+struct Inner {
+    /// The client's own token, when it asked for progress.
+    progress_token: Option<ProgressToken>,
+    outbox: mpsc::Sender<Said>,
+    cancelled: CancellationToken,
+    /// Whether the call has answered: nothing more is relayed.
+    closed: AtomicBool,
+    relayed: AtomicU32,
+    /// What was not relayed: over the limit, not increasing, the queue full, or too late.
+    dropped: AtomicU32,
+    /// The last progress relayed, as `f64` bits (0 before any).
+    last_progress: AtomicU64,
+    /// What an upstream's progress is added to, as `f64` bits: the progress larkgate itself
+    /// told before the upstream's first (an approval's wait), so that the client's progress
+    /// still increases.
+    base: AtomicU64,
+    /// Whether an upstream's progress has been relayed (and `base` fixed).
+    relaying: AtomicBool,
+}
+
+/// One thing said to the client.
+#[derive(Debug)]
+enum Said {
+    Progress(ProgressNotificationParam),
+}
+
+/// What a conversation has queued for its client, carried by the edge: see [`Outbox::carry`].
+pub struct Outbox {
+    queue: mpsc::Receiver<Said>,
+    conversation: Conversation,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            None => f.write_str("Conversation(none)"),
+            Some(inner) => f
+                .debug_struct("Conversation")
+                .field("progress", &inner.progress_token.is_some())
+                .field("relayed", &inner.relayed.load(Ordering::Relaxed))
+                .field("dropped", &inner.dropped.load(Ordering::Relaxed))
+                .finish(),
+        }
+    }
+}
+
+impl Conversation {
+    /// A call nobody waits on: nothing said is heard, and it is never cancelled.
+    pub fn none() -> Self {
+        Conversation(None)
+    }
+
+    /// The conversation of a call whose client sent `progress_token` (if it wants progress)
+    /// and cancels it through `cancelled`; the edge carries the [`Outbox`].
+    pub fn open(
+        progress_token: Option<ProgressToken>,
+        cancelled: CancellationToken,
+    ) -> (Conversation, Outbox) {
+        let (outbox, queue) = mpsc::channel(QUEUE);
+        let conversation = Conversation(Some(Arc::new(Inner {
+            progress_token,
+            outbox,
+            cancelled,
+            closed: AtomicBool::new(false),
+            relayed: AtomicU32::new(0),
+            dropped: AtomicU32::new(0),
+            last_progress: AtomicU64::new(0),
+            base: AtomicU64::new(0),
+            relaying: AtomicBool::new(false),
+        })));
+        let outbox = Outbox {
+            queue,
+            conversation: conversation.clone(),
+        };
+        (conversation, outbox)
+    }
+
+    /// Whether the client asked to hear the call's progress.
+    pub fn wants_progress(&self) -> bool {
+        self.0.as_ref().is_some_and(|i| i.progress_token.is_some())
+    }
+
+    /// Tells the client the call's progress (as an upstream reported it), within the bounds
+    /// in the module documentation; never waits.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(inner) = &self.0 else {
+            return;
+        };
+        let Some(token) = &inner.progress_token else {
+            return;
+        };
+        let last = f64::from_bits(inner.last_progress.load(Ordering::Relaxed));
+        let increases = progress.is_finite()
+            && (progress > last || inner.relayed.load(Ordering::Relaxed) == 0 && progress >= 0.0);
+        if inner.closed.load(Ordering::Relaxed)
+            || !increases
+            || inner.relayed.load(Ordering::Relaxed) >= MAX_PROGRESS
+        {
+            inner.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut said = ProgressNotificationParam::new(token.clone(), progress);
+        said.total = total.filter(|t| t.is_finite());
+        said.message = message.map(|m| cut(m, MAX_MESSAGE_BYTES).into_owned());
+        match inner.outbox.try_send(Said::Progress(said)) {
+            Ok(()) => {
+                inner.relayed.fetch_add(1, Ordering::Relaxed);
+                inner
+                    .last_progress
+                    .store(progress.to_bits(), Ordering::Relaxed);
+            }
+            Err(_) => {
+                inner.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Relays an upstream's progress report: as [`Conversation::progress`], on top of what
+    /// larkgate itself told before it (an approval's wait), so that what the client hears
+    /// keeps increasing.
+    pub fn relay_progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(inner) = &self.0 else {
+            return;
+        };
+        if !inner.relaying.swap(true, Ordering::Relaxed) {
+            let told = inner.last_progress.load(Ordering::Relaxed);
+            inner.base.store(told, Ordering::Relaxed);
+        }
+        let base = f64::from_bits(inner.base.load(Ordering::Relaxed));
+        self.progress(base + progress, total.map(|t| base + t), message);
+    }
+
+    /// Finishes when the client cancels the call; never for a call nobody waits on.
+    pub async fn cancelled(&self) {
+        match &self.0 {
+            Some(inner) => inner.cancelled.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the client has cancelled the call.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.as_ref().is_some_and(|i| i.cancelled.is_cancelled())
+    }
+
+    /// How many notifications were relayed and how many were not, so far.
+    pub fn counts(&self) -> (u32, u32) {
+        self.0.as_ref().map_or((0, 0), |i| {
+            (
+                i.relayed.load(Ordering::Relaxed),
+                i.dropped.load(Ordering::Relaxed),
+            )
+        })
+    }
+}
+
+impl Outbox {
+    /// Runs `call`, sending what its conversation says to `peer` as it is said, in this task
+    /// (the task answering the request, so that what is sent rides the request's own stream
+    /// where the transport has one), and what is still queued when `call` finishes, before
+    /// its answer; then closes the conversation.
+    pub async fn carry<F: Future>(mut self, peer: &Peer<RoleServer>, call: F) -> F::Output {
+        let mut call = std::pin::pin!(call);
+        let mut open = true;
+        let output = loop {
+            tokio::select! {
+                biased;
+                said = self.queue.recv(), if open => match said {
+                    Some(said) => send(peer, said).await,
+                    None => open = false,
+                },
+                output = &mut call => break output,
+            }
+        };
+        if let Some(inner) = &self.conversation.0 {
+            inner.closed.store(true, Ordering::Relaxed);
+        }
+        while let Ok(said) = self.queue.try_recv() {
+            send(peer, said).await;
+        }
+        let (relayed, dropped) = self.conversation.counts();
+        if dropped > 0 {
+            tracing::warn!(
+                relayed,
+                dropped,
+                "a call's progress was not all relayed to its client (at most {MAX_PROGRESS} a \
+                 call, each increasing, none after the answer)"
+            );
+        }
+        output
+    }
+}
+
+async fn send(peer: &Peer<RoleServer>, said: Said) {
+    match said {
+        Said::Progress(progress) => {
+            if let Err(error) = peer.notify_progress(progress).await {
+                tracing::debug!(%error, "a progress notification could not be sent to the client");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> ProgressToken {
+        ProgressToken(rmcp::model::NumberOrString::String("client-7".into()))
+    }
+
+    fn drained(outbox: &mut Outbox) -> Vec<ProgressNotificationParam> {
+        let mut said = Vec::new();
+        while let Ok(Said::Progress(p)) = outbox.queue.try_recv() {
+            said.push(p);
+        }
+        said
+    }
+
+    #[test]
+    fn progress_is_relayed_with_the_client_s_token_increasing_and_bounded() {
+        let (conversation, mut outbox) =
+            Conversation::open(Some(token()), CancellationToken::new());
+        conversation.progress(0.0, Some(3.0), Some("starting"));
+        conversation.progress(1.0, Some(3.0), None);
+        // Not increasing, or not a number: not relayed.
+        conversation.progress(1.0, Some(3.0), None);
+        conversation.progress(0.5, None, None);
+        conversation.progress(f64::NAN, None, None);
+        conversation.progress(2.0, Some(f64::INFINITY), Some(&"x".repeat(10_000)));
+        let said = drained(&mut outbox);
+        assert_eq!(
+            said.iter().map(|p| p.progress).collect::<Vec<_>>(),
+            [0.0, 1.0, 2.0]
+        );
+        assert!(said.iter().all(|p| p.progress_token == token()));
+        assert_eq!(said[0].message.as_deref(), Some("starting"));
+        assert_eq!(said[2].total, None);
+        assert!(said[2].message.as_ref().unwrap().len() <= MAX_MESSAGE_BYTES + 128);
+        assert_eq!(conversation.counts(), (3, 3));
+    }
+
+    #[test]
+    fn a_flood_is_cut_at_the_limit_and_a_full_queue_drops_without_waiting() {
+        let (conversation, mut outbox) =
+            Conversation::open(Some(token()), CancellationToken::new());
+        // Nobody drains: the queue fills, and the rest is dropped at once.
+        for n in 1..=(QUEUE as u32 + 10) {
+            conversation.progress(f64::from(n), None, None);
+        }
+        assert_eq!(conversation.counts(), (QUEUE as u32, 10));
+        drained(&mut outbox);
+        for n in 0..(2 * MAX_PROGRESS) {
+            conversation.progress(f64::from(1000 + n), None, None);
+            drained(&mut outbox);
+        }
+        assert_eq!(conversation.counts().0, MAX_PROGRESS);
+    }
+
+    #[test]
+    fn a_client_that_asked_for_no_progress_hears_none_and_a_call_nobody_waits_on_says_nothing() {
+        let (conversation, mut outbox) = Conversation::open(None, CancellationToken::new());
+        conversation.progress(1.0, None, None);
+        assert!(drained(&mut outbox).is_empty());
+        assert!(!conversation.wants_progress());
+        let none = Conversation::none();
+        none.progress(1.0, None, None);
+        assert_eq!(none.counts(), (0, 0));
+        assert!(!none.is_cancelled());
+    }
+
+    #[test]
+    fn an_upstream_s_progress_after_larkgate_s_own_still_increases() {
+        let (conversation, mut outbox) =
+            Conversation::open(Some(token()), CancellationToken::new());
+        // An approval's wait, told in seconds; then the upstream counts from 1 again.
+        conversation.progress(0.0, Some(60.0), Some("waiting for an approval"));
+        conversation.progress(15.0, Some(60.0), Some("waiting for an approval"));
+        conversation.relay_progress(1.0, Some(2.0), None);
+        conversation.relay_progress(2.0, Some(2.0), None);
+        let said = drained(&mut outbox);
+        assert_eq!(
+            said.iter()
+                .map(|p| (p.progress, p.total))
+                .collect::<Vec<_>>(),
+            [
+                (0.0, Some(60.0)),
+                (15.0, Some(60.0)),
+                (16.0, Some(17.0)),
+                (17.0, Some(17.0))
+            ]
+        );
+        // Without a wait before, an upstream's progress is relayed as it was reported.
+        let (conversation, mut outbox) =
+            Conversation::open(Some(token()), CancellationToken::new());
+        conversation.relay_progress(1.0, Some(4.0), Some("1 of 4"));
+        let said = drained(&mut outbox);
+        assert_eq!((said[0].progress, said[0].total), (1.0, Some(4.0)));
+    }
+
+    #[tokio::test]
+    async fn cancellation_reaches_the_call() {
+        let token = CancellationToken::new();
+        let (conversation, _outbox) = Conversation::open(None, token.clone());
+        assert!(!conversation.is_cancelled());
+        token.cancel();
+        conversation.cancelled().await;
+        assert!(conversation.is_cancelled());
+    }
+}
