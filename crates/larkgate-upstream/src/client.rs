@@ -8,14 +8,16 @@
 //! [`UpstreamLimits::max_tools`] tools and counts the rest, bounds every call by a round-trip
 //! timeout that progress notifications reset up to a total, and cancels a call that times
 //! out. It advertises no client capabilities: no sampling, no elicitation, no roots — an
-//! upstream can never ask larkgate's callers anything.
+//! upstream can never ask larkgate's callers anything. A call made in a caller's
+//! [`Conversation`] ([`UpstreamClient::call_tool_in`]) relays the server's progress reports to
+//! that caller ([`routes`]) and is cancelled at the server when the caller cancels it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use larkgate_platform::trace_context;
+use larkgate_platform::{Conversation, trace_context};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
@@ -29,6 +31,7 @@ use crate::command::ServerProcess;
 mod connect;
 mod error;
 mod list;
+mod routes;
 
 pub use error::{UpstreamError, plain_cause};
 use error::{classify, short_kind};
@@ -78,16 +81,26 @@ impl Default for UpstreamLimits {
 }
 
 /// An MCP client with no capabilities that notes `tools/list_changed`, and
-/// `resources/list_changed` and `prompts/list_changed` together.
+/// `resources/list_changed` and `prompts/list_changed` together, and relays progress reports
+/// to the calls they are about.
 #[derive(Debug, Default)]
 struct Handler {
     tools_changed: Arc<AtomicBool>,
     catalog_changed: Arc<AtomicBool>,
+    routes: Arc<std::sync::Mutex<routes::Routes>>,
     /// The version `initialize` offers: 2025-11-25 when only that revision is wanted.
     legacy: bool,
 }
 
 impl ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        routes::report(&self.routes, params);
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.store(true, Ordering::SeqCst);
     }
@@ -143,6 +156,8 @@ pub struct UpstreamClient {
     overflowed: Arc<AtomicBool>,
     tools_changed: Arc<AtomicBool>,
     catalog_changed: Arc<AtomicBool>,
+    /// Where the server's progress reports go (shared with the handler).
+    routes: Arc<std::sync::Mutex<routes::Routes>>,
     dropped: AtomicUsize,
     /// A command-launched server's process group, killed when the client goes.
     process: Option<ServerProcess>,
@@ -315,6 +330,24 @@ impl UpstreamClient {
         }
     }
 
+    /// [`Self::call_tool`] in a caller's `conversation`: the server's progress reports reach
+    /// the caller, and when the caller cancels, so is the call at the server (the answer is
+    /// then `None`).
+    pub async fn call_tool_in(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        conversation: &Conversation,
+    ) -> Option<Result<CallToolResult, UpstreamError>> {
+        self.call_tool_routed(
+            name,
+            arguments,
+            conversation.cancelled(),
+            Some(conversation),
+        )
+        .await
+    }
+
     /// [`Self::call_tool`] for a caller that may cancel: when `cancelled` finishes first, the
     /// server is told (`notifications/cancelled`; on 2026-07-28 the request's stream is
     /// closed) and the answer is `None`.
@@ -323,6 +356,17 @@ impl UpstreamClient {
         name: &str,
         arguments: JsonObject,
         cancelled: impl std::future::Future<Output = ()>,
+    ) -> Option<Result<CallToolResult, UpstreamError>> {
+        self.call_tool_routed(name, arguments, cancelled, None)
+            .await
+    }
+
+    async fn call_tool_routed(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        cancelled: impl std::future::Future<Output = ()>,
+        conversation: Option<&Conversation>,
     ) -> Option<Result<CallToolResult, UpstreamError>> {
         let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
         // When traces are exported, the server is told which span called it: in `_meta`
@@ -342,7 +386,10 @@ impl UpstreamClient {
         let mut pause = Duration::from_millis(50);
         for _ in 0..=STILL_WAITING_ROUNDS {
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
-            let answer = match self.send_until(request, true, cancelled.as_mut()).await? {
+            let answer = match self
+                .send_until(request, true, cancelled.as_mut(), conversation)
+                .await?
+            {
                 Ok(answer) => answer,
                 Err(error) => return Some(Err(error)),
             };
@@ -391,7 +438,12 @@ impl UpstreamClient {
         progress: bool,
     ) -> Result<ServerResult, UpstreamError> {
         match self
-            .send_until(request, progress, std::pin::pin!(std::future::pending()))
+            .send_until(
+                request,
+                progress,
+                std::pin::pin!(std::future::pending()),
+                None,
+            )
             .await
         {
             Some(answer) => answer,
@@ -400,12 +452,14 @@ impl UpstreamClient {
     }
 
     /// [`Self::send`] until `cancelled` finishes: then the server is told the request is
-    /// cancelled, and the answer is `None`.
+    /// cancelled, and the answer is `None`. The server's progress reports on the request go
+    /// to `conversation`, when there is one that wants them.
     async fn send_until(
         &self,
         request: ClientRequest,
         progress: bool,
         cancelled: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+        conversation: Option<&Conversation>,
     ) -> Option<Result<ServerResult, UpstreamError>> {
         let mut options = PeerRequestOptions::with_timeout(self.limits.call_timeout);
         options.reset_timeout_on_progress = progress;
@@ -429,9 +483,15 @@ impl UpstreamClient {
             Ok(handle) => handle,
             Err(error) => return Some(Err(named(error))),
         };
-        let (peer, id) = (handle.peer.clone(), handle.id.clone());
+        let _route = conversation
+            .filter(|c| c.wants_progress())
+            .map(|c| routes::route(&self.routes, handle.progress_token.clone(), c.clone()));
+        // Until it is answered, the request is cancelled at the server if this call ends
+        // another way: its caller cancelled, or the caller's whole request was dropped.
+        let mut unanswered = Unanswered(Some((handle.peer.clone(), handle.id.clone())));
         tokio::select! {
             answer = handle.await_response() => {
+                unanswered.0 = None;
                 // Any answer, the server's own error too, says it is there.
                 if matches!(&answer, Ok(_) | Err(ServiceError::McpError(_))) {
                     self.heard.now();
@@ -439,12 +499,9 @@ impl UpstreamClient {
                 Some(answer.map_err(named))
             }
             () = cancelled => {
-                let notification = CancelledNotification::new(CancelledNotificationParam::new(
-                    Some(id),
-                    Some("the caller cancelled the call".to_owned()),
-                ));
-                if let Err(error) = peer.send_notification(notification.into()).await {
-                    tracing::debug!(%error, "a cancellation could not be sent on");
+                // Told now, before the caller hears the call is over.
+                if let Some((peer, id)) = unanswered.0.take() {
+                    cancel(&peer, id).await;
                 }
                 None
             }
@@ -465,5 +522,32 @@ impl UpstreamClient {
             }
             process.kill();
         }
+    }
+}
+
+/// A request sent and not answered: dropped so, it tells the server the request is cancelled
+/// (`notifications/cancelled`; on 2026-07-28 over HTTP rmcp closes the request's stream).
+struct Unanswered(Option<(rmcp::Peer<RoleClient>, rmcp::model::RequestId)>);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let Some((peer, id)) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move { cancel(&peer, id).await });
+    }
+}
+
+/// Tells the server request `id` is cancelled.
+async fn cancel(peer: &rmcp::Peer<RoleClient>, id: rmcp::model::RequestId) {
+    let notification = CancelledNotification::new(CancelledNotificationParam::new(
+        Some(id),
+        Some("the caller cancelled the call".to_owned()),
+    ));
+    if let Err(error) = peer.send_notification(notification.into()).await {
+        tracing::debug!(%error, "a cancellation could not be sent on");
     }
 }

@@ -354,7 +354,7 @@ impl ToolHandler for UpstreamTool {
     /// text, its structured content); scripts get its value ([`result_map`]).
     async fn call_for_client(
         &self,
-        _context: &CallContext,
+        context: &CallContext,
         arguments: Map,
     ) -> Result<ToolOutput, Refusal> {
         let name = prefixed_name(&self.alias, &self.original);
@@ -372,10 +372,16 @@ impl ToolHandler for UpstreamTool {
             gen_ai.tool.name = %self.original,
             larkgate.upstream = %self.alias,
         );
-        let called = client.call_tool(&self.original, arguments).instrument(span);
+        // The caller hears the upstream's progress; a caller's cancellation reaches it.
+        let called = client
+            .call_tool_in(&self.original, arguments, &context.conversation)
+            .instrument(span);
         let result = match called.await {
-            Ok(result) => result,
-            Err(error) => return Err(failed(&self.link, &self.alias, &name, &client, error).await),
+            Some(Ok(result)) => result,
+            Some(Err(error)) => {
+                return Err(failed(&self.link, &self.alias, &name, &client, error).await);
+            }
+            None => return Err(cancelled(&name)),
         };
         let value = result_map(&name, &result, self.limits)?;
         Ok(ToolOutput {
@@ -423,6 +429,15 @@ pub(crate) async fn failed(
         }
     }
     refusal(alias, name, error)
+}
+
+/// The answer to a call of `name` its caller cancelled (the upstream was told): nobody reads
+/// it, but the audit records the call's outcome as this.
+fn cancelled(name: &str) -> Refusal {
+    Refusal::new(
+        Code::Timeout,
+        format!("{name}: the caller cancelled the call, and the upstream was told"),
+    )
 }
 
 /// The client of `link` for a request to `name`, or the refusal of a down upstream.

@@ -140,9 +140,11 @@ impl UpstreamClient {
     {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let catalog_changed = Arc::new(AtomicBool::new(false));
+        let routes = Arc::default();
         let handler = Handler {
             tools_changed: tools_changed.clone(),
             catalog_changed: catalog_changed.clone(),
+            routes: Arc::clone(&routes),
             legacy: revisions == Revisions::Legacy,
         };
         let lifecycle = match revisions {
@@ -176,6 +178,7 @@ impl UpstreamClient {
             overflowed,
             tools_changed,
             catalog_changed,
+            routes,
             dropped: AtomicUsize::new(0),
             process,
             heard: super::Heard::default(),

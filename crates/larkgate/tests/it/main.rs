@@ -7,6 +7,7 @@ mod check;
 mod command_upstreams;
 mod console;
 mod content;
+mod conversation;
 mod docs;
 mod edge;
 mod logs;

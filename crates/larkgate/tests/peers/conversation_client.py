@@ -1,0 +1,85 @@
+"""A client's conversation with a server during a call, driven by the official MCP Python SDK
+client: the progress it hears, and what its cancellation does. Run against larkgate and
+against the server directly, so that a test can compare the two.
+
+Usage:
+  conversation_client.py progress MODE TARGET TOOL ARGS_JSON
+  conversation_client.py cancel MODE TARGET SLOW_TOOL COUNT_TOOL
+
+MODE is "legacy" (2025-11-25) or "2026-07-28". TARGET is `http:URL` (the bearer token in
+LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
+
+`progress` calls TOOL with ARGS_JSON and prints one JSON line: {"progress": [[progress, total,
+message], ...], "text": the answer's text}. `cancel` calls SLOW_TOOL with {"seconds": 30} and
+abandons it after the first second (the SDK cancels it), then asks COUNT_TOOL, until it says
+so or 20 s pass, how many of its calls were cancelled, and prints {"cancelled": N}.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+
+def connect(mode, target):
+    if target.startswith("http:"):
+        token = os.environ.get("LARKGATE_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        http = httpx2.AsyncClient(headers=headers, timeout=60)
+        return Client(streamable_http_client(target[len("http:"):], http_client=http), mode=mode)
+    command = target[len("stdio:"):].split(" ")
+    return Client(StdioServerParameters(command=command[0], args=command[1:]), mode=mode)
+
+
+def text_of(result):
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+async def progress(mode, target, tool, arguments):
+    heard = []
+
+    async def on_progress(value, total, message):
+        heard.append([value, total, message])
+
+    async with connect(mode, target) as client:
+        result = await client.call_tool(tool, json.loads(arguments), progress_callback=on_progress)
+        assert not result.is_error, result
+        print(json.dumps({"progress": heard, "text": text_of(result)}))
+
+
+async def cancel(mode, target, slow, count):
+    async with connect(mode, target) as client:
+        before = json.loads(text_of(await client.call_tool(count, {})))
+        try:
+            await client.call_tool(slow, {"seconds": 30}, read_timeout_seconds=1)
+            raise AssertionError("the slow call answered")
+        except Exception as error:  # the SDK's timeout, after it cancelled the request
+            if isinstance(error, AssertionError):
+                raise
+        # The server learns of the cancellation a little after the client gives up: ask until
+        # it says so (it answers at once), at most for 20 s.
+        for _ in range(200):
+            now = json.loads(text_of(await client.call_tool(count, {})))
+            if now > before:
+                break
+            await asyncio.sleep(0.1)
+        print(json.dumps({"cancelled": now - before}))
+
+
+def main():
+    what, mode, target = sys.argv[1], sys.argv[2], sys.argv[3]
+    if what == "progress":
+        asyncio.run(progress(mode, target, sys.argv[4], sys.argv[5]))
+    elif what == "cancel":
+        asyncio.run(cancel(mode, target, sys.argv[4], sys.argv[5]))
+    else:
+        raise SystemExit(f"unknown command {what!r}")
+
+
+if __name__ == "__main__":
+    main()
