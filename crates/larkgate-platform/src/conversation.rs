@@ -52,6 +52,9 @@ struct Inner {
     progress_token: Option<ProgressToken>,
     outbox: mpsc::Sender<Said>,
     cancelled: CancellationToken,
+    /// The conversation this one is inside (a script's host call, inside the call that
+    /// started the run): its cancellation is this one's too.
+    within: Conversation,
     /// Whether the call has answered: nothing more is relayed.
     closed: AtomicBool,
     relayed: AtomicU32,
@@ -111,11 +114,22 @@ impl Conversation {
         progress_token: Option<ProgressToken>,
         cancelled: CancellationToken,
     ) -> (Conversation, Outbox) {
+        Conversation::open_within(progress_token, cancelled, &Conversation::none())
+    }
+
+    /// [`Conversation::open`] for a call made inside `within`'s (a script's host call inside
+    /// the call that started the run): cancelled when either is.
+    pub fn open_within(
+        progress_token: Option<ProgressToken>,
+        cancelled: CancellationToken,
+        within: &Conversation,
+    ) -> (Conversation, Outbox) {
         let (outbox, queue) = mpsc::channel(QUEUE);
         let conversation = Conversation(Some(Arc::new(Inner {
             progress_token,
             outbox,
             cancelled,
+            within: within.clone(),
             closed: AtomicBool::new(false),
             relayed: AtomicU32::new(0),
             dropped: AtomicU32::new(0),
@@ -185,17 +199,33 @@ impl Conversation {
         self.progress(base + progress, total.map(|t| base + t), message);
     }
 
+    /// Starts a new phase of the progress relayed: the next [`Conversation::relay_progress`]
+    /// adds to what has been told so far (a script's next host call, whose upstream counts
+    /// from the start again).
+    pub fn rebase(&self) {
+        if let Some(inner) = &self.0 {
+            inner.relaying.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// Finishes when the client cancels the call; never for a call nobody waits on.
     pub async fn cancelled(&self) {
         match &self.0 {
-            Some(inner) => inner.cancelled.cancelled().await,
+            Some(inner) => {
+                tokio::select! {
+                    () = inner.cancelled.cancelled() => {}
+                    () = Box::pin(inner.within.cancelled()) => {}
+                }
+            }
             None => std::future::pending().await,
         }
     }
 
     /// Whether the client has cancelled the call.
     pub fn is_cancelled(&self) -> bool {
-        self.0.as_ref().is_some_and(|i| i.cancelled.is_cancelled())
+        self.0
+            .as_ref()
+            .is_some_and(|i| i.cancelled.is_cancelled() || i.within.is_cancelled())
     }
 
     /// How many notifications were relayed and how many were not, so far.
@@ -354,12 +384,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn cancellation_reaches_the_call() {
+    async fn cancellation_reaches_the_call_and_the_calls_made_inside_it() {
         let token = CancellationToken::new();
         let (conversation, _outbox) = Conversation::open(None, token.clone());
-        assert!(!conversation.is_cancelled());
+        let (inside, _inside_outbox) =
+            Conversation::open_within(None, CancellationToken::new(), &conversation);
+        assert!(!conversation.is_cancelled() && !inside.is_cancelled());
         token.cancel();
         conversation.cancelled().await;
-        assert!(conversation.is_cancelled());
+        inside.cancelled().await;
+        assert!(conversation.is_cancelled() && inside.is_cancelled());
     }
 }

@@ -69,6 +69,10 @@ pub struct PlatformServer {
     /// The task telling this session's client about tool list changes, once initialized;
     /// aborted when the last clone of the handler (the session's) is dropped.
     notifier: Arc<std::sync::OnceLock<AbortOnDrop>>,
+    /// For a script run's session: the conversation of the call that started the run. Its
+    /// cancellation cancels every call of the session, and what they say joins it through
+    /// the session's client.
+    within: Conversation,
 }
 
 /// A task aborted when this is dropped.
@@ -117,7 +121,15 @@ impl PlatformServer {
             platform,
             identity: Identity::Bound(identity),
             notifier: Arc::default(),
+            within: Conversation::none(),
         }
+    }
+
+    /// This handler, for a script run's session started by a call in `conversation`: the
+    /// caller's cancellation of that call cancels the session's calls under way.
+    pub fn within(mut self, conversation: Conversation) -> Self {
+        self.within = conversation;
+        self
     }
 
     /// A handler for Streamable HTTP: each request's caller is the [`SessionIdentity`] the
@@ -127,6 +139,7 @@ impl PlatformServer {
             platform,
             identity: Identity::FromRequest,
             notifier: Arc::default(),
+            within: Conversation::none(),
         }
     }
 
@@ -142,6 +155,7 @@ impl PlatformServer {
                 label: label.to_owned(),
             },
             notifier: Arc::default(),
+            within: Conversation::none(),
         }
     }
 
@@ -447,8 +461,11 @@ impl ServerHandler for PlatformServer {
                 .policy()
                 .approval_wait(TargetKind::Tool, &request.name)
                 .is_some();
-        let (conversation, outbox) =
-            Conversation::open(context.meta.get_progress_token(), context.ct.clone());
+        let (conversation, outbox) = Conversation::open_within(
+            context.meta.get_progress_token(),
+            context.ct.clone(),
+            &self.within,
+        );
         let waiting = may_wait.then(|| waiting(&context, request.request_state, &conversation));
         let call = self.observed(&context, |identity| async move {
             match (identity.as_ref().map(|i| i.run.kind), waiting) {

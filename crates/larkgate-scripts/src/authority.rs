@@ -39,6 +39,9 @@ pub struct RunRequest {
     /// For a published run: the upstream tools its version was published against, the only
     /// upstream tools it may call (`None`: no such list).
     pub upstream_tools: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// The conversation of the call that started the run: its host calls' progress reaches
+    /// that call's client, and that client's cancellation ends the run.
+    pub conversation: larkgate_platform::Conversation,
 }
 
 impl RunRequest {
@@ -73,6 +76,7 @@ impl RunRequest {
             started_by: actor.id.clone(),
             chain: CallChain::default().then(&actor.id, &actor.id),
             upstream_tools: None,
+            conversation: larkgate_platform::Conversation::none(),
         }
     }
 }
@@ -116,6 +120,7 @@ impl Scripts {
             depth: caller.depth + 1,
             started_by: caller.principal.id.clone(),
             chain: caller.chain.then(&caller.principal.id, &latest.author),
+            conversation: larkgate_platform::Conversation::none(),
         })
     }
 }

@@ -185,30 +185,45 @@ impl Scripts {
             upstream_tools: request.upstream_tools.clone(),
         };
         let label = format!("script-{}", request.kind);
-        let (caller, teardown) =
-            match larkgate_session::connect(&self.platform, context, &label, Limits::default())
-                .await
-            {
-                Ok(session) => session,
-                Err(e) => {
-                    return larkgate_script::RunReport::failed(RunError::Failed(e.to_string()));
-                }
-            };
+        let (caller, teardown) = match larkgate_session::connect_in(
+            &self.platform,
+            context,
+            &label,
+            Limits::default(),
+            request.conversation.clone(),
+        )
+        .await
+        {
+            Ok(session) => session,
+            Err(e) => {
+                return larkgate_script::RunReport::failed(RunError::Failed(e.to_string()));
+            }
+        };
         let filename = format!("{}.star", request.name);
         let draft = request.kind == RunKind::Draft;
-        let report = self
-            .workers
-            .run(
-                &caller,
-                Script {
-                    filename: &filename,
-                    source: &request.source,
-                    arguments: &request.arguments,
-                    limits,
-                },
-                draft,
-            )
-            .await;
+        let run = self.workers.run(
+            &caller,
+            Script {
+                filename: &filename,
+                source: &request.source,
+                arguments: &request.arguments,
+                limits,
+            },
+            draft,
+        );
+        // The caller that started the run cancelled it: the run ends (its worker, dropped with
+        // the run, is killed), and so do its host calls, whose own callers are this session.
+        let cancelled = || RunError::Failed("its caller cancelled it".to_owned());
+        let mut report = tokio::select! {
+            biased;
+            () = request.conversation.cancelled() => larkgate_script::RunReport::failed(cancelled()),
+            report = run => report,
+        };
+        // A run that failed once its caller had cancelled it failed because of that (a host
+        // call the cancellation ended, within the same turn of the run): its record says so.
+        if report.outcome.is_err() && request.conversation.is_cancelled() {
+            report.outcome = Err(cancelled());
+        }
         teardown.close().await;
         report
     }

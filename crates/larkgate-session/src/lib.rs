@@ -24,7 +24,7 @@ use larkgate_caller::{
 use larkgate_platform::observe::Observed;
 use larkgate_platform::registry::{INPUT_SHAPE_META_KEY, ORIGIN_META_KEY, SIGNATURE_META_KEY};
 use larkgate_platform::trace_context;
-use larkgate_platform::{Platform, PlatformServer, RunContext, SessionIdentity};
+use larkgate_platform::{Conversation, Platform, PlatformServer, RunContext, SessionIdentity};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, GetPromptRequestParams, ProtocolVersion,
     ReadResourceRequestParams, RequestParamsMeta,
@@ -84,15 +84,73 @@ pub async fn connect(
     label: &str,
     limits: Limits,
 ) -> Result<(SessionCaller, Teardown), ConnectError> {
+    connect_in(platform, run, label, limits, Conversation::none()).await
+}
+
+/// [`connect`] for a run started by a call in `conversation`: the progress its host calls
+/// report (an upstream's, relayed by the session's server) reaches that call's client.
+pub async fn connect_in(
+    platform: &Platform,
+    run: RunContext,
+    label: &str,
+    limits: Limits,
+    conversation: Conversation,
+) -> Result<(SessionCaller, Teardown), ConnectError> {
     let identity = Arc::new(SessionIdentity {
         run,
         label: label.to_owned(),
     });
-    connect_handler(
-        PlatformServer::new(platform.clone(), Some(identity)),
-        limits,
-    )
-    .await
+    let handler =
+        PlatformServer::new(platform.clone(), Some(identity)).within(conversation.clone());
+    let relay = Arc::new(HostProgress::new(conversation));
+    let (client, server) =
+        serve_in_memory_observed(Observed::internal(handler), (), move |message| {
+            relay.observe(message)
+        })
+        .await?;
+    Ok(session(client, server, limits))
+}
+
+/// What a run's session hears of its host calls' progress: it goes to the conversation of the
+/// call that started the run, as the session's client receives it (in order with the host
+/// calls' answers). Host calls are made one at a time, and each is a new phase of that
+/// conversation's progress (see [`Conversation::rebase`]), so what its client hears keeps
+/// increasing.
+#[derive(Debug)]
+struct HostProgress {
+    conversation: Conversation,
+    /// The token of the host call whose progress was relayed last.
+    last: std::sync::Mutex<Option<rmcp::model::ProgressToken>>,
+}
+
+impl HostProgress {
+    fn new(conversation: Conversation) -> Self {
+        HostProgress {
+            conversation,
+            last: std::sync::Mutex::default(),
+        }
+    }
+
+    fn observe(&self, message: &rmcp::service::RxJsonRpcMessage<RoleClient>) {
+        let rmcp::model::JsonRpcMessage::Notification(notification) = message else {
+            return;
+        };
+        let rmcp::model::ServerNotification::ProgressNotification(progress) =
+            &notification.notification
+        else {
+            return;
+        };
+        let params = &progress.params;
+        {
+            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if last.as_ref() != Some(&params.progress_token) {
+                self.conversation.rebase();
+                *last = Some(params.progress_token.clone());
+            }
+        }
+        self.conversation
+            .relay_progress(params.progress, params.total, params.message.as_deref());
+    }
 }
 
 /// Opens an in-memory session served by `handler` as it is — including one bound to no
@@ -102,12 +160,20 @@ pub async fn connect_handler(
     limits: Limits,
 ) -> Result<(SessionCaller, Teardown), ConnectError> {
     let (client, server) = serve_in_memory(Observed::internal(handler)).await?;
+    Ok(session(client, server, limits))
+}
+
+fn session(
+    client: RunningService<RoleClient, ()>,
+    server: ServerTask<Observed<PlatformServer>>,
+    limits: Limits,
+) -> (SessionCaller, Teardown) {
     let caller = SessionCaller {
         peer: client.peer().clone(),
         listing: Arc::new(OnceCell::new()),
         limits,
     };
-    Ok((caller, Teardown { client, server }))
+    (caller, Teardown { client, server })
 }
 
 /// Serves any rmcp server handler over a pair of typed channels and connects a plain rmcp
@@ -116,13 +182,30 @@ pub async fn connect_handler(
 pub async fn serve_in_memory<H: rmcp::Service<RoleServer>>(
     handler: H,
 ) -> Result<(RunningService<RoleClient, ()>, ServerTask<H>), ConnectError> {
+    serve_in_memory_observed(handler, (), |_| {}).await
+}
+
+/// [`serve_in_memory`] with `client` as the client's handler, and `observe` shown each message
+/// the client receives, in order, before the client handles it.
+pub async fn serve_in_memory_observed<H, C, F>(
+    handler: H,
+    client: C,
+    observe: F,
+) -> Result<(RunningService<RoleClient, C>, ServerTask<H>), ConnectError>
+where
+    H: rmcp::Service<RoleServer>,
+    C: rmcp::Service<RoleClient>,
+    F: Fn(&rmcp::service::RxJsonRpcMessage<RoleClient>) + Send + Sync + 'static,
+{
+    use futures::StreamExt;
     let (client_tx, server_rx) = mpsc::channel(CHANNEL_CAPACITY);
     let (server_tx, client_rx) = mpsc::channel(CHANNEL_CAPACITY);
     let server = tokio::spawn(async move { handler.serve((server_tx, server_rx)).await });
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
-    match serve_client_with_lifecycle((), (client_tx, client_rx), lifecycle).await {
+    let client_rx = client_rx.inspect(move |message| observe(message));
+    match serve_client_with_lifecycle(client, (client_tx, client_rx), lifecycle).await {
         Ok(client) => Ok((client, server)),
         Err(error) => {
             server.abort();

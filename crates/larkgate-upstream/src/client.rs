@@ -81,26 +81,18 @@ impl Default for UpstreamLimits {
 }
 
 /// An MCP client with no capabilities that notes `tools/list_changed`, and
-/// `resources/list_changed` and `prompts/list_changed` together, and relays progress reports
-/// to the calls they are about.
+/// `resources/list_changed` and `prompts/list_changed` together. (Progress reports are routed
+/// as they are received, by [`routes::Observing`], not here: rmcp runs notification handlers
+/// in tasks of their own, so a handler could hear a call's last report after its answer.)
 #[derive(Debug, Default)]
 struct Handler {
     tools_changed: Arc<AtomicBool>,
     catalog_changed: Arc<AtomicBool>,
-    routes: Arc<std::sync::Mutex<routes::Routes>>,
     /// The version `initialize` offers: 2025-11-25 when only that revision is wanted.
     legacy: bool,
 }
 
 impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: rmcp::model::ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        routes::report(&self.routes, params);
-    }
-
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.store(true, Ordering::SeqCst);
     }

@@ -173,6 +173,7 @@ impl ToolHandler for RunDraft {
         if review {
             request = request.reviewing();
         }
+        request.conversation = context.conversation.clone();
         let finished = scripts.run(request).await?;
         finished_output(finished)
     }
@@ -215,9 +216,10 @@ struct ScriptTool {
 impl ToolHandler for ScriptTool {
     async fn call(&self, context: &CallContext, arguments: Map) -> Result<Map, Refusal> {
         let scripts = upgrade(&self.scripts)?;
-        let request = scripts
+        let mut request = scripts
             .published_run(&self.name, arguments, &context.identity.run)
             .await?;
+        request.conversation = context.conversation.clone();
         finished_output(scripts.run(request).await?)
     }
 }

@@ -141,10 +141,10 @@ impl UpstreamClient {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let catalog_changed = Arc::new(AtomicBool::new(false));
         let routes = Arc::default();
+        let transport = super::routes::Observing::new(transport.into_transport(), &routes);
         let handler = Handler {
             tools_changed: tools_changed.clone(),
             catalog_changed: catalog_changed.clone(),
-            routes: Arc::clone(&routes),
             legacy: revisions == Revisions::Legacy,
         };
         let lifecycle = match revisions {

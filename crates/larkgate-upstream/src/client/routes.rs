@@ -2,6 +2,9 @@
 //! found by the `progressToken` larkgate sent with that call (rmcp gives each request its
 //! own), never by anything else the server says.
 //!
+//! Reports are routed as the transport receives them ([`Observing`]), in order with the
+//! answers: a call's last report is in its conversation before its answer reaches the call.
+//!
 //! A report can arrive before its call is routed (the request is sent before rmcp hands back
 //! its token, and a fast server answers at once): such reports wait, at most
 //! [`MAX_EARLY`] of them for all calls together, oldest dropped first, until their call is
@@ -11,7 +14,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use larkgate_platform::Conversation;
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::RoleClient;
+use rmcp::model::{JsonRpcMessage, ProgressNotificationParam, ProgressToken, ServerNotification};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 
 /// The most reports kept for calls not routed yet.
 pub(super) const MAX_EARLY: usize = 64;
@@ -93,6 +99,46 @@ pub(super) fn report(routes: &Mutex<Routes>, report: ProgressNotificationParam) 
         }
     };
     relay(&conversation, [report]);
+}
+
+/// A client transport that routes each progress report it receives before passing it on.
+pub(super) struct Observing<T> {
+    inner: T,
+    routes: Arc<Mutex<Routes>>,
+}
+
+impl<T> Observing<T> {
+    pub(super) fn new(inner: T, routes: &Arc<Mutex<Routes>>) -> Self {
+        Observing {
+            inner,
+            routes: Arc::clone(routes),
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Observing<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(notification) = &message
+            && let ServerNotification::ProgressNotification(progress) = &notification.notification
+        {
+            report(&self.routes, progress.params.clone());
+        }
+        Some(message)
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
+    }
 }
 
 #[cfg(test)]

@@ -121,8 +121,9 @@ fn a_client_s_cancellation_reaches_the_upstream_as_it_does_directly() {
     let (_dir, server, token) = admin_gateway(&config(&peer.url));
     let through = format!("http:{}", server.url);
     let direct = format!("http:{}", peer.url);
+    let slow = r#"{"seconds": 30}"#;
     for mode in ["legacy", "2026-07-28"] {
-        let directly = client(&["cancel", mode, &direct, "slow", "cancelled"], None);
+        let directly = client(&["cancel", mode, &direct, "slow", slow, "cancelled"], None);
         assert_eq!(directly["cancelled"], 1, "{mode}: {directly}");
         let relayed = client(
             &[
@@ -130,11 +131,59 @@ fn a_client_s_cancellation_reaches_the_upstream_as_it_does_directly() {
                 mode,
                 &through,
                 "weather__slow",
+                slow,
                 "weather__cancelled",
             ],
             Some(&token),
         );
         assert_eq!(relayed["cancelled"], 1, "{mode}: {relayed}");
     }
+    assert!(server.stop().success());
+}
+
+/// A script's host calls are the conversation's too: the client that started the run hears
+/// the progress of each upstream call the script makes (one phase after another, so that it
+/// keeps increasing), and its cancellation ends the run and reaches the upstream call under
+/// way.
+#[test]
+fn a_script_s_host_calls_report_progress_to_its_caller_and_its_cancellation_ends_them() {
+    let peer = weather();
+    let (dir, server, token) = admin_gateway(&config(&peer.url));
+    let through = format!("http:{}", server.url);
+    let twice = "def main():\n    weather.progress(steps = 3, delay = 0.05)\n    \
+                 weather.progress(steps = 2, delay = 0.05)\n    return \"done\"\n";
+    let arguments = serde_json::json!({ "source": twice }).to_string();
+    for mode in ["legacy", "2026-07-28"] {
+        let heard = client(
+            &["progress", mode, &through, "script_run_draft", &arguments],
+            Some(&token),
+        );
+        let expected = serde_json::json!([
+            [1.0, 3.0, null],
+            [2.0, 3.0, null],
+            [3.0, 3.0, null],
+            [4.0, 5.0, null],
+            [5.0, 5.0, null]
+        ]);
+        assert_eq!(heard["progress"], expected, "{mode}: {heard}");
+    }
+    let waits =
+        serde_json::json!({ "source": "def main():\n    return weather.slow(seconds = 30)\n" })
+            .to_string();
+    let cancelled = client(
+        &[
+            "cancel",
+            "2026-07-28",
+            &through,
+            "script_run_draft",
+            &waits,
+            "weather__cancelled",
+        ],
+        Some(&token),
+    );
+    assert_eq!(cancelled["cancelled"], 1, "{cancelled}");
+    // The run is recorded as ended by its caller.
+    let runs = crate::ok(dir.path(), &["runs", "list", "--json"]);
+    assert!(runs.contains("its caller cancelled it"), "{runs}");
     assert!(server.stop().success());
 }

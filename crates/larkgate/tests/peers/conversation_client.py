@@ -4,13 +4,13 @@ against the server directly, so that a test can compare the two.
 
 Usage:
   conversation_client.py progress MODE TARGET TOOL ARGS_JSON
-  conversation_client.py cancel MODE TARGET SLOW_TOOL COUNT_TOOL
+  conversation_client.py cancel MODE TARGET SLOW_TOOL SLOW_ARGS_JSON COUNT_TOOL
 
 MODE is "legacy" (2025-11-25) or "2026-07-28". TARGET is `http:URL` (the bearer token in
 LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
 
 `progress` calls TOOL with ARGS_JSON and prints one JSON line: {"progress": [[progress, total,
-message], ...], "text": the answer's text}. `cancel` calls SLOW_TOOL with {"seconds": 30} and
+message], ...], "text": the answer's text}. `cancel` calls SLOW_TOOL with SLOW_ARGS_JSON and
 abandons it after the first second (the SDK cancels it), then asks COUNT_TOOL, until it says
 so or 20 s pass, how many of its calls were cancelled, and prints {"cancelled": N}.
 """
@@ -52,11 +52,11 @@ async def progress(mode, target, tool, arguments):
         print(json.dumps({"progress": heard, "text": text_of(result)}))
 
 
-async def cancel(mode, target, slow, count):
+async def cancel(mode, target, slow, arguments, count):
     async with connect(mode, target) as client:
         before = json.loads(text_of(await client.call_tool(count, {})))
         try:
-            await client.call_tool(slow, {"seconds": 30}, read_timeout_seconds=1)
+            await client.call_tool(slow, json.loads(arguments), read_timeout_seconds=1)
             raise AssertionError("the slow call answered")
         except Exception as error:  # the SDK's timeout, after it cancelled the request
             if isinstance(error, AssertionError):
@@ -76,7 +76,7 @@ def main():
     if what == "progress":
         asyncio.run(progress(mode, target, sys.argv[4], sys.argv[5]))
     elif what == "cancel":
-        asyncio.run(cancel(mode, target, sys.argv[4], sys.argv[5]))
+        asyncio.run(cancel(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
     else:
         raise SystemExit(f"unknown command {what!r}")
 
