@@ -133,6 +133,7 @@ mod tests {
             roles,
             requires_approval: false,
             people_only: false,
+            definition: None,
         }
     }
 

@@ -25,10 +25,20 @@
 //! - **Only to the caller who asked.** The notification carries the client's own
 //!   `progressToken`, never the one larkgate sent upstream; a client that sent none hears
 //!   nothing.
+//!
+//! Log messages (`notifications/message`) are said the same way, to a client that asked for
+//! them (a level set by `logging/setLevel` on 2025-11-25, the request's
+//! `io.modelcontextprotocol/logLevel` on 2026-07-28), at that level or above: at most
+//! [`MAX_LOGS`] a call, each message's data cut to [`MAX_LOG_BYTES`] of JSON, its `logger`
+//! naming where it comes from (an upstream's alias, or `larkgate`: no upstream can speak as
+//! larkgate). When some were not relayed, the client is told how many in one last message
+//! before the answer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+#[allow(deprecated)] // Logging is deprecated in the 2026-07-28 revision, but still in it.
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
@@ -38,6 +48,43 @@ use crate::bounded::{MAX_MESSAGE_BYTES, cut};
 
 /// The most progress notifications relayed to a client for one call.
 pub const MAX_PROGRESS: u32 = 1000;
+
+/// The most log messages relayed to a client for one call.
+pub const MAX_LOGS: u32 = 100;
+
+/// The most bytes of one log message's data, as JSON, relayed; longer data is cut (and said
+/// to be).
+pub const MAX_LOG_BYTES: usize = 8 * 1024;
+
+/// The logger larkgate's own messages name.
+pub const LARKGATE_LOGGER: &str = "larkgate";
+
+/// The level of log messages a session's client asked for with `logging/setLevel`
+/// (2025-11-25; on 2026-07-28 each request says its own, in its `_meta`), shared by the
+/// session's handlers.
+#[derive(Clone, Debug, Default)]
+#[allow(deprecated)]
+pub struct SessionLogLevel(Arc<std::sync::Mutex<Option<LoggingLevel>>>);
+
+#[allow(deprecated)]
+impl SessionLogLevel {
+    /// The level from now on (`logging/setLevel`).
+    pub fn set(&self, level: LoggingLevel) {
+        *self.lock() = Some(level);
+    }
+
+    /// The level of the request whose `_meta` is `meta`: its own, else the session's; `None`:
+    /// its client asked for no log messages.
+    pub fn of(&self, meta: &rmcp::model::RequestMetaObject) -> Option<LoggingLevel> {
+        meta.log_level().or_else(|| *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<LoggingLevel>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 /// How many notifications wait to be sent to the client at most; past that they are dropped.
 const QUEUE: usize = 64;
@@ -68,12 +115,20 @@ struct Inner {
     base: AtomicU64,
     /// Whether an upstream's progress has been relayed (and `base` fixed).
     relaying: AtomicBool,
+    /// The least severe log messages the client asked to hear; `None`: none.
+    #[allow(deprecated)]
+    log_level: Option<LoggingLevel>,
+    logs_relayed: AtomicU32,
+    /// Log messages not relayed: over the limit, the queue full, or too late.
+    logs_dropped: AtomicU32,
 }
 
 /// One thing said to the client.
 #[derive(Debug)]
+#[allow(deprecated)]
 enum Said {
     Progress(ProgressNotificationParam),
+    Log(LoggingMessageNotificationParam),
 }
 
 /// What a conversation has queued for its client, carried by the edge: see [`Outbox::carry`].
@@ -114,16 +169,21 @@ impl Conversation {
         progress_token: Option<ProgressToken>,
         cancelled: CancellationToken,
     ) -> (Conversation, Outbox) {
-        Conversation::open_within(progress_token, cancelled, &Conversation::none())
+        Conversation::open_within(progress_token, None, cancelled, &Conversation::none())
     }
 
-    /// [`Conversation::open`] for a call made inside `within`'s (a script's host call inside
-    /// the call that started the run): cancelled when either is.
+    /// [`Conversation::open`] for a call whose client asked for log messages at `log_level`
+    /// and above (`None`: none; inside `within`, the level of the call it is inside), made
+    /// inside `within`'s (a script's host call inside the call that started the run):
+    /// cancelled when either is.
+    #[allow(deprecated)]
     pub fn open_within(
         progress_token: Option<ProgressToken>,
+        log_level: Option<LoggingLevel>,
         cancelled: CancellationToken,
         within: &Conversation,
     ) -> (Conversation, Outbox) {
+        let log_level = log_level.or_else(|| within.log_level());
         let (outbox, queue) = mpsc::channel(QUEUE);
         let conversation = Conversation(Some(Arc::new(Inner {
             progress_token,
@@ -136,6 +196,9 @@ impl Conversation {
             last_progress: AtomicU64::new(0),
             base: AtomicU64::new(0),
             relaying: AtomicBool::new(false),
+            log_level,
+            logs_relayed: AtomicU32::new(0),
+            logs_dropped: AtomicU32::new(0),
         })));
         let outbox = Outbox {
             queue,
@@ -208,6 +271,44 @@ impl Conversation {
         }
     }
 
+    /// The least severe log messages the client asked to hear; `None`: none.
+    #[allow(deprecated)]
+    pub fn log_level(&self) -> Option<LoggingLevel> {
+        self.0.as_ref().and_then(|i| i.log_level)
+    }
+
+    /// Tells the client a log message from `logger` (an upstream's alias, or
+    /// [`LARKGATE_LOGGER`]), when it asked to hear messages of `level`, within the bounds in
+    /// the module documentation; never waits.
+    #[allow(deprecated)]
+    pub fn log(&self, level: LoggingLevel, logger: &str, data: serde_json::Value) {
+        let Some(inner) = &self.0 else {
+            return;
+        };
+        let Some(wanted) = inner.log_level else {
+            return;
+        };
+        if severity(level) < severity(wanted) {
+            return;
+        }
+        if inner.closed.load(Ordering::Relaxed)
+            || inner.logs_relayed.load(Ordering::Relaxed) >= MAX_LOGS
+        {
+            inner.logs_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut said = LoggingMessageNotificationParam::new(level, bounded_data(data));
+        said.logger = Some(cut(logger, 200).into_owned());
+        match inner.outbox.try_send(Said::Log(said)) {
+            Ok(()) => {
+                inner.logs_relayed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                inner.logs_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Finishes when the client cancels the call; never for a call nobody waits on.
     pub async fn cancelled(&self) {
         match &self.0 {
@@ -228,6 +329,17 @@ impl Conversation {
             .is_some_and(|i| i.cancelled.is_cancelled() || i.within.is_cancelled())
     }
 
+    /// How many log messages were relayed and how many were not, so far (those below the
+    /// client's level are neither).
+    pub fn log_counts(&self) -> (u32, u32) {
+        self.0.as_ref().map_or((0, 0), |i| {
+            (
+                i.logs_relayed.load(Ordering::Relaxed),
+                i.logs_dropped.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     /// How many notifications were relayed and how many were not, so far.
     pub fn counts(&self) -> (u32, u32) {
         self.0.as_ref().map_or((0, 0), |i| {
@@ -244,6 +356,7 @@ impl Outbox {
     /// (the task answering the request, so that what is sent rides the request's own stream
     /// where the transport has one), and what is still queued when `call` finishes, before
     /// its answer; then closes the conversation.
+    #[allow(deprecated)]
     pub async fn carry<F: Future>(mut self, peer: &Peer<RoleServer>, call: F) -> F::Output {
         let mut call = std::pin::pin!(call);
         let mut open = true;
@@ -262,6 +375,20 @@ impl Outbox {
         }
         while let Ok(said) = self.queue.try_recv() {
             send(peer, said).await;
+        }
+        if let Some(inner) = &self.conversation.0 {
+            let logs_dropped = inner.logs_dropped.load(Ordering::Relaxed);
+            if logs_dropped > 0 {
+                let mut told = LoggingMessageNotificationParam::new(
+                    LoggingLevel::Warning,
+                    serde_json::Value::String(format!(
+                        "{logs_dropped} log messages of this call were not relayed (at most \
+                         {MAX_LOGS} a call)"
+                    )),
+                );
+                told.logger = Some(LARKGATE_LOGGER.to_owned());
+                send(peer, Said::Log(told)).await;
+            }
         }
         let (relayed, dropped) = self.conversation.counts();
         if dropped > 0 {
@@ -283,7 +410,40 @@ async fn send(peer: &Peer<RoleServer>, said: Said) {
                 tracing::debug!(%error, "a progress notification could not be sent to the client");
             }
         }
+        Said::Log(message) =>
+        {
+            #[allow(deprecated)]
+            if let Err(error) = peer.notify_logging_message(message).await {
+                tracing::debug!(%error, "a log message could not be sent to the client");
+            }
+        }
     }
+}
+
+/// How severe `level` is: the higher, the more (RFC 5424's order, which the protocol's
+/// levels follow).
+#[allow(deprecated)]
+pub fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// A log message's data, as it came when its JSON is at most [`MAX_LOG_BYTES`]; otherwise
+/// the start of its JSON, as a string saying it was cut (see [`cut`]).
+fn bounded_data(data: serde_json::Value) -> serde_json::Value {
+    let text = data.to_string();
+    if text.len() <= MAX_LOG_BYTES {
+        return data;
+    }
+    serde_json::Value::String(cut(&text, MAX_LOG_BYTES).into_owned())
 }
 
 #[cfg(test)]
@@ -388,11 +548,53 @@ mod tests {
         let token = CancellationToken::new();
         let (conversation, _outbox) = Conversation::open(None, token.clone());
         let (inside, _inside_outbox) =
-            Conversation::open_within(None, CancellationToken::new(), &conversation);
+            Conversation::open_within(None, None, CancellationToken::new(), &conversation);
         assert!(!conversation.is_cancelled() && !inside.is_cancelled());
         token.cancel();
         conversation.cancelled().await;
         inside.cancelled().await;
         assert!(conversation.is_cancelled() && inside.is_cancelled());
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn log_messages_at_the_client_s_level_are_relayed_bounded_and_cut() {
+        let (conversation, mut outbox) = Conversation::open_within(
+            None,
+            Some(LoggingLevel::Warning),
+            CancellationToken::new(),
+            &Conversation::none(),
+        );
+        conversation.log(LoggingLevel::Info, "weather", "below the level".into());
+        conversation.log(LoggingLevel::Error, "weather", "an error".into());
+        conversation.log(
+            LoggingLevel::Warning,
+            &"l".repeat(1000),
+            serde_json::json!({"big": "x".repeat(3 * MAX_LOG_BYTES)}),
+        );
+        let mut said = Vec::new();
+        while let Ok(Said::Log(m)) = outbox.queue.try_recv() {
+            said.push(m);
+        }
+        assert_eq!(said.len(), 2);
+        assert_eq!(said[0].data, "an error");
+        assert_eq!(said[0].logger.as_deref(), Some("weather"));
+        let cut = said[1].data.as_str().expect("cut to a string");
+        assert!(cut.len() <= MAX_LOG_BYTES + 128, "{}", cut.len());
+        assert!(said[1].logger.as_ref().unwrap().len() <= 200 + 128);
+        assert_eq!(conversation.log_counts(), (2, 0));
+        // A flood: at most MAX_LOGS, the rest counted.
+        for n in 0..(MAX_LOGS + 20) {
+            conversation.log(LoggingLevel::Error, "weather", n.into());
+            while outbox.queue.try_recv().is_ok() {}
+        }
+        assert_eq!(conversation.log_counts(), (MAX_LOGS, 22));
+        // A client that asked for no logs, and a conversation inside one that did.
+        let (quiet, _) = Conversation::open(None, CancellationToken::new());
+        quiet.log(LoggingLevel::Emergency, "weather", "x".into());
+        assert_eq!(quiet.log_counts(), (0, 0));
+        let (inside, _) =
+            Conversation::open_within(None, None, CancellationToken::new(), &conversation);
+        assert_eq!(inside.log_level(), Some(LoggingLevel::Warning));
     }
 }

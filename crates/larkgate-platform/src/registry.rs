@@ -86,6 +86,11 @@ pub struct ToolSpec {
     /// CLI), never from a script run of any kind: the approval tools, because an approval is a
     /// person's act (see `access::reachable`).
     pub people_only: bool,
+    /// The definition as the tool's server wrote it (federated tools): listed as it is, with
+    /// only the name larkgate gives it and larkgate's keys added to its `_meta`, so a client
+    /// reads the icons, annotations and `_meta` the server declared and nothing larkgate made
+    /// up. `None`: larkgate's own tools, listed from the fields above.
+    pub definition: Option<Arc<rmcp::model::Tool>>,
 }
 
 impl ToolSpec {
@@ -109,6 +114,7 @@ impl ToolSpec {
             roles: None,
             requires_approval: false,
             people_only: false,
+            definition: None,
         }
     }
 }
@@ -506,27 +512,39 @@ impl Registry {
 }
 
 impl RegisteredTool {
-    /// The MCP listing of this tool, with origin, signature and shape in `_meta`.
+    /// The MCP listing of this tool, with origin, signature and shape in `_meta`. A
+    /// federated tool is listed as its server defined it (see [`ToolSpec::definition`]): only
+    /// its name is larkgate's, and larkgate's keys in its `_meta` (a server's own key of the
+    /// same name is replaced, so no server can say where its tool comes from).
     pub fn to_mcp(&self) -> rmcp::model::Tool {
         let spec = &self.spec;
-        let mut tool = rmcp::model::Tool::new(
-            spec.name.clone(),
-            spec.description.clone(),
-            Arc::new(spec.input_schema.clone()),
-        );
-        if let Some(title) = &spec.title {
-            tool = tool.with_title(title.clone());
-        }
-        if let Some(schema) = &spec.output_schema {
-            tool = tool.with_raw_output_schema(Arc::new(schema.clone()));
-        }
-        let mut annotations = rmcp::model::ToolAnnotations::new();
-        annotations.read_only_hint = spec.annotations.read_only;
-        annotations.destructive_hint = spec.annotations.destructive;
-        annotations.idempotent_hint = spec.annotations.idempotent;
-        annotations.open_world_hint = spec.annotations.open_world;
-        tool = tool.with_annotations(annotations);
-        let mut meta = rmcp::model::MetaObject::new();
+        let mut tool = match &spec.definition {
+            Some(definition) => {
+                let mut tool = (**definition).clone();
+                tool.name = spec.name.clone().into();
+                tool
+            }
+            None => {
+                let mut tool = rmcp::model::Tool::new(
+                    spec.name.clone(),
+                    spec.description.clone(),
+                    Arc::new(spec.input_schema.clone()),
+                );
+                if let Some(title) = &spec.title {
+                    tool = tool.with_title(title.clone());
+                }
+                if let Some(schema) = &spec.output_schema {
+                    tool = tool.with_raw_output_schema(Arc::new(schema.clone()));
+                }
+                let mut annotations = rmcp::model::ToolAnnotations::new();
+                annotations.read_only_hint = spec.annotations.read_only;
+                annotations.destructive_hint = spec.annotations.destructive;
+                annotations.idempotent_hint = spec.annotations.idempotent;
+                annotations.open_world_hint = spec.annotations.open_world;
+                tool.with_annotations(annotations)
+            }
+        };
+        let mut meta = tool.meta.take().unwrap_or_default();
         meta.insert(
             ORIGIN_META_KEY.to_owned(),
             serde_json::to_value(&spec.origin).unwrap_or_default(),

@@ -73,6 +73,8 @@ pub struct PlatformServer {
     /// cancellation cancels every call of the session, and what they say joins it through
     /// the session's client.
     within: Conversation,
+    /// The level of log messages the session's client asked for.
+    log_level: crate::conversation::SessionLogLevel,
 }
 
 /// A task aborted when this is dropped.
@@ -122,6 +124,7 @@ impl PlatformServer {
             identity: Identity::Bound(identity),
             notifier: Arc::default(),
             within: Conversation::none(),
+            log_level: Default::default(),
         }
     }
 
@@ -140,6 +143,7 @@ impl PlatformServer {
             identity: Identity::FromRequest,
             notifier: Arc::default(),
             within: Conversation::none(),
+            log_level: Default::default(),
         }
     }
 
@@ -156,6 +160,7 @@ impl PlatformServer {
             },
             notifier: Arc::default(),
             within: Conversation::none(),
+            log_level: Default::default(),
         }
     }
 
@@ -191,6 +196,7 @@ impl PlatformServer {
 
 /// What larkgate says of itself at initialization: its name and version, and that it serves
 /// tools, resources and prompts, and tells when their lists change.
+#[allow(deprecated)] // Logging is deprecated in the 2026-07-28 revision, but still in it.
 pub fn server_config() -> ServerConfig {
     let mut config = ServerConfig::new(
         ServerCapabilities::builder()
@@ -200,6 +206,7 @@ pub fn server_config() -> ServerConfig {
             .enable_resources_list_changed()
             .enable_prompts()
             .enable_prompts_list_changed()
+            .enable_logging()
             .build(),
     );
     config.server_info.name = "larkgate".into();
@@ -320,6 +327,18 @@ macro_rules! listing {
 impl ServerHandler for PlatformServer {
     fn get_info(&self) -> ServerConfig {
         server_config()
+    }
+
+    /// The session's level of log messages from now on: what its calls' upstreams, and
+    /// larkgate about its calls, say at that level or above reaches it.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -463,6 +482,7 @@ impl ServerHandler for PlatformServer {
                 .is_some();
         let (conversation, outbox) = Conversation::open_within(
             context.meta.get_progress_token(),
+            self.log_level.of(&context.meta),
             context.ct.clone(),
             &self.within,
         );
@@ -523,9 +543,13 @@ fn waiting(
     conversation: &Conversation,
 ) -> Waiting {
     let cancelled = context.ct.clone();
-    let progress = conversation
-        .wants_progress()
-        .then(|| Box::new(ConversationProgress(conversation.clone())) as Box<dyn Progress>);
+    let progress =
+        (conversation.wants_progress() || conversation.log_level().is_some()).then(|| {
+            Box::new(ConversationProgress {
+                conversation: conversation.clone(),
+                logged: std::sync::atomic::AtomicBool::new(false),
+            }) as Box<dyn Progress>
+        });
     let stateless = context
         .protocol_version()
         .is_some_and(|version| !version.has_initialize());
@@ -540,11 +564,25 @@ fn waiting(
 
 /// An approval's wait, told to the client through the call's conversation (so that what an
 /// upstream reports after it still increases).
-struct ConversationProgress(Conversation);
+/// An approval's wait, told to the waiting client: as progress (seconds waited) when it asked
+/// for progress, and once as a log message (`notice`, from `larkgate`) when it asked for logs.
+struct ConversationProgress {
+    conversation: Conversation,
+    logged: std::sync::atomic::AtomicBool,
+}
 
 #[async_trait::async_trait]
 impl Progress for ConversationProgress {
     async fn tell(&self, progress: f64, total: f64, message: String) {
-        self.0.progress(progress, Some(total), Some(&message));
+        self.conversation
+            .progress(progress, Some(total), Some(&message));
+        if !self.logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            #[allow(deprecated)]
+            self.conversation.log(
+                rmcp::model::LoggingLevel::Notice,
+                crate::conversation::LARKGATE_LOGGER,
+                serde_json::Value::String(message),
+            );
+        }
     }
 }

@@ -81,13 +81,15 @@ impl Default for UpstreamLimits {
 }
 
 /// An MCP client with no capabilities that notes `tools/list_changed`, and
-/// `resources/list_changed` and `prompts/list_changed` together. (Progress reports are routed
-/// as they are received, by [`routes::Observing`], not here: rmcp runs notification handlers
-/// in tasks of their own, so a handler could hear a call's last report after its answer.)
-#[derive(Debug, Default)]
+/// `resources/list_changed` and `prompts/list_changed` together, and tells each to whoever
+/// listens ([`UpstreamClient::list_changes`]). (Progress reports are routed as they are
+/// received, by [`routes::Observing`], not here: rmcp runs notification handlers in tasks of
+/// their own, so a handler could hear a call's last report after its answer.)
+#[derive(Debug)]
 struct Handler {
     tools_changed: Arc<AtomicBool>,
     catalog_changed: Arc<AtomicBool>,
+    changes: tokio::sync::broadcast::Sender<ListChanged>,
     /// The version `initialize` offers: 2025-11-25 when only that revision is wanted.
     legacy: bool,
 }
@@ -95,14 +97,18 @@ struct Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools_changed.store(true, Ordering::SeqCst);
+        // Nobody listening is no error.
+        let _ = self.changes.send(ListChanged::Tools);
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.catalog_changed.store(true, Ordering::SeqCst);
+        let _ = self.changes.send(ListChanged::Resources);
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.catalog_changed.store(true, Ordering::SeqCst);
+        let _ = self.changes.send(ListChanged::Prompts);
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -116,6 +122,21 @@ impl ClientHandler for Handler {
         config
     }
 }
+
+/// Which of its listings a server said changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListChanged {
+    /// `notifications/tools/list_changed`.
+    Tools,
+    /// `notifications/resources/list_changed`.
+    Resources,
+    /// `notifications/prompts/list_changed`.
+    Prompts,
+}
+
+/// How many list changes a slow listener may fall behind by before it misses some (it is
+/// told that it lagged, and should then read every listing again).
+const LIST_CHANGES_KEPT: usize = 16;
 
 /// Which protocol revisions to speak.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -144,10 +165,16 @@ pub struct Endpoint {
 /// A connected upstream.
 pub struct UpstreamClient {
     service: RunningService<RoleClient, Handler>,
+    /// The severity of the log level this session asked a 2025-11-25 server for
+    /// (`u8::MAX`: none yet; see [`UpstreamClient::ask_for_logs`]).
+    log_level: std::sync::atomic::AtomicU8,
+    /// The task holding a 2026-07-28 server's `subscriptions/listen` stream open, if any.
+    _listening: Option<Listening>,
     limits: UpstreamLimits,
     overflowed: Arc<AtomicBool>,
     tools_changed: Arc<AtomicBool>,
     catalog_changed: Arc<AtomicBool>,
+    changes: tokio::sync::broadcast::Sender<ListChanged>,
     /// Where the server's progress reports go (shared with the handler).
     routes: Arc<std::sync::Mutex<routes::Routes>>,
     dropped: AtomicUsize,
@@ -155,6 +182,24 @@ pub struct UpstreamClient {
     process: Option<ServerProcess>,
     /// When the server last answered anything.
     heard: Heard,
+}
+
+fn routes_lock(
+    routes: &std::sync::Mutex<routes::Routes>,
+) -> std::sync::MutexGuard<'_, routes::Routes> {
+    routes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A task that ends when this is dropped.
+#[derive(Debug)]
+struct Listening(tokio::task::JoinHandle<()>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// When a server last answered, for probing only an upstream that has been quiet
@@ -286,6 +331,53 @@ impl UpstreamClient {
         self.catalog_changed.load(Ordering::SeqCst)
     }
 
+    /// Asks the server for its log messages at `level` and above during the call `params`
+    /// makes: on 2026-07-28 in the request's `_meta`; on 2025-11-25, where the level is the
+    /// session's (which every caller shares), by lowering it with `logging/setLevel` when it
+    /// is not that low yet (never raising it: each call's conversation drops what its client
+    /// did not ask for). A server that declares no logging is not asked.
+    #[allow(deprecated)]
+    async fn ask_for_logs(
+        &self,
+        level: rmcp::model::LoggingLevel,
+        params: &mut CallToolRequestParams,
+    ) {
+        if self.protocol_version() == Some(ProtocolVersion::V_2026_07_28) {
+            params
+                .meta
+                .get_or_insert_with(Default::default)
+                .set_log_level(level);
+            return;
+        }
+        let serves_logs = self
+            .service
+            .peer_info()
+            .is_some_and(|info| info.capabilities.logging.is_some());
+        let wanted = larkgate_platform::conversation::severity(level);
+        if !serves_logs || self.log_level.fetch_min(wanted, Ordering::SeqCst) <= wanted {
+            return;
+        }
+        let request = ClientRequest::SetLevelRequest(rmcp::model::SetLevelRequest::new(
+            rmcp::model::SetLevelRequestParams::new(level),
+        ));
+        if let Err(error) = self.send(request, false).await {
+            tracing::debug!(%error, "an upstream did not take logging/setLevel");
+        }
+    }
+
+    /// This client, naming `alias` in the `logger` of each log message it relays (see
+    /// [`routes`]).
+    pub fn speaking_for(self, alias: &str) -> Self {
+        routes_lock(&self.routes).alias = Some(alias.to_owned());
+        self
+    }
+
+    /// Each list change the server says from now on, as it says it (a listener that falls
+    /// more than a few behind is told it lagged: then every listing may have changed).
+    pub fn list_changes(&self) -> tokio::sync::broadcast::Receiver<ListChanged> {
+        self.changes.subscribe()
+    }
+
     /// Clears [`UpstreamClient::catalog_changed`] before the listings are read again.
     pub fn take_catalog_changed(&self) -> bool {
         self.catalog_changed.swap(false, Ordering::SeqCst)
@@ -368,6 +460,9 @@ impl UpstreamClient {
             if let Some(state) = state {
                 params.set_tracestate(&state);
             }
+        }
+        if let Some(level) = conversation.and_then(Conversation::log_level) {
+            self.ask_for_logs(level, &mut params).await;
         }
         let mut cancelled = std::pin::pin!(cancelled);
         // A 2026-07-28 server still working on the call (waiting for a person, say) answers
@@ -476,8 +571,15 @@ impl UpstreamClient {
             Err(error) => return Some(Err(named(error))),
         };
         let _route = conversation
-            .filter(|c| c.wants_progress())
-            .map(|c| routes::route(&self.routes, handle.progress_token.clone(), c.clone()));
+            .filter(|c| c.wants_progress() || c.log_level().is_some())
+            .map(|c| {
+                routes::route(
+                    &self.routes,
+                    handle.progress_token.clone(),
+                    handle.id.clone(),
+                    c.clone(),
+                )
+            });
         // Until it is answered, the request is cancelled at the server if this call ends
         // another way: its caller cancelled, or the caller's whole request was dropped.
         let mut unanswered = Unanswered(Some((handle.peer.clone(), handle.id.clone())));

@@ -54,7 +54,9 @@ impl UpstreamConfig {
                     limits.start_timeout.as_millis()
                 )
             })?;
-            return started.map_err(down_cause);
+            return started
+                .map(|client| client.speaking_for(&self.alias))
+                .map_err(down_cause);
         }
         let endpoint = self.endpoint(|name| std::env::var(name).ok())?;
         let guard = Arc::new(self.guard(listen)?);
@@ -64,6 +66,7 @@ impl UpstreamConfig {
                 .await?;
             return UpstreamClient::connect_authorized(&endpoint, guard, resolver, manager)
                 .await
+                .map(|client| client.speaking_for(&self.alias))
                 .map_err(|error| {
                     if error.is_unauthorized() {
                         format!(
@@ -79,6 +82,7 @@ impl UpstreamConfig {
         }
         UpstreamClient::connect(&endpoint, guard, resolver)
             .await
+            .map(|client| client.speaking_for(&self.alias))
             .map_err(down_cause)
     }
 

@@ -16,6 +16,10 @@
 //! - **Responses are capped**: a JSON body, an error body and every SSE event by rmcp's limits
 //!   (set from the upstream's byte limit), and a whole SSE stream by [`GuardedHttp`] itself.
 //!   Exceeding a cap is an error that names the limit; nothing is parsed from a truncated body.
+//! - **Log messages say which request's stream they came on** ([`mark_logs`]): the request's
+//!   id under [`REQUEST_META_KEY`] in their `_meta`, so that they reach the call of that
+//!   request and no other. The server's own value under that key is replaced, or removed on
+//!   a stream that belongs to no request, so no server can send a message to another call.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,13 +30,17 @@ use futures::StreamExt;
 use larkgate_platform::trace_context;
 use reqwest::Url;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::ClientJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, RequestId};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
 };
 
 use crate::guard::{GuardError, GuardedResolver, Resolve, UrlGuard};
+
+/// Where a log message's `_meta` says the request whose response stream it came on (see
+/// [`mark_logs`]).
+pub(crate) const REQUEST_META_KEY: &str = "larkgate/request";
 
 /// Redirect hops followed for one request.
 pub const MAX_REDIRECTS: usize = 10;
@@ -304,6 +312,10 @@ impl StreamableHttpClient for GuardedHttp {
         self.check(&uri)?;
         let mut custom_headers = custom_headers;
         trace_headers(&message, &mut custom_headers);
+        let request = match &message {
+            ClientJsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
         let response = self
             .client
             .post_message_with_response_limits(
@@ -318,7 +330,7 @@ impl StreamableHttpClient for GuardedHttp {
             .map_err(convert)?;
         Ok(match response {
             StreamableHttpPostResponse::Sse(stream, session) => {
-                StreamableHttpPostResponse::Sse(self.capped(stream), session)
+                StreamableHttpPostResponse::Sse(mark_logs(self.capped(stream), request), session)
             }
             other => other,
         })
@@ -385,6 +397,127 @@ impl StreamableHttpClient for GuardedHttp {
             )
             .await
             .map_err(convert)?;
-        Ok(self.capped(stream))
+        Ok(mark_logs(self.capped(stream), None))
+    }
+}
+
+/// Marks each log message on a response stream with `request`, the request whose POST the
+/// stream answers (`None`: a stream of no request, the session's own): its id under
+/// [`REQUEST_META_KEY`] in the message's `_meta`, replacing or removing whatever the server
+/// put there. Only events that mention `notifications/message` are read.
+fn mark_logs(
+    stream: rmcp::transport::common::client_side_sse::BoxedSseResponse,
+    request: Option<RequestId>,
+) -> rmcp::transport::common::client_side_sse::BoxedSseResponse {
+    stream
+        .map(move |item| {
+            item.map(|mut sse| {
+                if let Some(data) = &sse.data
+                    && data.contains("notifications/message")
+                {
+                    sse.data = Some(marked(data, request.as_ref()));
+                }
+                sse
+            })
+        })
+        .boxed()
+}
+
+/// `data` (one SSE event's JSON-RPC message, or a batch of them) with each log message
+/// marked as [`mark_logs`] says; as it was when it is not JSON.
+fn marked(data: &str, request: Option<&RequestId>) -> String {
+    let Ok(mut value) = serde_json::from_str::<serde_json::Value>(data) else {
+        return data.to_owned();
+    };
+    let messages = match &mut value {
+        serde_json::Value::Array(batch) => batch.iter_mut().collect(),
+        single => vec![single],
+    };
+    for message in messages {
+        if message.get("method").and_then(serde_json::Value::as_str)
+            != Some("notifications/message")
+        {
+            continue;
+        }
+        let Some(params) = message
+            .get_mut("params")
+            .and_then(serde_json::Value::as_object_mut)
+        else {
+            continue;
+        };
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.remove(REQUEST_META_KEY);
+            if let Some(request) = request {
+                meta.insert(
+                    REQUEST_META_KEY.to_owned(),
+                    serde_json::to_value(request).unwrap_or_default(),
+                );
+            }
+        }
+    }
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn meta_of(data: &str) -> Option<Value> {
+        let value: Value = serde_json::from_str(data).unwrap();
+        value["params"]["_meta"].get(REQUEST_META_KEY).cloned()
+    }
+
+    /// A server cannot send a log message to a call that is not the one whose stream it is on.
+    #[test]
+    fn log_messages_are_marked_with_their_stream_s_request_and_no_server_s_mark_survives() {
+        let id = RequestId::Number(7);
+        let log = |meta: Value| {
+            json!({"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {"level": "info", "data": "hi", "_meta": meta}})
+            .to_string()
+        };
+        let plain = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                           "params": {"level": "info", "data": "hi"}})
+        .to_string();
+        let forged = log(json!({REQUEST_META_KEY: 3, "other": true}));
+        // On a request's stream: its id, whatever the server said.
+        assert_eq!(meta_of(&marked(&plain, Some(&id))), Some(json!(7)));
+        assert_eq!(meta_of(&marked(&forged, Some(&id))), Some(json!(7)));
+        let kept: Value = serde_json::from_str(&marked(&forged, Some(&id))).unwrap();
+        assert_eq!(
+            kept["params"]["_meta"]["other"], true,
+            "the rest of _meta is kept"
+        );
+        // On the session's own stream: no mark at all.
+        assert_eq!(meta_of(&marked(&forged, None)), None);
+        assert_eq!(meta_of(&marked(&plain, None)), None);
+        // In a batch, each message.
+        let batch = format!("[{forged},{plain}]");
+        let batch: Value = serde_json::from_str(&marked(&batch, None)).unwrap();
+        assert!(batch[0]["params"]["_meta"].get(REQUEST_META_KEY).is_none());
+        // What is not a log message, or not JSON, or has no params object, is left as it is.
+        let result = json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [
+            {"type": "text", "text": "notifications/message"}]}})
+        .to_string();
+        assert_eq!(
+            serde_json::from_str::<Value>(&marked(&result, None)).unwrap(),
+            serde_json::from_str::<Value>(&result).unwrap()
+        );
+        assert_eq!(
+            marked("notifications/message {", None),
+            "notifications/message {"
+        );
+        let odd = json!({"method": "notifications/message", "params": "x"}).to_string();
+        assert_eq!(marked(&odd, Some(&id)), odd);
+        // A `_meta` that is not an object: nothing to mark, and rmcp refuses the message.
+        let odd = log(json!("x"));
+        assert_eq!(
+            serde_json::from_str::<Value>(&marked(&odd, Some(&id))).unwrap(),
+            serde_json::from_str::<Value>(&odd).unwrap()
+        );
     }
 }

@@ -196,6 +196,7 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
             read_only: annotations.read_only == Some(true),
             annotations,
             requires_approval: approval.gates(annotations.read_only == Some(true)),
+            definition: Some(Arc::new(tool.clone())),
             ..ToolSpec::new(name, origin)
         });
     }

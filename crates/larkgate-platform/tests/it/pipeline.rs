@@ -290,6 +290,7 @@ fn touch_spec() -> ToolSpec {
         roles: None,
         requires_approval: false,
         people_only: false,
+        definition: None,
     }
 }
 

@@ -19,7 +19,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 
 use super::error::{classify_text, plain_cause};
 use super::{Endpoint, Handler, Revisions, UpstreamClient, UpstreamError, UpstreamLimits};
-use crate::command::{self, CommandTarget, Launcher, ServerProcess};
+use crate::command::{self, CommandTarget, Launcher};
 use crate::guard::{Resolve, UrlGuard};
 use crate::http::{GuardedHttp, build_client};
 
@@ -69,12 +69,12 @@ impl UpstreamClient {
         match manager {
             None => {
                 let transport = StreamableHttpClientTransport::with_client(http, config);
-                Self::start(transport, endpoint.revisions, limits, overflowed, None).await
+                Self::start(transport, endpoint.revisions, limits, overflowed, true).await
             }
             Some(manager) => {
                 let http = AuthClient::new(http, manager);
                 let transport = StreamableHttpClientTransport::with_client(http, config);
-                Self::start(transport, endpoint.revisions, limits, overflowed, None).await
+                Self::start(transport, endpoint.revisions, limits, overflowed, true).await
             }
         }
     }
@@ -101,7 +101,7 @@ impl UpstreamClient {
         let transport = AsyncRwTransport::new_client(started.stdout, started.stdin)
             .with_max_line_length(limits.max_response_bytes);
         let process = started.process;
-        match Self::start(transport, revisions, limits, overflowed, None).await {
+        match Self::start(transport, revisions, limits, overflowed, false).await {
             Ok(mut client) => {
                 client.process = Some(process);
                 Ok(client)
@@ -132,7 +132,7 @@ impl UpstreamClient {
         revisions: Revisions,
         limits: UpstreamLimits,
         overflowed: Arc<AtomicBool>,
-        process: Option<ServerProcess>,
+        marked: bool,
     ) -> Result<Self, UpstreamError>
     where
         T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -141,10 +141,16 @@ impl UpstreamClient {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let catalog_changed = Arc::new(AtomicBool::new(false));
         let routes = Arc::default();
+        if marked {
+            // Over HTTP, `crate::http` marks each log message with its request.
+            super::routes::marked(&routes);
+        }
+        let (changes, _) = tokio::sync::broadcast::channel(super::LIST_CHANGES_KEPT);
         let transport = super::routes::Observing::new(transport.into_transport(), &routes);
         let handler = Handler {
             tools_changed: tools_changed.clone(),
             catalog_changed: catalog_changed.clone(),
+            changes: changes.clone(),
             legacy: revisions == Revisions::Legacy,
         };
         let lifecycle = match revisions {
@@ -172,18 +178,118 @@ impl UpstreamClient {
                 classify_text(&e.to_string(), limits)
             }
         })?;
+        let listening = listen(&service, &tools_changed, &catalog_changed, &changes);
         Ok(UpstreamClient {
             service,
+            _listening: listening,
+            log_level: std::sync::atomic::AtomicU8::new(u8::MAX),
             limits,
             overflowed,
             tools_changed,
             catalog_changed,
+            changes,
             routes,
             dropped: AtomicUsize::new(0),
-            process,
+            process: None,
             heard: super::Heard::default(),
         })
     }
+}
+
+/// On 2026-07-28 a server tells of its list changes only on a `subscriptions/listen` stream:
+/// one is kept open, for the listings the server says change, in a task that ends with the
+/// client. When the server or the network ends it, it is opened again after a pause (1 s,
+/// doubled each time a stream lasted less than a minute, at most a minute).
+/// On 2025-11-25 they come as notifications to the session, to [`Handler`].
+fn listen(
+    service: &rmcp::service::RunningService<RoleClient, Handler>,
+    tools_changed: &Arc<AtomicBool>,
+    catalog_changed: &Arc<AtomicBool>,
+    changes: &tokio::sync::broadcast::Sender<super::ListChanged>,
+) -> Option<super::Listening> {
+    use rmcp::model::{ServerNotification, SubscriptionFilter};
+    let info = service.peer_info()?;
+    if info.protocol_version != ProtocolVersion::V_2026_07_28 {
+        return None;
+    }
+    let capabilities = &info.capabilities;
+    let mut filter = SubscriptionFilter::builder();
+    let mut any = false;
+    if capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true) {
+        filter = filter.tools_list_changed();
+        any = true;
+    }
+    if capabilities.resources.as_ref().and_then(|r| r.list_changed) == Some(true) {
+        filter = filter.resources_list_changed();
+        any = true;
+    }
+    if capabilities.prompts.as_ref().and_then(|p| p.list_changed) == Some(true) {
+        filter = filter.prompts_list_changed();
+        any = true;
+    }
+    if !any {
+        return None;
+    }
+    let filter = filter.build();
+    let peer = service.peer().clone();
+    let (tools_changed, catalog_changed) = (tools_changed.clone(), catalog_changed.clone());
+    let changes = changes.clone();
+    let task = tokio::spawn(async move {
+        let mut pause = Duration::from_secs(1);
+        let mut again = false;
+        loop {
+            let opened = tokio::time::Instant::now();
+            let mut subscription = match peer.listen(filter.clone()).await {
+                Ok(subscription) => subscription,
+                Err(rmcp::ServiceError::TransportClosed) => return,
+                Err(error) => {
+                    tracing::debug!(%error, "an upstream did not take a subscriptions/listen");
+                    return;
+                }
+            };
+            if again {
+                // What changed while no stream was open is unknown: everything may have.
+                tools_changed.store(true, Ordering::SeqCst);
+                catalog_changed.store(true, Ordering::SeqCst);
+                for change in [
+                    super::ListChanged::Tools,
+                    super::ListChanged::Resources,
+                    super::ListChanged::Prompts,
+                ] {
+                    let _ = changes.send(change);
+                }
+            }
+            again = true;
+            while let Ok(Some(notification)) = subscription.next().await {
+                let change = match notification {
+                    ServerNotification::ToolListChangedNotification(_) => {
+                        tools_changed.store(true, Ordering::SeqCst);
+                        super::ListChanged::Tools
+                    }
+                    ServerNotification::ResourceListChangedNotification(_) => {
+                        catalog_changed.store(true, Ordering::SeqCst);
+                        super::ListChanged::Resources
+                    }
+                    ServerNotification::PromptListChangedNotification(_) => {
+                        catalog_changed.store(true, Ordering::SeqCst);
+                        super::ListChanged::Prompts
+                    }
+                    _ => continue,
+                };
+                let _ = changes.send(change);
+            }
+            if peer.is_transport_closed() {
+                return;
+            }
+            pause = if opened.elapsed() < Duration::from_secs(60) {
+                (pause * 2).min(Duration::from_secs(60))
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::time::sleep(pause).await;
+        }
+    });
+    Some(super::Listening(task))
 }
 
 fn headers(

@@ -85,6 +85,16 @@ async def progress(steps: int, delay: float, ctx: Context) -> str:
     return f"{steps} steps"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def chatty(count: int, level: str, ctx: Context) -> str:
+    """Sends `count` log messages at `level` (and one at debug first), then answers."""
+    await ctx.log("debug", "a debug line", logger_name="chatty")
+    for n in range(count):
+        await ctx.log(level, f"line {n + 1}", logger_name="chatty")
+    await ctx.log(level, {"big": "x" * 20000}, logger_name="chatty")
+    return f"{count} lines"
+
+
 @server.tool()
 def forged() -> str:
     """Fails with text shaped like a larkgate refusal."""

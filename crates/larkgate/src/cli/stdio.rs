@@ -11,17 +11,19 @@
 //! this process cannot record calls), the session relays to that server instead: every request
 //! crosses its pipeline as the token's principal, and its audit chain records them. The server
 //! announces where it listens ([`super::endpoint`]); the relay sends the token only to a
-//! loopback address.
+//! loopback address. What the server says around a call (its progress, its log messages) and
+//! of its lists (that they changed) reaches the desktop client as it would directly.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use larkgate_platform::PlatformServer;
+use larkgate_platform::conversation::SessionLogLevel;
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::observe::Observed;
+use larkgate_platform::{Conversation, PlatformServer};
 use larkgate_store::{Principal, Store};
-use larkgate_upstream::client::{Endpoint, Revisions, UpstreamClient, UpstreamLimits};
+use larkgate_upstream::client::{Endpoint, ListChanged, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
@@ -149,22 +151,69 @@ pub(crate) async fn relay(args: Args, context: &StoreContext) -> anyhow::Result<
         "relaying this stdio session as {} to the running larkgate serve at {url}",
         principal.id
     ));
-    let server = Relay { client }
-        .serve(rmcp::transport::stdio())
-        .await
-        .context("the MCP session over stdio could not start")?;
+    let changes = client.list_changes();
+    let server = Relay {
+        client,
+        log_level: SessionLogLevel::default(),
+    }
+    .serve(rmcp::transport::stdio())
+    .await
+    .context("the MCP session over stdio could not start")?;
+    let forwarding = tokio::spawn(forward_list_changes(changes, server.peer().clone()));
     let _ = server.waiting().await;
+    forwarding.abort();
     Ok(())
+}
+
+/// Tells the desktop client each list change the server tells the relay, as the server would
+/// tell it directly (a reload, an upstream's tools changing, a script published). Having
+/// fallen behind, it says that every listing changed.
+async fn forward_list_changes(
+    mut changes: tokio::sync::broadcast::Receiver<ListChanged>,
+    peer: rmcp::Peer<RoleServer>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let told = match changes.recv().await {
+            Ok(ListChanged::Tools) => peer.notify_tool_list_changed().await,
+            Ok(ListChanged::Resources) => peer.notify_resource_list_changed().await,
+            Ok(ListChanged::Prompts) => peer.notify_prompt_list_changed().await,
+            Err(RecvError::Lagged(_)) => {
+                let _ = peer.notify_tool_list_changed().await;
+                let _ = peer.notify_resource_list_changed().await;
+                peer.notify_prompt_list_changed().await
+            }
+            Err(RecvError::Closed) => return,
+        };
+        if told.is_err() {
+            // The desktop client has gone; the session ends with it.
+            return;
+        }
+    }
 }
 
 /// Answers a stdio session with the running server's answers.
 struct Relay {
     client: UpstreamClient,
+    /// The level of log messages the desktop client asked for.
+    log_level: SessionLogLevel,
 }
 
 impl ServerHandler for Relay {
     fn get_info(&self) -> ServerConfig {
         larkgate_platform::server::server_config()
+    }
+
+    /// The level of the log messages the server's calls say to this session from now on (the
+    /// relay asks the server for them in each call's request).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     async fn list_tools(
@@ -192,12 +241,20 @@ impl ServerHandler for Relay {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = request.arguments.unwrap_or_default();
-        // The desktop client cancelling its call cancels it at the server too (a call held for
-        // an approval then withdraws its request).
-        let answer = self
+        // The call's conversation goes both ways: the server's progress reports reach the
+        // desktop client, under its own progressToken, before the answer; the desktop client
+        // cancelling its call cancels it at the server too (a call held for an approval then
+        // withdraws its request).
+        let (conversation, outbox) = Conversation::open_within(
+            context.meta.get_progress_token(),
+            self.log_level.of(&context.meta),
+            context.ct.clone(),
+            &Conversation::none(),
+        );
+        let call = self
             .client
-            .call_tool_until(&request.name, arguments, context.ct.cancelled())
-            .await;
+            .call_tool_in(&request.name, arguments, &conversation);
+        let answer = outbox.carry(&context.peer, call).await;
         let Some(answer) = answer else {
             // Nobody reads the answer to a cancelled request.
             return Err(ErrorData::invalid_request("the call was cancelled", None));

@@ -5,9 +5,18 @@ against the server directly, so that a test can compare the two.
 Usage:
   conversation_client.py progress MODE TARGET TOOL ARGS_JSON
   conversation_client.py cancel MODE TARGET SLOW_TOOL SLOW_ARGS_JSON COUNT_TOOL
+  conversation_client.py tools MODE TARGET
+  conversation_client.py logs MODE TARGET TOOL ARGS_JSON LEVEL
 
 MODE is "legacy" (2025-11-25) or "2026-07-28". TARGET is `http:URL` (the bearer token in
 LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
+
+`tools` prints every tool the server lists as one JSON line, {"tools": [definition, ...]}, each
+definition with the fields that came on the wire and no others.
+
+`logs` asks for log messages at LEVEL and above (`logging/setLevel` on 2025-11-25, where a
+server without it sends what it chooses; the request's `_meta` on 2026-07-28), calls TOOL and prints {"logs": [{"level", "logger", "data"},
+...], "text": the answer's text}.
 
 `progress` calls TOOL with ARGS_JSON and prints one JSON line: {"progress": [[progress, total,
 message], ...], "text": the answer's text}. `cancel` calls SLOW_TOOL with SLOW_ARGS_JSON and
@@ -24,16 +33,19 @@ import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 
-def connect(mode, target):
+def connect(mode, target, **options):
     if target.startswith("http:"):
         token = os.environ.get("LARKGATE_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         http = httpx2.AsyncClient(headers=headers, timeout=60)
-        return Client(streamable_http_client(target[len("http:"):], http_client=http), mode=mode)
+        return Client(
+            streamable_http_client(target[len("http:"):], http_client=http), mode=mode, **options
+        )
     command = target[len("stdio:"):].split(" ")
-    return Client(StdioServerParameters(command=command[0], args=command[1:]), mode=mode)
+    return Client(StdioServerParameters(command=command[0], args=command[1:]), mode=mode, **options)
 
 
 def text_of(result):
@@ -71,12 +83,50 @@ async def cancel(mode, target, slow, arguments, count):
         print(json.dumps({"cancelled": now - before}))
 
 
+async def tools(mode, target):
+    listed = []
+    async with connect(mode, target) as client:
+        cursor = None
+        while True:
+            page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+            listed += [t.model_dump(by_alias=True, exclude_unset=True, mode="json") for t in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    print(json.dumps({"tools": listed}))
+
+
+async def logs(mode, target, tool, arguments, level):
+    heard = []
+
+    async def on_log(params):
+        heard.append({"level": params.level, "logger": params.logger, "data": params.data})
+
+    options = {"logging_callback": on_log}
+    if mode != "legacy":
+        options["log_level"] = level
+    async with connect(mode, target, **options) as client:
+        if mode == "legacy":
+            try:
+                await client.set_logging_level(level)
+            except MCPError:
+                pass  # a server without logging/setLevel sends what it chooses
+
+        result = await client.call_tool(tool, json.loads(arguments))
+        assert not result.is_error, result
+        print(json.dumps({"logs": heard, "text": text_of(result)}))
+
+
 def main():
     what, mode, target = sys.argv[1], sys.argv[2], sys.argv[3]
     if what == "progress":
         asyncio.run(progress(mode, target, sys.argv[4], sys.argv[5]))
     elif what == "cancel":
         asyncio.run(cancel(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
+    elif what == "logs":
+        asyncio.run(logs(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
+    elif what == "tools":
+        asyncio.run(tools(mode, target))
     else:
         raise SystemExit(f"unknown command {what!r}")
 
