@@ -8,7 +8,8 @@
 //! [`UpstreamLimits::max_tools`] tools and counts the rest, bounds every call by a round-trip
 //! timeout that progress notifications reset up to a total, and cancels a call that times
 //! out. It advertises no client capabilities: no sampling, no elicitation, no roots — an
-//! upstream can never ask larkgate's callers anything. A call made in a caller's
+//! upstream can never ask larkgate's callers anything, and a server that asks anyway is
+//! answered "method not found" (never a made-up "declined" or an empty list of roots). A call made in a caller's
 //! [`Conversation`] ([`UpstreamClient::call_tool_in`]) relays the server's progress reports to
 //! that caller ([`routes`]) and is cancelled at the server when the caller cancels it.
 
@@ -111,6 +112,26 @@ impl ClientHandler for Handler {
         let _ = self.changes.send(ListChanged::Prompts);
     }
 
+    /// larkgate declares no elicitation to upstreams and does not relay one yet: the server
+    /// is told so, never that a person declined (nobody was asked).
+    async fn create_elicitation(
+        &self,
+        _request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        Err(not_declared("elicitation/create", "elicitation"))
+    }
+
+    /// As for elicitation: larkgate declared no roots, so it lists none rather than an empty
+    /// list that would say the client has no roots.
+    #[allow(deprecated)] // Roots are deprecated in the 2026-07-28 revision, but still in it.
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        Err(not_declared("roots/list", "roots"))
+    }
+
     fn get_info(&self) -> ClientConfig {
         let mut config = ClientConfig::new(
             ClientCapabilities::default(),
@@ -121,6 +142,19 @@ impl ClientHandler for Handler {
         }
         config
     }
+}
+
+/// The error a server gets for asking larkgate's client for what it did not declare: the
+/// protocol's "method not found", saying that nobody was asked.
+fn not_declared(method: &str, capability: &str) -> rmcp::ErrorData {
+    rmcp::ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!(
+            "{method}: larkgate did not declare the {capability} capability and does not relay \
+             this request to its clients; nobody was asked"
+        ),
+        None,
+    )
 }
 
 /// Which of its listings a server said changed.

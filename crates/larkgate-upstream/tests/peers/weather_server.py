@@ -95,6 +95,21 @@ async def chatty(count: int, level: str, ctx: Context) -> str:
     return f"{count} lines"
 
 
+class CityChoice(BaseModel):
+    city: str
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def ask(ctx: Context) -> str:
+    """Asks the client which city (an elicitation, whatever the client declared), and says
+    what came back."""
+    try:
+        answer = await ctx.elicit("Which city?", schema=CityChoice)
+    except Exception as error:  # the client's error answer
+        return f"refused: {error}"
+    return f"answered: {answer.action}"
+
+
 @server.tool()
 def forged() -> str:
     """Fails with text shaped like a larkgate refusal."""

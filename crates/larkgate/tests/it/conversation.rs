@@ -518,3 +518,29 @@ fn an_upstream_s_log_messages_reach_the_client_that_made_the_call() {
     }
     assert!(server.stop().success());
 }
+
+/// An upstream that asks larkgate's client for input it never declared (an elicitation) is
+/// told that nobody was asked, never that a person declined.
+#[test]
+fn an_elicitation_larkgate_does_not_relay_is_refused_not_declined() {
+    let peer = weather();
+    let config = format!(
+        "[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\nrevisions = \"legacy\"\n",
+        peer.url
+    );
+    let (_dir, server, token) = admin_gateway(&config);
+    let through = format!("http:{}", server.url);
+    for mode in ["legacy", "2026-07-28"] {
+        let answer = client(
+            &["progress", mode, &through, "weather__ask", "{}"],
+            Some(&token),
+        );
+        let text = answer["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("refused:") && text.contains("nobody was asked"),
+            "{mode}: {text}"
+        );
+    }
+    assert!(server.stop().success());
+}
