@@ -26,7 +26,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
-use rmcp::model::{GetPromptResult, Prompt, ReadResourceResult, Resource, ResourceTemplate};
+use rmcp::model::{
+    ArgumentInfo, CompleteResult, CompletionContext, GetPromptResult, Prompt, ReadResourceResult,
+    Reference, Resource, ResourceTemplate,
+};
 
 use crate::envelope::Refusal;
 use crate::identity::CallContext;
@@ -49,6 +52,15 @@ pub fn resource_uri(alias: &str, original: &str) -> String {
     format!("{URI_PREFIX}{alias}/{original}")
 }
 
+/// What a completion asks to complete (see [`crate::pipeline::CallRequest::complete`]).
+#[derive(Clone, Debug)]
+pub struct Completing {
+    /// The argument, and the value typed so far.
+    pub argument: ArgumentInfo,
+    /// The arguments already chosen.
+    pub known: Option<CompletionContext>,
+}
+
 /// How one upstream's resources are read and prompts got: its connection.
 #[async_trait::async_trait]
 pub trait CatalogReader: Send + Sync {
@@ -66,6 +78,16 @@ pub trait CatalogReader: Send + Sync {
         name: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
     ) -> Result<GetPromptResult, Refusal>;
+
+    /// Completes `argument` of the prompt or resource template `reference` names (the
+    /// upstream's own name or template text), given the arguments `known` so far.
+    async fn complete(
+        &self,
+        context: &CallContext,
+        reference: Reference,
+        argument: ArgumentInfo,
+        known: Option<CompletionContext>,
+    ) -> Result<CompleteResult, Refusal>;
 }
 
 /// What one upstream listed, under larkgate's names.
@@ -383,6 +405,31 @@ impl Catalog {
         found.ok_or(NotResolved::Missing)
     }
 
+    /// Finds the resource template whose larkgate text is exactly `text` (what a completion
+    /// names: a template, not a URI made from one).
+    pub fn resolve_template(&self, text: &str) -> Result<Resolved, NotResolved> {
+        if text.len() > MAX_URI_BYTES || !text.starts_with(URI_PREFIX) {
+            return Err(NotResolved::Missing);
+        }
+        self.snapshot()
+            .iter()
+            .find_map(|catalog| {
+                let prefix = resource_uri(&catalog.alias, "");
+                let original = text.strip_prefix(&prefix)?;
+                catalog
+                    .templates
+                    .iter()
+                    .any(|(t, _)| t.uri_template == text)
+                    .then(|| Resolved {
+                        alias: catalog.alias.clone(),
+                        original: original.to_owned(),
+                        entry: text.to_owned(),
+                        reader: Arc::clone(&catalog.reader),
+                    })
+            })
+            .ok_or(NotResolved::Missing)
+    }
+
     fn resolve_prompt(&self, name: &str) -> Result<Resolved, NotResolved> {
         self.snapshot()
             .iter()
@@ -411,6 +458,15 @@ mod tests {
             _: &CallContext,
             _: &str,
         ) -> Result<ReadResourceResult, Refusal> {
+            unreachable!("the tests here only look up")
+        }
+        async fn complete(
+            &self,
+            _: &CallContext,
+            _: Reference,
+            _: ArgumentInfo,
+            _: Option<CompletionContext>,
+        ) -> Result<CompleteResult, Refusal> {
             unreachable!("the tests here only look up")
         }
         async fn get_prompt(
@@ -450,6 +506,47 @@ mod tests {
         );
         assert!(dropped.is_empty(), "{dropped:?}");
         catalog
+    }
+
+    /// A completion names a template exactly as larkgate lists it, and reaches only the
+    /// upstream that listed it.
+    #[test]
+    fn a_template_reaches_exactly_the_upstream_that_listed_it() {
+        let table = Catalog::default();
+        table.replace_upstream(
+            "docs",
+            Some(catalog("docs", &[], &["docs://pages/{slug}"], &[])),
+        );
+        table.replace_upstream("docs2", Some(catalog("docs2", &[], &["other://{x}"], &[])));
+        let found = |text: &str| {
+            table
+                .resolve_template(text)
+                .map(|r| (r.alias, r.original, r.entry))
+        };
+        assert_eq!(
+            found("larkgate://docs/docs://pages/{slug}"),
+            Ok((
+                "docs".into(),
+                "docs://pages/{slug}".into(),
+                "larkgate://docs/docs://pages/{slug}".into()
+            ))
+        );
+        assert_eq!(found("larkgate://docs2/other://{x}").unwrap().0, "docs2");
+        for hostile in [
+            // A URI made from the template is not the template.
+            "larkgate://docs/docs://pages/intro",
+            // Another upstream's template under this alias, and the other way round.
+            "larkgate://docs/other://{x}",
+            "larkgate://docs2/docs://pages/{slug}",
+            // The upstream's own text, and an alias that listed nothing.
+            "docs://pages/{slug}",
+            "larkgate://nobody/docs://pages/{slug}",
+            "larkgate://docs/docs://pages/{slug}/",
+        ] {
+            assert_eq!(found(hostile), Err(NotResolved::Missing), "{hostile}");
+        }
+        let long = format!("larkgate://docs/{}", "x".repeat(MAX_URI_BYTES));
+        assert_eq!(found(&long), Err(NotResolved::Missing));
     }
 
     #[test]

@@ -114,6 +114,11 @@ pub struct CallRequest {
     /// What the call may say to its client while it runs, and its client's cancellation
     /// ([`crate::Conversation::none`] when no client waits on it).
     pub conversation: crate::Conversation,
+    /// For a completion (`completion/complete`) of a prompt's or resource template's
+    /// argument: which argument, and what is known. It crosses the pipeline as a read of its
+    /// target (the same may-read, rate limit and audit), and is refused where an approval
+    /// would be needed (nobody approves a keystroke).
+    pub completing: Option<crate::catalog::Completing>,
 }
 
 impl CallRequest {
@@ -140,6 +145,25 @@ impl CallRequest {
             review_gate: None,
             waiting: None,
             conversation: crate::Conversation::none(),
+            completing: None,
+        }
+    }
+
+    /// A completion of `completing`'s argument of prompt `target` (its larkgate name) or
+    /// resource template `target` (its larkgate text), as it arrives.
+    pub fn complete(
+        identity: Option<Arc<SessionIdentity>>,
+        kind: TargetKind,
+        target: impl Into<String>,
+        completing: crate::catalog::Completing,
+    ) -> Self {
+        let target = target.into();
+        CallRequest {
+            tool: format!("completion/complete {target}"),
+            kind,
+            target,
+            completing: Some(completing),
+            ..CallRequest::new(identity, String::new(), None)
         }
     }
 

@@ -261,6 +261,21 @@ impl Platform {
         self.dispatch(request).await.map(|output| output.value)
     }
 
+    /// Completes an argument of a federated prompt (its larkgate name) or resource template
+    /// (its larkgate text) through the pipeline, as a read of it: the same policy patterns,
+    /// rate limit and audit; refused where it would need an approval. The value is the
+    /// upstream's `{"completion": {"values": [...], ...}}`, at most 100 values.
+    pub async fn complete(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        kind: TargetKind,
+        target: &str,
+        completing: crate::catalog::Completing,
+    ) -> Result<Map, Refusal> {
+        let request = CallRequest::complete(identity, kind, target, completing);
+        self.dispatch(request).await.map(|output| output.value)
+    }
+
     /// The tools `identity` may see, as MCP listings.
     pub fn list(&self, identity: Option<&SessionIdentity>) -> Vec<rmcp::model::Tool> {
         let Some(identity) = identity else {

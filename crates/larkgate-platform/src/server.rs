@@ -207,6 +207,7 @@ pub fn server_config() -> ServerConfig {
             .enable_prompts()
             .enable_prompts_list_changed()
             .enable_logging()
+            .enable_completions()
             .build(),
     );
     config.server_info.name = "larkgate".into();
@@ -462,6 +463,39 @@ impl ServerHandler for PlatformServer {
         let mut prompt: GetPromptResult = answer_as(value)?;
         prompt.result_type = Some(ResultType::COMPLETE);
         Ok(prompt.into())
+    }
+
+    /// A completion of a federated prompt's or resource template's argument, answered by the
+    /// upstream that listed it (see [`Platform::complete`]).
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        let platform = self.platform.clone();
+        let (kind, target) = match request.r#ref {
+            rmcp::model::Reference::Prompt(prompt) => (TargetKind::Prompt, prompt.name),
+            rmcp::model::Reference::Resource(template) => (TargetKind::Resource, template.uri),
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "completion/complete: larkgate completes prompts (ref/prompt) and resource \
+                     templates (ref/resource) only",
+                    None,
+                ));
+            }
+        };
+        let completing = crate::catalog::Completing {
+            argument: request.argument,
+            known: request.context,
+        };
+        let value = self
+            .dispatch(&context, kind, |identity| async move {
+                platform.complete(identity, kind, &target, completing).await
+            })
+            .await?;
+        let mut completed: rmcp::model::CompleteResult = answer_as(value)?;
+        completed.result_type = Some(ResultType::COMPLETE);
+        Ok(completed)
     }
 
     async fn call_tool(

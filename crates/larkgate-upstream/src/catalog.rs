@@ -13,7 +13,10 @@ use std::sync::Arc;
 
 use larkgate_platform::catalog::{CatalogReader, UpstreamCatalog, resource_uri};
 use larkgate_platform::{CallContext, Refusal};
-use rmcp::model::{GetPromptResult, ReadResourceResult};
+use rmcp::model::{
+    ArgumentInfo, CompleteRequestParams, CompleteResult, CompletionContext, GetPromptResult,
+    ReadResourceResult, Reference,
+};
 use tracing::Instrument;
 
 use crate::client::UpstreamClient;
@@ -66,6 +69,36 @@ impl CatalogReader for Reader {
         );
         let arguments = (!arguments.is_empty()).then_some(arguments);
         match client.get_prompt(name, arguments).instrument(span).await {
+            Ok(result) => Ok(result),
+            Err(error) => Err(failed(&self.link, &self.alias, &shown, &client, error).await),
+        }
+    }
+
+    async fn complete(
+        &self,
+        _context: &CallContext,
+        reference: Reference,
+        argument: ArgumentInfo,
+        known: Option<CompletionContext>,
+    ) -> Result<CompleteResult, Refusal> {
+        let shown = match &reference {
+            Reference::Prompt(prompt) => {
+                federated_name(&self.alias, &prompt.name).unwrap_or_else(|_| prompt.name.clone())
+            }
+            Reference::Resource(template) => resource_uri(&self.alias, &template.uri),
+            _ => self.alias.clone(),
+        };
+        let client = connected(&self.link, &self.alias, &shown)?;
+        let span = tracing::info_span!(
+            "upstream.complete",
+            otel.name = "completion/complete",
+            otel.kind = "client",
+            mcp.method.name = "completion/complete",
+            larkgate.upstream = %self.alias,
+        );
+        let mut params = CompleteRequestParams::new(reference, argument);
+        params.context = known;
+        match client.complete(params).instrument(span).await {
             Ok(result) => Ok(result),
             Err(error) => Err(failed(&self.link, &self.alias, &shown, &client, error).await),
         }

@@ -17,7 +17,12 @@ impl Resolved {
     /// name it): classified read-only, gated by nothing of its own (the policy's approval
     /// patterns for resources and prompts decide), its `spec.name` the listed entry it was
     /// found by (what a per-target rate limit is kept for).
-    pub fn dispatch(self, kind: TargetKind) -> RegisteredTool {
+    /// A completion's (`completing`) answers the upstream's `completion/complete`.
+    pub fn dispatch(
+        self,
+        kind: TargetKind,
+        completing: Option<super::Completing>,
+    ) -> RegisteredTool {
         RegisteredTool {
             spec: ToolSpec {
                 read_only: true,
@@ -30,17 +35,22 @@ impl Resolved {
                     },
                 )
             },
-            handler: Arc::new(Dispatch { kind, target: self }),
+            handler: Arc::new(Dispatch {
+                kind,
+                target: self,
+                completing,
+            }),
             input: None,
             arguments: None,
         }
     }
 }
 
-/// A read or get on its way to the upstream.
+/// A read, get or completion on its way to the upstream.
 struct Dispatch {
     kind: TargetKind,
     target: Resolved,
+    completing: Option<super::Completing>,
 }
 
 #[async_trait::async_trait]
@@ -55,8 +65,27 @@ impl ToolHandler for Dispatch {
             reader,
             ..
         } = &self.target;
-        let answer = match self.kind {
-            TargetKind::Resource => {
+        let answer = match (self.kind, &self.completing) {
+            (TargetKind::Resource | TargetKind::Prompt, Some(completing)) => {
+                let reference = match self.kind {
+                    TargetKind::Prompt => rmcp::model::Reference::for_prompt(original.clone()),
+                    _ => rmcp::model::Reference::for_resource(original.clone()),
+                };
+                let mut result = reader
+                    .complete(
+                        context,
+                        reference,
+                        completing.argument.clone(),
+                        completing.known.clone(),
+                    )
+                    .await?;
+                result.result_type = None;
+                // At most what the protocol allows in one answer.
+                let values = &mut result.completion.values;
+                values.truncate(rmcp::model::CompletionInfo::MAX_VALUES);
+                serde_json::to_value(result)
+            }
+            (TargetKind::Resource, None) => {
                 let mut result = reader.read_resource(context, original).await?;
                 // The revision's framing is the edge's to write, not a script's to see; and an
                 // upstream's cache hints do not carry over an answer larkgate gives per caller.
@@ -75,13 +104,13 @@ impl ToolHandler for Dispatch {
                 }
                 serde_json::to_value(result)
             }
-            TargetKind::Prompt => {
+            (TargetKind::Prompt, None) => {
                 let arguments = map_to_json(&arguments);
                 let mut result = reader.get_prompt(context, original, arguments).await?;
                 result.result_type = None;
                 serde_json::to_value(result)
             }
-            TargetKind::Tool => {
+            (TargetKind::Tool, _) => {
                 return Err(Refusal::internal(
                     "the call did not run",
                     "a tool call reached a read's dispatch",

@@ -52,13 +52,16 @@ impl Step for Authorize {
                 TargetKind::Resource => policy.may_read_resource(principal, target),
                 _ => policy.may_get_prompt(principal, target),
             };
-            let resolved = if admitted {
-                self.catalog.resolve(request.kind, target)
-            } else {
-                Err(NotResolved::Missing)
+            let resolved = match (admitted, &request.completing, request.kind) {
+                (false, _, _) => Err(NotResolved::Missing),
+                // A completion names a template itself, not a URI made from one.
+                (true, Some(_), TargetKind::Resource) => self.catalog.resolve_template(target),
+                (true, _, kind) => self.catalog.resolve(kind, target),
             };
             let resolved = resolved.map_err(|why| catalog::not_found(request.kind, target, why))?;
-            request.resolved = Some(Arc::new(resolved.dispatch(request.kind)));
+            request.resolved = Some(Arc::new(
+                resolved.dispatch(request.kind, request.completing.clone()),
+            ));
             return Ok(());
         }
         let registry = self.registry.snapshot();

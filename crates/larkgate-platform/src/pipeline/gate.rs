@@ -53,6 +53,17 @@ impl Step for Gate {
         if !gated {
             return Ok(());
         }
+        if request.completing.is_some() {
+            return Err(Refusal::new(
+                Code::Forbidden,
+                format!(
+                    "completions are not offered for {}: an approval rule gates it",
+                    request.target
+                ),
+            )
+            .with_hint("get the prompt or read the resource itself, which waits for its approval")
+            .decided_by("an approval is needed, and nobody approves a completion"));
+        }
         let review = request
             .identity
             .as_ref()

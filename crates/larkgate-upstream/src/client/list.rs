@@ -120,6 +120,18 @@ impl UpstreamClient {
         }
     }
 
+    /// Completes an argument of the server's prompt or resource template (`completion/complete`).
+    pub async fn complete(
+        &self,
+        params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult, UpstreamError> {
+        let request = ClientRequest::CompleteRequest(rmcp::model::CompleteRequest::new(params));
+        match self.send(request, true).await? {
+            ServerResult::CompleteResult(result) => Ok(result),
+            other => Err(answered_with("completion/complete", &other)),
+        }
+    }
+
     /// Reads the resource at `uri` (the server's own URI).
     pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, UpstreamError> {
         let params = ReadResourceRequestParams::new(uri);

@@ -26,7 +26,7 @@ import uvicorn
 from pydantic import BaseModel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp_types import Completion, ToolAnnotations
 
 # WEATHER_PEER_NAME names it otherwise (a test gives it a hostile name).
 server = MCPServer(os.environ.get("WEATHER_PEER_NAME", "weather-peer"))
@@ -147,6 +147,19 @@ def stations() -> str:
 def city(name: str) -> str:
     """Today's weather in a city."""
     return f"sunny in {name}"
+
+
+CITIES = ["Oslo", "Osaka", "Lima", "Perth"]
+
+
+@server.completion()
+async def complete(ref, argument, context):
+    """The cities that begin with what was typed, for `briefing`'s `city` and the `city`
+    template's `name`."""
+    if argument.name in ("city", "name"):
+        typed = argument.value.lower()
+        return Completion(values=[c for c in CITIES if c.lower().startswith(typed)])
+    return None
 
 
 @server.prompt()

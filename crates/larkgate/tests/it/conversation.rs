@@ -544,3 +544,80 @@ fn an_elicitation_larkgate_does_not_relay_is_refused_not_declined() {
     }
     assert!(server.stop().success());
 }
+
+/// A federated prompt's and resource template's arguments complete through larkgate as they
+/// do directly, under larkgate's names; what nobody listed (or was asked for by the upstream's
+/// own name, or as a URI rather than the template) is not found; a prompt an approval gates
+/// offers no completions.
+#[test]
+fn completions_reach_the_upstream_that_listed_the_prompt_or_template() {
+    let peer = weather();
+    let gated = format!(
+        "{}[policy.roles.admin]\ncall = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\n\
+         [policy.approvals]\nprompts = [\"weather__haiku\"]\n",
+        config(&peer.url)
+    );
+    let (_dir, server, token) = admin_gateway(&gated);
+    let through = format!("http:{}", server.url);
+    let direct = format!("http:{}", peer.url);
+    let complete = |target: &str, token: Option<&str>, args: [&str; 4]| {
+        let [kind, name, argument, value] = args;
+        client(
+            &["complete", "legacy", target, kind, name, argument, value],
+            token,
+        )
+    };
+    for mode in ["legacy", "2026-07-28"] {
+        let both = |direct_args: [&str; 4], through_args: [&str; 4]| {
+            let mut args = vec!["complete", mode, &direct];
+            args.extend(direct_args);
+            let directly = client(&args, None);
+            let mut args = vec!["complete", mode, &through];
+            args.extend(through_args);
+            let relayed = client(&args, Some(&token));
+            assert_eq!(relayed, directly, "{mode}: {through_args:?}");
+            relayed
+        };
+        let cities = both(
+            ["prompt", "briefing", "city", "Os"],
+            ["prompt", "weather__briefing", "city", "Os"],
+        );
+        assert_eq!(cities["values"], serde_json::json!(["Oslo", "Osaka"]));
+        let cities = both(
+            ["resource", "weather://city/{name}", "name", "l"],
+            [
+                "resource",
+                "larkgate://weather/weather://city/{name}",
+                "name",
+                "l",
+            ],
+        );
+        assert_eq!(cities["values"], serde_json::json!(["Lima"]));
+    }
+    // Nobody listed these: not found, as a get or a read would say.
+    for (kind, name) in [
+        ("prompt", "weather__nothing"),
+        ("prompt", "briefing"),
+        ("resource", "larkgate://weather/weather://city/Oslo"),
+        ("resource", "weather://city/{name}"),
+    ] {
+        let refused = complete(&through, Some(&token), [kind, name, "city", "O"]);
+        let error = refused["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("not_found") || error.contains("not found"),
+            "{name}: {refused}"
+        );
+    }
+    // A prompt an approval gates: no completions (nobody approves a keystroke).
+    let refused = complete(
+        &through,
+        Some(&token),
+        ["prompt", "weather__haiku", "x", ""],
+    );
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("completions are not offered for weather__haiku"),
+        "{refused}"
+    );
+    assert!(server.stop().success());
+}

@@ -7,6 +7,7 @@ Usage:
   conversation_client.py cancel MODE TARGET SLOW_TOOL SLOW_ARGS_JSON COUNT_TOOL
   conversation_client.py tools MODE TARGET
   conversation_client.py logs MODE TARGET TOOL ARGS_JSON LEVEL
+  conversation_client.py complete MODE TARGET prompt|resource NAME_OR_TEMPLATE ARGUMENT VALUE
 
 MODE is "legacy" (2025-11-25) or "2026-07-28". TARGET is `http:URL` (the bearer token in
 LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
@@ -17,6 +18,9 @@ definition with the fields that came on the wire and no others.
 `logs` asks for log messages at LEVEL and above (`logging/setLevel` on 2025-11-25, where a
 server without it sends what it chooses; the request's `_meta` on 2026-07-28), calls TOOL and prints {"logs": [{"level", "logger", "data"},
 ...], "text": the answer's text}.
+
+`complete` asks to complete ARGUMENT (typed so far: VALUE) of a prompt or resource template and
+prints {"values": [...]}, or {"error": message} when it is refused.
 
 `progress` calls TOOL with ARGS_JSON and prints one JSON line: {"progress": [[progress, total,
 message], ...], "text": the answer's text}. `cancel` calls SLOW_TOOL with SLOW_ARGS_JSON and
@@ -117,6 +121,23 @@ async def logs(mode, target, tool, arguments, level):
         print(json.dumps({"logs": heard, "text": text_of(result)}))
 
 
+async def complete(mode, target, kind, name, argument, value):
+    from mcp_types import PromptReference, ResourceTemplateReference
+
+    ref = (
+        PromptReference(type="ref/prompt", name=name)
+        if kind == "prompt"
+        else ResourceTemplateReference(type="ref/resource", uri=name)
+    )
+    async with connect(mode, target) as client:
+        try:
+            result = await client.complete(ref, {"name": argument, "value": value})
+        except MCPError as error:
+            print(json.dumps({"error": error.message}))
+            return
+        print(json.dumps({"values": result.completion.values}))
+
+
 def main():
     what, mode, target = sys.argv[1], sys.argv[2], sys.argv[3]
     if what == "progress":
@@ -125,6 +146,8 @@ def main():
         asyncio.run(cancel(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
     elif what == "logs":
         asyncio.run(logs(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
+    elif what == "complete":
+        asyncio.run(complete(mode, target, *sys.argv[4:8]))
     elif what == "tools":
         asyncio.run(tools(mode, target))
     else:
