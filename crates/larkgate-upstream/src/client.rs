@@ -218,14 +218,6 @@ pub struct UpstreamClient {
     heard: Heard,
 }
 
-fn routes_lock(
-    routes: &std::sync::Mutex<routes::Routes>,
-) -> std::sync::MutexGuard<'_, routes::Routes> {
-    routes
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// A task that ends when this is dropped.
 #[derive(Debug)]
 struct Listening(tokio::task::JoinHandle<()>);
@@ -402,7 +394,7 @@ impl UpstreamClient {
     /// This client, naming `alias` in the `logger` of each log message it relays (see
     /// [`routes`]).
     pub fn speaking_for(self, alias: &str) -> Self {
-        routes_lock(&self.routes).alias = Some(alias.to_owned());
+        routes::speaking_for(&self.routes, alias);
         self
     }
 

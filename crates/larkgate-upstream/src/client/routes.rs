@@ -61,7 +61,7 @@ pub(super) struct Routes {
     /// Whether the transport marks each log message with its request ([`REQUEST_META_KEY`]).
     marked: bool,
     /// The upstream's alias, which its log messages name.
-    pub(super) alias: Option<String>,
+    alias: Option<String>,
 }
 
 /// A call's route, removed when it is dropped (the call answered, failed or was abandoned).
@@ -141,6 +141,11 @@ pub(super) fn route(
         token,
         request,
     }
+}
+
+/// Names upstream `alias` in the log messages these routes relay.
+pub(super) fn speaking_for(routes: &Mutex<Routes>, alias: &str) {
+    lock(routes).alias = Some(alias.to_owned());
 }
 
 /// Marks the routes of a transport that says which request each log message is about.
