@@ -569,7 +569,7 @@ impl UpstreamClient {
     /// to `conversation`, when there is one that wants them.
     async fn send_until(
         &self,
-        request: ClientRequest,
+        mut request: ClientRequest,
         progress: bool,
         cancelled: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
         conversation: Option<&Conversation>,
@@ -587,6 +587,15 @@ impl UpstreamClient {
                 classify(error, limits)
             }
         };
+        // The route opens as the transport sends the request (see `routes`), and closes
+        // when this call ends.
+        let _route = conversation
+            .filter(|c| c.wants_progress() || c.log_level().is_some())
+            .map(|c| {
+                let (listener, route) = routes::listen(&self.routes, c.clone());
+                rmcp::model::GetExtensions::extensions_mut(&mut request).insert(listener);
+                route
+            });
         let handle = match self
             .service
             .peer()
@@ -596,16 +605,6 @@ impl UpstreamClient {
             Ok(handle) => handle,
             Err(error) => return Some(Err(named(error))),
         };
-        let _route = conversation
-            .filter(|c| c.wants_progress() || c.log_level().is_some())
-            .map(|c| {
-                routes::route(
-                    &self.routes,
-                    handle.progress_token.clone(),
-                    handle.id.clone(),
-                    c.clone(),
-                )
-            });
         // Until it is answered, the request is cancelled at the server if this call ends
         // another way: its caller cancelled, or the caller's whole request was dropped.
         let mut unanswered = Unanswered(Some((handle.peer.clone(), handle.id.clone())));

@@ -2,13 +2,14 @@
 //! found by the `progressToken` larkgate sent with that call (rmcp gives each request its
 //! own), never by anything else the server says.
 //!
-//! Reports are routed as the transport receives them ([`Observing`]), in order with the
-//! answers: a call's last report is in its conversation before its answer reaches the call.
-//!
-//! A report can arrive before its call is routed (the request is sent before rmcp hands back
-//! its token, and a fast server answers at once): such reports wait, at most
-//! [`MAX_EARLY`] of them for all calls together, oldest dropped first, until their call is
-//! routed. A report for a token no call holds (a finished call, a ping) is dropped.
+//! A call that wants to hear its request's reports or log messages puts a [`Listener`] in
+//! the request's extensions ([`listen`]); the transport ([`Observing`]) opens the call's
+//! route from it as it sends the request, before a byte of it leaves, so nothing the server
+//! says about the request can come before its route. Reports and messages are routed as the
+//! transport receives them, in order with the answers: a call's last report is in its
+//! conversation before its answer reaches the call. The route closes when the call's
+//! [`Route`] is dropped (the call answered, failed or was abandoned); a report for a token
+//! no open route holds (a finished call, a ping) is dropped.
 //!
 //! An upstream's log messages (`notifications/message`) go to the call they are about, which
 //! a message itself does not say, so it is found by the way it came:
@@ -25,7 +26,8 @@
 //! Each relayed message names the upstream in its `logger` (`alias`, or `alias/logger` when
 //! the server named one).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use larkgate_platform::Conversation;
@@ -33,28 +35,22 @@ use rmcp::RoleClient;
 #[allow(deprecated)] // Logging is deprecated in the 2026-07-28 revision, but still in it.
 use rmcp::model::LoggingMessageNotificationParam;
 use rmcp::model::{
-    ClientNotification, ClientRequest, JsonRpcMessage, NotificationMetaObject,
-    ProgressNotificationParam, ProgressToken, RequestId, ServerNotification,
+    ClientNotification, ClientRequest, GetExtensions, GetMeta, JsonRpcMessage,
+    NotificationMetaObject, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerNotification,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 
 use crate::http::REQUEST_META_KEY;
 
-/// The most reports kept for calls not routed yet.
-pub(super) const MAX_EARLY: usize = 64;
-
 /// The routes of one upstream connection.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
-    calls: HashMap<ProgressToken, Conversation>,
-    early: VecDeque<ProgressNotificationParam>,
+    /// The calls that asked for progress, by their request's progress token.
+    calls: HashMap<ProgressToken, Listener>,
     /// The calls that asked for log messages, by their request's id.
-    logs: HashMap<RequestId, Conversation>,
-    /// Log messages about a request under way whose call is not routed yet (at most
-    /// [`MAX_EARLY`], oldest dropped first).
-    #[allow(deprecated)]
-    early_logs: VecDeque<(RequestId, LoggingMessageNotificationParam)>,
+    logs: HashMap<RequestId, Listener>,
     /// Requests sent and not answered yet (for standard input and output, whose messages
     /// cannot say which one they are about).
     pending: HashSet<RequestId>,
@@ -64,19 +60,34 @@ pub(super) struct Routes {
     alias: Option<String>,
 }
 
-/// A call's route, removed when it is dropped (the call answered, failed or was abandoned).
+/// A call's wish to hear what the server says about its request, carried in the request's
+/// extensions (never sent) to the transport, which opens the route as it sends the request.
+#[derive(Clone, Debug)]
+pub(super) struct Listener {
+    conversation: Conversation,
+    /// Set, under the routes' lock, when the call's [`Route`] is dropped: a request the
+    /// transport sends after its call ended opens no route.
+    ended: Arc<AtomicBool>,
+}
+
+/// A call's route, closed when it is dropped (the call answered, failed or was abandoned).
 #[derive(Debug)]
 pub(super) struct Route {
     routes: Arc<Mutex<Routes>>,
-    token: ProgressToken,
-    request: RequestId,
+    ended: Arc<AtomicBool>,
 }
 
 impl Drop for Route {
     fn drop(&mut self) {
         let mut table = lock(&self.routes);
-        table.calls.remove(&self.token);
-        table.logs.remove(&self.request);
+        self.ended.store(true, Ordering::SeqCst);
+        // A connection has a route per call under way on it: a handful, or a few hundred.
+        table
+            .calls
+            .retain(|_, l| !Arc::ptr_eq(&l.ended, &self.ended));
+        table
+            .logs
+            .retain(|_, l| !Arc::ptr_eq(&l.ended, &self.ended));
     }
 }
 
@@ -87,59 +98,42 @@ fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Sends the reports a call gets to its conversation (outside the lock: relaying never waits,
-/// but it need not hold the table either).
-fn relay(
-    conversation: &Conversation,
-    reports: impl IntoIterator<Item = ProgressNotificationParam>,
-) {
-    for report in reports {
-        conversation.relay_progress(report.progress, report.total, report.message.as_deref());
-    }
+/// A listener for the request `conversation`'s call is about to send, to put in the
+/// request's extensions, and the route it opens, which closes when dropped. The call hears
+/// its request's progress reports if it wants them, and its log messages if it asked for
+/// them.
+pub(super) fn listen(routes: &Arc<Mutex<Routes>>, conversation: Conversation) -> (Listener, Route) {
+    let ended = Arc::new(AtomicBool::new(false));
+    (
+        Listener {
+            conversation,
+            ended: Arc::clone(&ended),
+        },
+        Route {
+            routes: Arc::clone(routes),
+            ended,
+        },
+    )
 }
 
-/// Routes the reports of the call sent with `token` as request `request` to `conversation`,
-/// with those that came before, and its log messages (when it asked for them), until the
-/// route is dropped.
-pub(super) fn route(
-    routes: &Arc<Mutex<Routes>>,
-    token: ProgressToken,
-    request: RequestId,
-    conversation: Conversation,
-) -> Route {
-    #[allow(deprecated)]
-    let mut early_logs = Vec::new();
-    let waiting: Vec<ProgressNotificationParam> = {
-        let mut table = lock(routes);
-        if conversation.log_level().is_some() {
-            table.logs.insert(request.clone(), conversation.clone());
-            let (theirs, others): (VecDeque<_>, VecDeque<_>) =
-                std::mem::take(&mut table.early_logs)
-                    .into_iter()
-                    .partition(|(r, _)| *r == request);
-            table.early_logs = others;
-            let alias = table.alias.clone();
-            early_logs.extend(theirs.into_iter().map(|(_, m)| (alias.clone(), m)));
-        }
-        if !conversation.wants_progress() {
-            Vec::new()
-        } else {
-            let (theirs, others): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut table.early)
-                .into_iter()
-                .partition(|r| r.progress_token == token);
-            table.early = others;
-            table.calls.insert(token.clone(), conversation.clone());
-            theirs.into()
-        }
-    };
-    relay(&conversation, waiting);
-    for (alias, message) in early_logs {
-        say(&conversation, alias, &message);
+/// Opens the route of `listener`'s call, whose request `request` is being sent with
+/// progress token `token` (unless its call has ended already).
+fn open(
+    table: &mut Routes,
+    listener: &Listener,
+    token: Option<ProgressToken>,
+    request: &RequestId,
+) {
+    if listener.ended.load(Ordering::SeqCst) {
+        return;
     }
-    Route {
-        routes: Arc::clone(routes),
-        token,
-        request,
+    if let Some(token) = token
+        && listener.conversation.wants_progress()
+    {
+        table.calls.insert(token, listener.clone());
+    }
+    if listener.conversation.log_level().is_some() {
+        table.logs.insert(request.clone(), listener.clone());
     }
 }
 
@@ -163,7 +157,7 @@ pub(super) fn log(
     meta: Option<&NotificationMetaObject>,
 ) {
     let (conversation, alias) = {
-        let mut table = lock(routes);
+        let table = lock(routes);
         let request = if table.marked {
             meta.or(message.meta.as_ref())
                 .and_then(|meta| meta.get(REQUEST_META_KEY))
@@ -173,23 +167,11 @@ pub(super) fn log(
         } else {
             None
         };
-        let Some(request) = request else {
-            tracing::trace!("an upstream's log message is about no call");
+        let Some(listener) = request.and_then(|request| table.logs.get(&request)) else {
+            tracing::trace!("an upstream's log message is about no call that asked for it");
             return;
         };
-        match table.logs.get(&request) {
-            Some(conversation) => (conversation.clone(), table.alias.clone()),
-            None => {
-                // Its call may not be routed yet: it is kept until then, if it is under way.
-                if table.pending.contains(&request) {
-                    if table.early_logs.len() >= MAX_EARLY {
-                        table.early_logs.pop_front();
-                    }
-                    table.early_logs.push_back((request, message.clone()));
-                }
-                return;
-            }
-        }
+        (listener.conversation.clone(), table.alias.clone())
     };
     say(&conversation, alias, message);
 }
@@ -211,25 +193,24 @@ fn say(
     conversation.log(message.level, &logger, message.data.clone());
 }
 
-/// A report from the server: to its call's conversation, or kept until its call is routed.
-pub(super) fn report(routes: &Mutex<Routes>, report: ProgressNotificationParam) {
+/// A report from the server: to its call's conversation, or to nobody.
+pub(super) fn report(routes: &Mutex<Routes>, report: &ProgressNotificationParam) {
     let conversation = {
-        let mut table = lock(routes);
+        let table = lock(routes);
         match table.calls.get(&report.progress_token) {
-            Some(conversation) => conversation.clone(),
+            Some(listener) => listener.conversation.clone(),
             None => {
-                if table.early.len() >= MAX_EARLY {
-                    table.early.pop_front();
-                }
-                table.early.push_back(report);
+                tracing::trace!("an upstream's progress report is about no call under way");
                 return;
             }
         }
     };
-    relay(&conversation, [report]);
+    // Outside the lock: relaying never waits, but it need not hold the table either.
+    conversation.relay_progress(report.progress, report.total, report.message.as_deref());
 }
 
-/// A client transport that routes each progress report it receives before passing it on.
+/// A client transport that opens each call's route as it sends the call's request, and
+/// routes each progress report and log message it receives before passing it on.
 pub(super) struct Observing<T> {
     inner: T,
     routes: Arc<Mutex<Routes>>,
@@ -244,6 +225,36 @@ impl<T> Observing<T> {
     }
 }
 
+/// What the transport notes of a message it sends: the request under way, with the route of
+/// the call that listens to it, or a cancelled request no longer under way.
+fn sending(routes: &Mutex<Routes>, item: &TxJsonRpcMessage<RoleClient>) {
+    match item {
+        // A subscription's request stays open for the life of the connection, and is about
+        // no call.
+        JsonRpcMessage::Request(request)
+            if !matches!(
+                request.request,
+                ClientRequest::SubscriptionsListenRequest(_)
+            ) =>
+        {
+            let mut table = lock(routes);
+            table.pending.insert(request.id.clone());
+            if let Some(listener) = request.request.extensions().get::<Listener>() {
+                let token = request.request.get_meta().get_progress_token();
+                open(&mut table, listener, token, &request.id);
+            }
+        }
+        JsonRpcMessage::Notification(notification) => {
+            if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+                && let Some(id) = &cancelled.params.request_id
+            {
+                lock(routes).pending.remove(id);
+            }
+        }
+        _ => {}
+    }
+}
+
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Observing<T> {
     type Error = T::Error;
 
@@ -251,27 +262,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observing<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        match &item {
-            // A subscription's request stays open for the life of the connection, and is
-            // about no call.
-            JsonRpcMessage::Request(request)
-                if !matches!(
-                    request.request,
-                    ClientRequest::SubscriptionsListenRequest(_)
-                ) =>
-            {
-                lock(&self.routes).pending.insert(request.id.clone());
-            }
-            JsonRpcMessage::Notification(notification) => {
-                if let ClientNotification::CancelledNotification(cancelled) =
-                    &notification.notification
-                    && let Some(id) = &cancelled.params.request_id
-                {
-                    lock(&self.routes).pending.remove(id);
-                }
-            }
-            _ => {}
-        }
+        // Before the request is handed on: the server cannot say a word about it sooner.
+        sending(&self.routes, &item);
         self.inner.send(item)
     }
 
@@ -280,7 +272,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Observing<T> {
         match &message {
             JsonRpcMessage::Notification(notification) => match &notification.notification {
                 ServerNotification::ProgressNotification(progress) => {
-                    report(&self.routes, progress.params.clone());
+                    report(&self.routes, &progress.params);
                 }
                 #[allow(deprecated)]
                 ServerNotification::LoggingMessageNotification(message) => {
@@ -316,34 +308,71 @@ mod tests {
         ProgressToken(NumberOrString::Number(n))
     }
 
+    fn id(n: i64) -> RequestId {
+        NumberOrString::Number(n)
+    }
+
     fn said(token: ProgressToken, progress: f64) -> ProgressNotificationParam {
         ProgressNotificationParam::new(token, progress)
     }
 
+    /// Sends request `n` (progress token `n`) through the transport's bookkeeping, as a call
+    /// listening with `conversation`; the call's route.
+    fn sent(routes: &Arc<Mutex<Routes>>, n: i64, conversation: &Conversation) -> Route {
+        let (listener, route) = listen(routes, conversation.clone());
+        send(routes, n, Some(listener));
+        route
+    }
+
+    fn send(routes: &Mutex<Routes>, n: i64, listener: Option<Listener>) {
+        let mut request = ClientRequest::PingRequest(Default::default());
+        request.get_meta_mut().set_progress_token(token(n));
+        if let Some(listener) = listener {
+            request.extensions_mut().insert(listener);
+        }
+        sending(routes, &JsonRpcMessage::request(request, id(n)));
+    }
+
+    fn answered(routes: &Mutex<Routes>, n: i64) {
+        lock(routes).pending.remove(&id(n));
+    }
+
     #[tokio::test]
-    async fn reports_reach_their_call_alone_those_before_the_route_too_and_none_after() {
+    async fn reports_reach_their_call_alone_and_none_after_it_ends() {
         let routes = Arc::new(Mutex::new(Routes::default()));
         let client = ProgressToken(NumberOrString::String("c".into()));
         let (one, _outbox_one) = Conversation::open(Some(client.clone()), Default::default());
         let (two, _outbox_two) = Conversation::open(Some(client), Default::default());
-        // Call 1's first report comes before its route.
-        report(&routes, said(token(1), 1.0));
-        let first = route(&routes, token(1), NumberOrString::Number(1), one.clone());
-        let second = route(&routes, token(2), NumberOrString::Number(2), two.clone());
-        report(&routes, said(token(1), 2.0));
-        report(&routes, said(token(2), 1.0));
+        let first = sent(&routes, 1, &one);
+        let second = sent(&routes, 2, &two);
+        report(&routes, &said(token(1), 1.0));
+        report(&routes, &said(token(1), 2.0));
+        report(&routes, &said(token(2), 1.0));
+        // A token nobody sent: nobody.
+        report(&routes, &said(token(9), 1.0));
         assert_eq!(one.counts(), (2, 0));
         assert_eq!(two.counts(), (1, 0));
         drop(first);
         // After its route is gone, a report of call 1 reaches nobody.
-        report(&routes, said(token(1), 3.0));
+        report(&routes, &said(token(1), 3.0));
         assert_eq!(one.counts(), (2, 0));
         drop(second);
-        // Reports nobody routes are kept to a bound.
-        for n in 0..(MAX_EARLY as i64 + 10) {
-            report(&routes, said(token(100 + n), 1.0));
-        }
-        assert_eq!(lock(&routes).early.len(), MAX_EARLY);
+        let table = lock(&routes);
+        assert!(table.calls.is_empty() && table.logs.is_empty());
+    }
+
+    /// A call that ended before the transport sent its request (cancelled while the request
+    /// waited its turn) opens no route, and leaves nothing behind.
+    #[tokio::test]
+    async fn a_request_sent_after_its_call_ended_opens_no_route() {
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let client = ProgressToken(NumberOrString::String("c".into()));
+        let (one, _outbox) = Conversation::open(Some(client), Default::default());
+        let (listener, route) = listen(&routes, one.clone());
+        drop(route);
+        send(&routes, 1, Some(listener));
+        report(&routes, &said(token(1), 1.0));
+        assert_eq!(one.counts(), (0, 0));
         assert!(lock(&routes).calls.is_empty());
     }
 
@@ -385,9 +414,8 @@ mod tests {
         marked(&routes);
         let (one, _one) = listening();
         let (two, _two) = listening();
-        let id = |n| NumberOrString::Number(n);
-        let first = route(&routes, token(1), id(1), one.clone());
-        let _second = route(&routes, token(2), id(2), two.clone());
+        let first = sent(&routes, 1, &one);
+        let _second = sent(&routes, 2, &two);
         log_of(&routes, &message("for one", Some(1)));
         log_of(&routes, &message("for two", Some(2)));
         log_of(&routes, &message("for two", Some(2)));
@@ -399,27 +427,29 @@ mod tests {
         drop(first);
         log_of(&routes, &message("too late", Some(1)));
         assert_eq!(one.log_counts(), (1, 0));
+        // A request whose call does not listen is under way, but its messages reach nobody.
+        send(&routes, 3, None);
+        log_of(&routes, &message("unasked", Some(3)));
+        assert_eq!((one.log_counts(), two.log_counts()), ((1, 0), (2, 0)));
 
         // Standard input and output: the marks mean nothing there.
         let routes = Arc::new(Mutex::new(Routes::default()));
         let (one, _one) = listening();
         let (two, _two) = listening();
-        lock(&routes).pending.insert(id(1));
-        let first = route(&routes, token(1), id(1), one.clone());
+        let first = sent(&routes, 1, &one);
         log_of(&routes, &message("the only call", Some(2)));
         assert_eq!(one.log_counts(), (1, 0));
-        lock(&routes).pending.insert(id(2));
-        let _second = route(&routes, token(2), id(2), two.clone());
+        let _second = sent(&routes, 2, &two);
         log_of(&routes, &message("whose?", None));
         assert_eq!((one.log_counts(), two.log_counts()), ((1, 0), (0, 0)));
         drop(first);
-        lock(&routes).pending.remove(&id(1));
-        // A message before its call is routed waits for it.
-        let (three, _three) = listening();
-        lock(&routes).pending.remove(&id(2));
-        lock(&routes).pending.insert(id(3));
-        log_of(&routes, &message("early", None));
-        let _third = route(&routes, token(3), id(3), three.clone());
-        assert_eq!(three.log_counts(), (1, 0));
+        answered(&routes, 1);
+        log_of(&routes, &message("the only call now", None));
+        assert_eq!((one.log_counts(), two.log_counts()), ((1, 0), (1, 0)));
+        // A request nobody listens to, alone under way: its messages reach nobody.
+        answered(&routes, 2);
+        send(&routes, 3, None);
+        log_of(&routes, &message("unasked", None));
+        assert_eq!((one.log_counts(), two.log_counts()), ((1, 0), (1, 0)));
     }
 }
