@@ -21,6 +21,7 @@ use axum::extract::Request;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
+use larkgate_platform::conversation::ResponseGone;
 use larkgate_platform::observe::{Exchange, rpc_error_name, write_access_line};
 use larkgate_platform::trace_context;
 
@@ -45,6 +46,9 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         exchange.client(peer.0.ip());
     }
     request.extensions_mut().insert(exchange.clone());
+    // Cancelled when the response's body is dropped: sent whole, or the client went away.
+    let gone = ResponseGone::default();
+    request.extensions_mut().insert(gone.clone());
     let response = next.run(request).await;
     if let Some(EdgeOutcome(code)) = response.extensions().get::<EdgeOutcome>() {
         exchange.outcome(*code);
@@ -61,7 +65,14 @@ pub async fn observe(mut request: Request, next: Next) -> Response {
         status: status.as_u16(),
         session,
     };
-    Response::from_parts(parts, Body::new(Logged { body, _line: ends }))
+    Response::from_parts(
+        parts,
+        Body::new(Logged {
+            body,
+            _line: ends,
+            _gone: GoneAtEnd(gone),
+        }),
+    )
 }
 
 /// The largest JSON answer read for its outcome.
@@ -168,10 +179,21 @@ impl Drop for LineAtEnd {
     }
 }
 
-/// A response body that writes its line when it ends (when `_line` is dropped with it).
+/// A response body that writes its line when it ends (when `_line` is dropped with it), and
+/// says its client's end is gone then ([`ResponseGone`]).
 struct Logged {
     body: Body,
     _line: LineAtEnd,
+    _gone: GoneAtEnd,
+}
+
+/// Says the response's client end is gone when dropped.
+struct GoneAtEnd(ResponseGone);
+
+impl Drop for GoneAtEnd {
+    fn drop(&mut self) {
+        self.0.0.cancel();
+    }
 }
 
 impl http_body::Body for Logged {

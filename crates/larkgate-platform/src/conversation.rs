@@ -46,6 +46,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::bounded::{MAX_MESSAGE_BYTES, cut};
 
+mod asking;
+
+pub use asking::{Accepts, Kind, MAX_OPEN, Unasked, Witness, safe_url};
+
 /// The most progress notifications relayed to a client for one call.
 pub const MAX_PROGRESS: u32 = 1000;
 
@@ -121,7 +125,25 @@ struct Inner {
     logs_relayed: AtomicU32,
     /// Log messages not relayed: over the limit, the queue full, or too late.
     logs_dropped: AtomicU32,
+    /// What the client accepts being asked ([`asking`]).
+    accepts: Accepts,
+    /// Questions for the client, sent by the edge ([`Outbox::carry`]).
+    asks: mpsc::Sender<asking::Ask>,
+    /// Questions asked and not answered yet.
+    open_questions: AtomicU32,
+    /// Who is told of each question asked (the journal, which audits them).
+    witness: std::sync::Mutex<Option<Arc<dyn Witness>>>,
+    /// Cancelled when the client's end of the call's response is gone (over HTTP).
+    response_gone: std::sync::OnceLock<CancellationToken>,
 }
+
+/// The client's end of an HTTP request's response: cancelled when the response's body is
+/// dropped, sent whole or because the client went away. The edge puts one into each request's
+/// extensions; a question to the client of a call whose response is gone is not waited for
+/// ([`asking`]). Going away does not cancel the call itself: a 2025-11-25 client may come back
+/// for the rest of its stream.
+#[derive(Clone, Debug, Default)]
+pub struct ResponseGone(pub CancellationToken);
 
 /// One thing said to the client.
 #[derive(Debug)]
@@ -134,6 +156,7 @@ enum Said {
 /// What a conversation has queued for its client, carried by the edge: see [`Outbox::carry`].
 pub struct Outbox {
     queue: mpsc::Receiver<Said>,
+    asks: mpsc::Receiver<asking::Ask>,
     conversation: Conversation,
 }
 
@@ -169,22 +192,31 @@ impl Conversation {
         progress_token: Option<ProgressToken>,
         cancelled: CancellationToken,
     ) -> (Conversation, Outbox) {
-        Conversation::open_within(progress_token, None, cancelled, &Conversation::none())
+        Conversation::open_within(
+            progress_token,
+            None,
+            Accepts::NOTHING,
+            cancelled,
+            &Conversation::none(),
+        )
     }
 
     /// [`Conversation::open`] for a call whose client asked for log messages at `log_level`
-    /// and above (`None`: none; inside `within`, the level of the call it is inside), made
-    /// inside `within`'s (a script's host call inside the call that started the run):
+    /// and above (`None`: none; inside `within`, the level of the call it is inside) and
+    /// accepts being asked what `accepts` says (inside `within`, nothing: see [`asking`]),
+    /// made inside `within`'s (a script's host call inside the call that started the run):
     /// cancelled when either is.
     #[allow(deprecated)]
     pub fn open_within(
         progress_token: Option<ProgressToken>,
         log_level: Option<LoggingLevel>,
+        accepts: Accepts,
         cancelled: CancellationToken,
         within: &Conversation,
     ) -> (Conversation, Outbox) {
         let log_level = log_level.or_else(|| within.log_level());
         let (outbox, queue) = mpsc::channel(QUEUE);
+        let (asks, asked) = mpsc::channel(MAX_OPEN as usize);
         let conversation = Conversation(Some(Arc::new(Inner {
             progress_token,
             outbox,
@@ -199,12 +231,30 @@ impl Conversation {
             log_level,
             logs_relayed: AtomicU32::new(0),
             logs_dropped: AtomicU32::new(0),
+            accepts,
+            asks,
+            open_questions: AtomicU32::new(0),
+            witness: std::sync::Mutex::new(None),
+            response_gone: std::sync::OnceLock::new(),
         })));
         let outbox = Outbox {
             queue,
+            asks: asked,
             conversation: conversation.clone(),
         };
         (conversation, outbox)
+    }
+
+    /// Has the questions of the call stop waiting when `gone` is (see [`ResponseGone`]).
+    pub fn answered_through(&self, gone: &ResponseGone) {
+        if let Some(inner) = &self.0 {
+            let _ = inner.response_gone.set(gone.0.clone());
+        }
+    }
+
+    /// Whether no client waits on the call ([`Conversation::none`]).
+    pub fn is_none(&self) -> bool {
+        self.0.is_none()
     }
 
     /// Whether the client asked to hear the call's progress.
@@ -360,6 +410,10 @@ impl Outbox {
     pub async fn carry<F: Future>(mut self, peer: &Peer<RoleServer>, call: F) -> F::Output {
         let mut call = std::pin::pin!(call);
         let mut open = true;
+        let mut asking = true;
+        // Questions sent to the client and not answered: abandoned (their askers told the
+        // client did not answer) when the call ends.
+        let mut questions = futures::stream::FuturesUnordered::new();
         let output = loop {
             tokio::select! {
                 biased;
@@ -367,9 +421,18 @@ impl Outbox {
                     Some(said) => send(peer, said).await,
                     None => open = false,
                 },
+                ask = self.asks.recv(), if asking => match ask {
+                    Some(asking::Ask { question, answer }) => questions.push(async move {
+                        // In this task, so that it rides the call's own stream.
+                        let _ = answer.send(peer.send_request(question).await);
+                    }),
+                    None => asking = false,
+                },
+                Some(()) = futures::StreamExt::next(&mut questions), if !questions.is_empty() => {}
                 output = &mut call => break output,
             }
         };
+        drop(questions);
         if let Some(inner) = &self.conversation.0 {
             inner.closed.store(true, Ordering::Relaxed);
         }
@@ -547,8 +610,13 @@ mod tests {
     async fn cancellation_reaches_the_call_and_the_calls_made_inside_it() {
         let token = CancellationToken::new();
         let (conversation, _outbox) = Conversation::open(None, token.clone());
-        let (inside, _inside_outbox) =
-            Conversation::open_within(None, None, CancellationToken::new(), &conversation);
+        let (inside, _inside_outbox) = Conversation::open_within(
+            None,
+            None,
+            Accepts::NOTHING,
+            CancellationToken::new(),
+            &conversation,
+        );
         assert!(!conversation.is_cancelled() && !inside.is_cancelled());
         token.cancel();
         conversation.cancelled().await;
@@ -562,6 +630,7 @@ mod tests {
         let (conversation, mut outbox) = Conversation::open_within(
             None,
             Some(LoggingLevel::Warning),
+            Accepts::NOTHING,
             CancellationToken::new(),
             &Conversation::none(),
         );
@@ -593,8 +662,13 @@ mod tests {
         let (quiet, _) = Conversation::open(None, CancellationToken::new());
         quiet.log(LoggingLevel::Emergency, "weather", "x".into());
         assert_eq!(quiet.log_counts(), (0, 0));
-        let (inside, _) =
-            Conversation::open_within(None, None, CancellationToken::new(), &conversation);
+        let (inside, _) = Conversation::open_within(
+            None,
+            None,
+            Accepts::NOTHING,
+            CancellationToken::new(),
+            &conversation,
+        );
         assert_eq!(inside.log_level(), Some(LoggingLevel::Warning));
     }
 }

@@ -51,7 +51,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::RunKind;
 use crate::approvals::wait::{Progress, Rounds, Waiting};
-use crate::conversation::Conversation;
+use crate::conversation::{Accepts, Conversation, ResponseGone};
 use crate::envelope::{Code, Refusal};
 use crate::identity::{RunContext, SessionIdentity};
 use crate::observe::Exchange;
@@ -517,9 +517,17 @@ impl ServerHandler for PlatformServer {
         let (conversation, outbox) = Conversation::open_within(
             context.meta.get_progress_token(),
             self.log_level.of(&context.meta),
+            accepts(&context),
             context.ct.clone(),
             &self.within,
         );
+        if let Some(gone) = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<ResponseGone>())
+        {
+            conversation.answered_through(gone);
+        }
         let waiting = may_wait.then(|| waiting(&context, request.request_state, &conversation));
         let call = self.observed(&context, |identity| async move {
             match (identity.as_ref().map(|i| i.run.kind), waiting) {
@@ -568,6 +576,22 @@ impl ServerHandler for PlatformServer {
     }
 }
 
+/// What the client of `context` accepts being asked during its call, as it declared at
+/// `initialize`. A 2026-07-28 client is asked in rounds of the call itself (an
+/// `input_required` answer), which larkgate does not relay yet: it is asked nothing.
+fn accepts(context: &RequestContext<RoleServer>) -> Accepts {
+    if context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+    {
+        return Accepts::NOTHING;
+    }
+    context
+        .peer
+        .peer_info()
+        .map_or(Accepts::NOTHING, |info| Accepts::of(&info.capabilities))
+}
+
 /// How the client of `context` waits for an approval's decision: until it cancels the call
 /// (or, over HTTP, goes away); told of the wait by progress notifications when it asked for
 /// them; a round at a time on 2026-07-28, whose retry echoes `request_state`.
@@ -596,8 +620,6 @@ fn waiting(
     }
 }
 
-/// An approval's wait, told to the client through the call's conversation (so that what an
-/// upstream reports after it still increases).
 /// An approval's wait, told to the waiting client: as progress (seconds waited) when it asked
 /// for progress, and once as a log message (`notice`, from `larkgate`) when it asked for logs.
 struct ConversationProgress {

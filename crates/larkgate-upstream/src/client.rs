@@ -7,33 +7,38 @@
 //! [`UpstreamLimits::max_pages`] pages is an error), keeps at most
 //! [`UpstreamLimits::max_tools`] tools and counts the rest, bounds every call by a round-trip
 //! timeout that progress notifications reset up to a total, and cancels a call that times
-//! out. It advertises no client capabilities: no sampling, no elicitation, no roots — an
-//! upstream can never ask larkgate's callers anything, and a server that asks anyway is
-//! answered "method not found" (never a made-up "declined" or an empty list of roots). A call made in a caller's
-//! [`Conversation`] ([`UpstreamClient::call_tool_in`]) relays the server's progress reports to
-//! that caller ([`routes`]) and is cancelled at the server when the caller cancels it.
+//! out. It declares elicitation and sampling as far as the operator lets the server ask
+//! ([`MayAsk`]), and passes each question the server asks during a call to the client that
+//! made it ([`asking`]); it declares no roots, and a server that asks for them is answered
+//! "method not found" (never a made-up empty list). A call made in a caller's
+//! [`Conversation`] ([`UpstreamClient::call_tool_in`]) relays the server's progress reports and
+//! log messages to that caller ([`routes`]) and is cancelled at the server when the caller
+//! cancels it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use larkgate_platform::conversation::Accepts;
 use larkgate_platform::{Conversation, trace_context};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
-    InputRequiredResult, JsonObject, ProtocolVersion, RequestParamsMeta, ServerResult,
+    CancelledNotificationParam, ClientConfig, ClientRequest, Implementation, InputRequiredResult,
+    JsonObject, ProtocolVersion, RequestParamsMeta, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::{ClientHandler, RoleClient};
 
 use crate::command::ServerProcess;
 
+mod asking;
 mod connect;
 mod error;
 mod list;
 mod routes;
 
+pub use asking::{MAX_INPUT_REQUESTS, MayAsk};
 pub use error::{UpstreamError, plain_cause};
 use error::{classify, short_kind};
 
@@ -64,6 +69,8 @@ pub struct UpstreamLimits {
     /// How long a connected upstream may say nothing before larkgate asks whether it is
     /// still there (a `ping`); a down one is tried again at least this often.
     pub probe_interval: Duration,
+    /// What the server may ask the client of a call made to it.
+    pub may_ask: MayAsk,
 }
 
 impl Default for UpstreamLimits {
@@ -77,6 +84,7 @@ impl Default for UpstreamLimits {
             connect_timeout: Duration::from_secs(10),
             start_timeout: Duration::from_secs(60),
             probe_interval: Duration::from_secs(30),
+            may_ask: MayAsk::default(),
         }
     }
 }
@@ -93,6 +101,10 @@ struct Handler {
     changes: tokio::sync::broadcast::Sender<ListChanged>,
     /// The version `initialize` offers: 2025-11-25 when only that revision is wanted.
     legacy: bool,
+    /// What the server may ask the client of a call.
+    may_ask: MayAsk,
+    /// The calls under way, which the server's questions are about.
+    routes: Arc<std::sync::Mutex<routes::Routes>>,
 }
 
 impl ClientHandler for Handler {
@@ -112,14 +124,25 @@ impl ClientHandler for Handler {
         let _ = self.changes.send(ListChanged::Prompts);
     }
 
-    /// larkgate declares no elicitation to upstreams and does not relay one yet: the server
-    /// is told so, never that a person declined (nobody was asked).
+    /// An elicitation during a call: to the client that made it (see [`asking`]).
     async fn create_elicitation(
         &self,
-        _request: rmcp::model::ElicitRequestParams,
-        _context: rmcp::service::RequestContext<RoleClient>,
+        request: rmcp::model::ElicitRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        Err(not_declared("elicitation/create", "elicitation"))
+        let conversation = routes::asked_about(&self.routes, context.extensions.get());
+        asking::elicit(self.may_ask, conversation, request).await
+    }
+
+    /// A sampling request during a call: to the client that made it (see [`asking`]).
+    #[allow(deprecated)] // Sampling is deprecated in the 2026-07-28 revision, but still in it.
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let conversation = routes::asked_about(&self.routes, context.extensions.get());
+        asking::sample(self.may_ask, conversation, request).await
     }
 
     /// As for elicitation: larkgate declared no roots, so it lists none rather than an empty
@@ -134,7 +157,7 @@ impl ClientHandler for Handler {
 
     fn get_info(&self) -> ClientConfig {
         let mut config = ClientConfig::new(
-            ClientCapabilities::default(),
+            self.may_ask.capabilities(asking::EVERYTHING),
             Implementation::new("larkgate", env!("CARGO_PKG_VERSION")),
         );
         if self.legacy {
@@ -494,8 +517,8 @@ impl UpstreamClient {
         // A 2026-07-28 server still working on the call (waiting for a person, say) answers
         // `input_required` with only a `requestState`: the call is sent again with it, after a
         // pause of 50 ms doubling to 250 ms, as the official SDKs do, at most
-        // `STILL_WAITING_ROUNDS` times. One that asks for input (elicitation, sampling, roots)
-        // is not answered here.
+        // `STILL_WAITING_ROUNDS` times. One that asks for input (an elicitation, a sampling
+        // request) is sent again with the answers of the call's client (see `asking`).
         let mut pause = Duration::from_millis(50);
         for _ in 0..=STILL_WAITING_ROUNDS {
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
@@ -514,11 +537,33 @@ impl UpstreamClient {
                     ..
                 }) => {
                     params.request_state = Some(state);
+                    params.input_responses = None;
                     tokio::select! {
                         () = tokio::time::sleep(pause) => {}
                         () = cancelled.as_mut() => return None,
                     }
                     pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                ServerResult::InputRequiredResult(InputRequiredResult {
+                    input_requests: Some(questions),
+                    request_state,
+                    ..
+                }) => {
+                    let answers = tokio::select! {
+                        answers = asking::answer_rounds(
+                            self.limits.may_ask,
+                            conversation,
+                            questions,
+                        ) => answers,
+                        () = cancelled.as_mut() => return None,
+                    };
+                    match answers {
+                        Ok(answers) => {
+                            params.input_responses = Some(answers);
+                            params.request_state = request_state;
+                        }
+                        Err(error) => return Some(Err(error)),
+                    }
                 }
                 other => {
                     return Some(Err(UpstreamError::Protocol(format!(
@@ -575,6 +620,14 @@ impl UpstreamClient {
         conversation: Option<&Conversation>,
     ) -> Option<Result<ServerResult, UpstreamError>> {
         let mut options = PeerRequestOptions::with_timeout(self.limits.call_timeout);
+        if self.protocol_version() == Some(ProtocolVersion::V_2026_07_28) {
+            // Each request says what may be asked in it: as much as the operator lets the
+            // server ask and the calling client accepts (nothing outside a call).
+            let accepts = conversation.map_or(Accepts::NOTHING, Conversation::accepts);
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_client_capabilities(self.limits.may_ask.capabilities(accepts));
+            options.meta = Some(meta);
+        }
         options.reset_timeout_on_progress = progress;
         options.max_total_timeout = Some(self.limits.total_timeout);
         let limits = self.limits;
@@ -589,13 +642,11 @@ impl UpstreamClient {
         };
         // The route opens as the transport sends the request (see `routes`), and closes
         // when this call ends.
-        let _route = conversation
-            .filter(|c| c.wants_progress() || c.log_level().is_some())
-            .map(|c| {
-                let (listener, route) = routes::listen(&self.routes, c.clone());
-                rmcp::model::GetExtensions::extensions_mut(&mut request).insert(listener);
-                route
-            });
+        let _route = conversation.filter(|c| !c.is_none()).map(|c| {
+            let (listener, route) = routes::listen(&self.routes, c.clone());
+            rmcp::model::GetExtensions::extensions_mut(&mut request).insert(listener);
+            route
+        });
         let handle = match self
             .service
             .peer()

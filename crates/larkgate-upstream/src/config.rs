@@ -154,6 +154,14 @@ pub struct UpstreamConfig {
     /// Protocol revisions.
     #[serde(default)]
     pub revisions: Revisions,
+    /// Whether it may ask the client of a call made to it for an elicitation (a question
+    /// for the person at the client) during the call; yes when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation: Option<bool>,
+    /// Whether it may ask the client of a call made to it for sampling (a completion from
+    /// the client's model, which the client pays for) during the call; no when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<bool>,
     /// Limits.
     #[serde(default)]
     pub limits: LimitsConfig,
@@ -243,6 +251,10 @@ impl UpstreamConfig {
                 .limits
                 .probe_interval_ms
                 .map_or(defaults.probe_interval, ms),
+            may_ask: crate::client::MayAsk {
+                elicitation: self.elicitation.unwrap_or(defaults.may_ask.elicitation),
+                sampling: self.sampling.unwrap_or(defaults.may_ask.sampling),
+            },
             ..defaults
         }
     }

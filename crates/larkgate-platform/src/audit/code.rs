@@ -59,11 +59,15 @@ pub enum EventKind {
     UpstreamSignedIn,
     /// A caller cancelled a call that waited for an approval, and its request was withdrawn.
     Withdrawn,
+    /// An upstream asked the client of a call for an elicitation during the call.
+    Elicitation,
+    /// An upstream asked the client of a call for sampling during the call.
+    Sampling,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 19] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -81,6 +85,8 @@ impl EventKind {
         EventKind::UpstreamRemoved,
         EventKind::UpstreamSignedIn,
         EventKind::Withdrawn,
+        EventKind::Elicitation,
+        EventKind::Sampling,
     ];
 
     /// The name recorded in the chain.
@@ -103,6 +109,8 @@ impl EventKind {
             EventKind::UpstreamRemoved => "upstream_removed",
             EventKind::UpstreamSignedIn => "upstream_signed_in",
             EventKind::Withdrawn => "withdrawn",
+            EventKind::Elicitation => "elicitation",
+            EventKind::Sampling => "sampling",
         }
     }
 }

@@ -135,6 +135,12 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
             admitted: false,
         };
     }
+    // What an upstream asks the caller during the call is audited as part of it.
+    request.conversation.witnessed_by(Arc::new(Questions {
+        services: Arc::clone(&services),
+        base: base.clone(),
+        intent_seq,
+    }));
     let dispatch = tracing::info_span!(
         "pipeline.dispatch",
         otel.name = format!("dispatch {}", request.tool),
@@ -222,6 +228,76 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
     CallResponse {
         result,
         admitted: true,
+    }
+}
+
+/// Audits each question an upstream asks the caller during a call (see
+/// [`crate::conversation`]): one event per question, tied to the call's intent, saying which
+/// kind it was, its message, and how it ended (the client's action or model, or why nobody
+/// was asked). What was asked and answered in full is recorded only when arguments are.
+struct Questions {
+    services: Arc<Services>,
+    base: AuditEntry,
+    intent_seq: u64,
+}
+
+/// The most characters of a question's message in its audit event.
+const MAX_QUESTION_SHOWN: usize = 200;
+
+impl crate::conversation::Witness for Questions {
+    fn asked(
+        &self,
+        kind: crate::conversation::Kind,
+        question: &serde_json::Value,
+        outcome: Result<serde_json::Value, &crate::conversation::Unasked>,
+    ) {
+        use crate::audit::EventKind;
+        use crate::conversation::Kind;
+        let (code, what) = match kind {
+            Kind::Elicitation => (
+                EventKind::Elicitation,
+                format!(
+                    "{} elicitation",
+                    question["mode"].as_str().unwrap_or("form")
+                ),
+            ),
+            Kind::Sampling => (EventKind::Sampling, "sampling".to_owned()),
+        };
+        let message = question["message"]
+            .as_str()
+            .map(|m| crate::bounded::cut(m, MAX_QUESTION_SHOWN).into_owned());
+        let ended = match &outcome {
+            Ok(answer) => match kind {
+                Kind::Elicitation => format!(
+                    "the client answered {}",
+                    answer["action"].as_str().unwrap_or("without an action")
+                ),
+                Kind::Sampling => format!(
+                    "the client's model {:?} answered",
+                    crate::bounded::cut(answer["model"].as_str().unwrap_or("?"), 100)
+                ),
+            },
+            Err(why) => why.to_string(),
+        };
+        let detail = match message {
+            Some(message) => format!("{what} asked {message:?}: {ended}"),
+            None => format!("{what} asked: {ended}"),
+        };
+        let args = self
+            .services
+            .record_arguments
+            .then(|| serde_json::json!({"asked": question, "answered": outcome.ok()}).to_string());
+        let event = AuditEntry {
+            kind: Some(AuditKind::Event),
+            code: Some(code.into()),
+            intent_seq: Some(self.intent_seq),
+            detail: Some(detail),
+            args,
+            ..self.base.clone()
+        };
+        if let Err(error) = self.services.audit.append(event) {
+            tracing::error!(%error, intent_seq = self.intent_seq, "a question's event not written");
+        }
     }
 }
 

@@ -152,6 +152,8 @@ impl UpstreamClient {
             catalog_changed: catalog_changed.clone(),
             changes: changes.clone(),
             legacy: revisions == Revisions::Legacy,
+            may_ask: limits.may_ask,
+            routes: Arc::clone(&routes),
         };
         let lifecycle = match revisions {
             Revisions::Latest => ClientLifecycleMode::Auto {

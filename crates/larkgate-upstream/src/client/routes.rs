@@ -25,6 +25,10 @@
 //!
 //! Each relayed message names the upstream in its `logger` (`alias`, or `alias/logger` when
 //! the server named one).
+//!
+//! A question the server asks during a call (an elicitation, a sampling request) is routed
+//! the same way ([`asked_about`]): over HTTP by the stream it came on (rmcp's transport says
+//! which), over standard input and output only when one request is under way.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,8 +53,8 @@ use crate::http::REQUEST_META_KEY;
 pub(super) struct Routes {
     /// The calls that asked for progress, by their request's progress token.
     calls: HashMap<ProgressToken, Listener>,
-    /// The calls that asked for log messages, by their request's id.
-    logs: HashMap<RequestId, Listener>,
+    /// The calls, by their request's id (for their log messages and questions).
+    requests: HashMap<RequestId, Listener>,
     /// Requests sent and not answered yet (for standard input and output, whose messages
     /// cannot say which one they are about).
     pending: HashSet<RequestId>,
@@ -86,7 +90,7 @@ impl Drop for Route {
             .calls
             .retain(|_, l| !Arc::ptr_eq(&l.ended, &self.ended));
         table
-            .logs
+            .requests
             .retain(|_, l| !Arc::ptr_eq(&l.ended, &self.ended));
     }
 }
@@ -132,9 +136,7 @@ fn open(
     {
         table.calls.insert(token, listener.clone());
     }
-    if listener.conversation.log_level().is_some() {
-        table.logs.insert(request.clone(), listener.clone());
-    }
+    table.requests.insert(request.clone(), listener.clone());
 }
 
 /// Names upstream `alias` in the log messages these routes relay.
@@ -167,13 +169,39 @@ pub(super) fn log(
         } else {
             None
         };
-        let Some(listener) = request.and_then(|request| table.logs.get(&request)) else {
+        let Some(listener) = request.and_then(|request| table.requests.get(&request)) else {
             tracing::trace!("an upstream's log message is about no call that asked for it");
             return;
         };
         (listener.conversation.clone(), table.alias.clone())
     };
     say(&conversation, alias, message);
+}
+
+/// The conversation of the call a question from the server (an elicitation, a sampling
+/// request) is about, if one is under way: over HTTP the call whose request's stream it came
+/// on (`origin`, which rmcp's transport sets), over standard input and output the one call
+/// under way (as for log messages).
+pub(super) fn asked_about(
+    routes: &Mutex<Routes>,
+    origin: Option<&rmcp::service::InboundStreamOrigin>,
+) -> Option<Conversation> {
+    let table = lock(routes);
+    let request = if table.marked {
+        match origin? {
+            rmcp::service::InboundStreamOrigin::OutboundRequest(request) => request.clone(),
+            rmcp::service::InboundStreamOrigin::Unassociated => return None,
+        }
+    } else if table.pending.len() == 1 {
+        table.pending.iter().next()?.clone()
+    } else {
+        return None;
+    };
+    match table.requests.get(&request) {
+        Some(listener) => Some(listener.conversation.clone()),
+        // A request under way that no conversation listens to: a call no client waits on.
+        None => table.pending.contains(&request).then(Conversation::none),
+    }
 }
 
 /// Tells `conversation` an upstream's log message, naming the upstream `alias` in its logger.
@@ -358,7 +386,7 @@ mod tests {
         assert_eq!(one.counts(), (2, 0));
         drop(second);
         let table = lock(&routes);
-        assert!(table.calls.is_empty() && table.logs.is_empty());
+        assert!(table.calls.is_empty() && table.requests.is_empty());
     }
 
     /// A call that ended before the transport sent its request (cancelled while the request
@@ -401,6 +429,7 @@ mod tests {
         Conversation::open_within(
             None,
             Some(rmcp::model::LoggingLevel::Debug),
+            larkgate_platform::conversation::Accepts::NOTHING,
             Default::default(),
             &Conversation::none(),
         )

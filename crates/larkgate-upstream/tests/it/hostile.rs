@@ -294,11 +294,12 @@ async fn an_expired_session_is_initialised_once_more_and_closed_with_delete() {
         .unwrap();
     assert_eq!(client.list_tools().await.unwrap().len(), 1);
     assert_eq!(initializes.load(Ordering::SeqCst), 1);
-    // larkgate asks nothing of upstreams: no sampling, no elicitation, no roots.
+    // larkgate declares what the operator lets an upstream ask by default (elicitation, in
+    // both modes), and no sampling and no roots.
     let initialize: Value = serde_json::from_str(&initialize_body.lock().unwrap()).unwrap();
     assert_eq!(
         initialize["params"]["capabilities"],
-        json!({}),
+        json!({"elicitation": {"form": {}, "url": {}}}),
         "{initialize}"
     );
     assert_eq!(initialize["params"]["protocolVersion"], "2025-11-25");

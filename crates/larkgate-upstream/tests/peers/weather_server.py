@@ -20,13 +20,21 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import uvicorn
 from pydantic import BaseModel
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import Completion, ToolAnnotations
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
+from mcp_types import (
+    Completion,
+    CreateMessageResult,
+    SamplingMessage,
+    TextContent,
+    ToolAnnotations,
+)
 
 # WEATHER_PEER_NAME names it otherwise (a test gives it a hostile name).
 server = MCPServer(os.environ.get("WEATHER_PEER_NAME", "weather-peer"))
@@ -106,8 +114,82 @@ async def ask(ctx: Context) -> str:
     try:
         answer = await ctx.elicit("Which city?", schema=CityChoice)
     except Exception as error:  # the client's error answer
+        OUTCOMES.append(f"refused: {error}")
+        return OUTCOMES[-1]
+    OUTCOMES.append(f"answered: {answer.action}")
+    return OUTCOMES[-1]
+
+
+# What each call of `ask` ended with, for a test whose client is gone before the answer.
+OUTCOMES: list[str] = []
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def late(ctx: Context) -> str:
+    """Answers at once, then asks the client a question on the session's own stream, after
+    the call has answered (its outcome, in `outcomes`, says `late:` and how it ended)."""
+    session = ctx.request_context.session
+
+    async def ask_later():
+        await asyncio.sleep(0.2)
+        try:
+            answer = await session.elicit_form(
+                "Which city, now?",
+                {"type": "object", "properties": {"city": {"type": "string"}}},
+            )
+            OUTCOMES.append(f"late: answered {answer.action}")
+        except Exception as error:
+            OUTCOMES.append(f"late: refused: {error}")
+
+    LATE.append(asyncio.get_running_loop().create_task(ask_later()))
+    return "answered"
+
+
+# The questions `late` asks after answering (kept, so they are not collected unfinished).
+LATE: list[asyncio.Task] = []
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def outcomes() -> str:
+    """What each call of `ask` and `late` ended with, oldest first, as a JSON list."""
+    return json.dumps(OUTCOMES)
+
+
+def which_city() -> Elicit[CityChoice]:
+    return Elicit("Which city?", CityChoice)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def pick(choice: Annotated[ElicitationResult[CityChoice], Resolve(which_city)]) -> str:
+    """Asks the client which city (an elicitation, in the revision's own way: mid-call on
+    2025-11-25, an `input_required` round on 2026-07-28), and says what came back."""
+    if isinstance(choice, AcceptedElicitation):
+        return f"picked {choice.data.city}"
+    return f"picked nothing: {choice.action}"
+
+
+def summary_request() -> Sample:
+    return Sample(
+        [SamplingMessage(role="user", content=TextContent(type="text", text="Summarise the weather"))],
+        max_tokens=20,
+    )
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def summarise(summary: Annotated[CreateMessageResult, Resolve(summary_request)]) -> str:
+    """Asks the client's model for a summary (sampling), and says what it answered."""
+    return f"sampled {summary.content.text!r} from {summary.model}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def visit(ctx: Context, url: str) -> str:
+    """Asks the client to send its person to URL (a URL-mode elicitation), and says what came
+    back."""
+    try:
+        answer = await ctx.elicit_url("Sign in to continue", url, "visit-1")
+    except Exception as error:  # the client's error answer
         return f"refused: {error}"
-    return f"answered: {answer.action}"
+    return f"visited: {answer.action}"
 
 
 @server.tool()

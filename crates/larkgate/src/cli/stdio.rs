@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use larkgate_platform::conversation::SessionLogLevel;
+use larkgate_platform::conversation::{Accepts, SessionLogLevel};
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::observe::Observed;
 use larkgate_platform::{Conversation, PlatformServer};
@@ -245,9 +245,16 @@ impl ServerHandler for Relay {
         // desktop client, under its own progressToken, before the answer; the desktop client
         // cancelling its call cancels it at the server too (a call held for an approval then
         // withdraws its request).
+        // What the server's upstreams ask during the call (an elicitation, say) reaches the
+        // desktop client too, when it accepts it.
+        let accepts = context
+            .peer
+            .peer_info()
+            .map_or(Accepts::NOTHING, |info| Accepts::of(&info.capabilities));
         let (conversation, outbox) = Conversation::open_within(
             context.meta.get_progress_token(),
             self.log_level.of(&context.meta),
+            accepts,
             context.ct.clone(),
             &Conversation::none(),
         );

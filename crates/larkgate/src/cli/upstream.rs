@@ -106,6 +106,13 @@ pub(crate) struct AddArgs {
     /// Speak only protocol revision 2025-11-25.
     #[arg(long)]
     legacy: bool,
+    /// Do not let the server ask a call's client for an elicitation during the call.
+    #[arg(long)]
+    no_elicitation: bool,
+    /// Let the server ask a call's client for sampling (its model's completion) during the
+    /// call.
+    #[arg(long)]
+    sampling: bool,
     /// Round-trip timeout in milliseconds (reset by progress).
     #[arg(long, value_name = "MS")]
     timeout_ms: Option<u64>,
@@ -186,6 +193,8 @@ impl Command {
                     allow,
                     approval,
                     legacy,
+                    no_elicitation,
+                    sampling,
                     timeout_ms,
                     max_response_bytes,
                     max_tools,
@@ -239,6 +248,8 @@ impl Command {
                     } else {
                         Revisions::Latest
                     },
+                    elicitation: no_elicitation.then_some(false),
+                    sampling: sampling.then_some(true),
                     limits: LimitsConfig {
                         call_timeout_ms: timeout_ms,
                         max_response_bytes,

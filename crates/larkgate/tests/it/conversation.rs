@@ -452,7 +452,15 @@ fn an_upstream_s_log_messages_reach_the_client_that_made_the_call() {
             None,
         ));
         let relayed = lines(&client(
-            &["logs", mode, &through, "weather__chatty", three, "info"],
+            &[
+                "logs",
+                mode,
+                &through,
+                "weather__chatty",
+                three,
+                "info",
+                "4",
+            ],
             Some(&token),
         ));
         // The same lines, in order, the logger naming the upstream; the big one cut.
@@ -478,7 +486,9 @@ fn an_upstream_s_log_messages_reach_the_client_that_made_the_call() {
             &big[big.len().saturating_sub(200)..]
         );
 
-        // A flood: 100 relayed, the rest counted, and the count told before the answer.
+        // A flood: 100 relayed, the rest counted, and the count told (sent before the answer;
+        // over 2025-11-25 HTTP log messages ride the session's own stream, so the client may
+        // read the answer first).
         let flood = lines(&client(
             &[
                 "logs",
@@ -487,6 +497,7 @@ fn an_upstream_s_log_messages_reach_the_client_that_made_the_call() {
                 "weather__chatty",
                 r#"{"count": 150, "level": "info"}"#,
                 "info",
+                "told",
             ],
             Some(&token),
         ));
@@ -511,27 +522,286 @@ fn an_upstream_s_log_messages_reach_the_client_that_made_the_call() {
             .unwrap();
         assert_eq!(relayed.len() + counted, 151, "{mode}");
 
-        // A client that asked for warnings and above hears no info.
+        // A client that asked for warnings and above hears no info: only the warning of a
+        // second call, after the first's info (which would have come before it).
         let quiet = lines(&client(
             &[
                 "logs",
                 mode,
                 &through,
                 "weather__chatty",
-                r#"{"count": 2, "level": "info"}"#,
+                r#"[{"count": 2, "level": "info"}, {"count": 1, "level": "warning"}]"#,
                 "warning",
+                "2",
             ],
             Some(&token),
         ));
-        assert!(quiet.is_empty(), "{mode}: {quiet:?}");
+        let heard: Vec<&str> = quiet.iter().map(|(level, _, _)| level.as_str()).collect();
+        // `line 1` and the big one, both warnings.
+        assert_eq!(heard, ["warning", "warning"], "{mode}: {quiet:?}");
     }
     assert!(server.stop().success());
 }
 
-/// An upstream that asks larkgate's client for input it never declared (an elicitation) is
-/// told that nobody was asked, never that a person declined.
+/// An upstream that asks for an elicitation nobody can answer (the calling client did not
+/// declare it, or the operator does not let the upstream ask) is told that nobody was asked,
+/// never that a person declined.
 #[test]
-fn an_elicitation_larkgate_does_not_relay_is_refused_not_declined() {
+fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
+    let peer = weather();
+    let config = format!(
+        "[[upstreams]]\nalias = \"weather\"\nurl = \"{url}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\nrevisions = \"legacy\"\n\
+         [[upstreams]]\nalias = \"quiet\"\nurl = \"{url}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\nrevisions = \"legacy\"\nelicitation = false\n\
+         [audit]\nrecord_arguments = true\n",
+        url = peer.url
+    );
+    let (dir, server, token) = admin_gateway(&config);
+    let through = format!("http:{}", server.url);
+    for (tool, answers, why) in [
+        // The client declared no elicitation.
+        ("weather__ask", "{}", "does not accept elicitation"),
+        // It did, but this upstream may not ask.
+        (
+            "quiet__ask",
+            r#"{"elicit": {"action": "accept", "content": {"city": "Oslo"}}}"#,
+            "may not ask",
+        ),
+    ] {
+        for mode in ["legacy", "2026-07-28"] {
+            let answer = client(&["ask", mode, &through, tool, "{}", answers], Some(&token));
+            assert_eq!(answer["asked"], serde_json::json!([]), "{mode}: {answer}");
+            let text = answer["text"].as_str().unwrap();
+            assert!(
+                text.starts_with("refused:") && text.contains("nobody was asked"),
+                "{mode}: {text}"
+            );
+            // A 2026-07-28 client is asked nothing yet (larkgate does not put an upstream's
+            // questions into its own `input_required` rounds).
+            let why = if mode == "legacy" {
+                why
+            } else if tool == "quiet__ask" {
+                "may not ask"
+            } else {
+                "does not accept elicitation"
+            };
+            assert!(text.contains(why), "{mode}: {text}");
+        }
+    }
+    // Each question larkgate refused to pass on is in the audit, with what was asked (the
+    // arguments are recorded here) and no answer; one the operator's setting stopped never
+    // reached a call's conversation, and the upstream alone was told.
+    let events = question_events(dir.path(), "elicitation");
+    assert_eq!(events.len(), 2, "{events:?}");
+    for event in &events {
+        assert_eq!(event["tool"], "weather__ask", "{event}");
+        let detail = event["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("form elicitation asked \"Which city?\": the client that made this call does not accept elicitation"),
+            "{detail}"
+        );
+        let args: Value = serde_json::from_str(event["args"].as_str().unwrap()).unwrap();
+        assert_eq!(args["asked"]["message"], "Which city?", "{args}");
+        assert_eq!(args["answered"], Value::Null, "{args}");
+    }
+    assert!(server.stop().success());
+}
+
+/// What a call's answer or refusal says, as text.
+fn said(answer: &Value) -> String {
+    answer["text"]
+        .as_str()
+        .or_else(|| answer["error"].as_str())
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+/// `answer` with the `progressToken` that larkgate's MCP SDK gives each request it sends to
+/// its client removed from each question asked (the only key larkgate adds to one).
+fn without_own_tokens(mut answer: Value) -> Value {
+    for asked in answer["asked"].as_array_mut().into_iter().flatten() {
+        let Some(fields) = asked.as_object_mut() else {
+            continue;
+        };
+        if let Some(Value::Object(meta)) = fields.get_mut("_meta") {
+            assert!(meta.remove("progressToken").is_some(), "{meta:?}");
+            if meta.is_empty() {
+                fields.remove("_meta");
+            }
+        }
+    }
+    answer
+}
+
+/// An upstream's elicitations and sampling requests during a call reach the client that made
+/// it, as they would directly, on both of the upstream's revisions (mid-call on 2025-11-25,
+/// `input_required` rounds on 2026-07-28), and the client's answers go back; a URL is passed
+/// exactly, and only when it is https; sampling only where the operator allows it.
+#[test]
+fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_go_back() {
+    let peer = weather();
+    let upstream = |alias: &str, extra: &str| {
+        format!(
+            "[[upstreams]]\nalias = \"{alias}\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+             approval = \"never\"\n{extra}",
+            peer.url
+        )
+    };
+    let config = [
+        upstream("modern", "sampling = true\n"),
+        upstream("legacy", "sampling = true\nrevisions = \"legacy\"\n"),
+        upstream("plain", ""),
+        upstream("oldplain", "revisions = \"legacy\"\n"),
+    ]
+    .concat();
+    let (dir, server, token) = admin_gateway(&config);
+    let through = format!("http:{}", server.url);
+    let direct = format!("http:{}", peer.url);
+    let accept = r#"{"elicit": {"action": "accept", "content": {"city": "Paris"}},
+                     "sample": {"text": "Sunny", "model": "m-1"}}"#;
+    let decline = r#"{"elicit": {"action": "decline"}}"#;
+
+    // The client speaks 2025-11-25 to larkgate; larkgate speaks each upstream's revision.
+    for (alias, revision) in [("modern", "2026-07-28"), ("legacy", "legacy")] {
+        for (tool, answers) in [("pick", accept), ("pick", decline), ("summarise", accept)] {
+            let directly = client(&["ask", revision, &direct, tool, "{}", answers], None);
+            let relayed = without_own_tokens(client(
+                &[
+                    "ask",
+                    "legacy",
+                    &through,
+                    &format!("{alias}__{tool}"),
+                    "{}",
+                    answers,
+                ],
+                Some(&token),
+            ));
+            assert_eq!(relayed, directly, "{alias}: {tool} {answers}");
+        }
+    }
+    let picked = client(
+        &["ask", "legacy", &through, "legacy__pick", "{}", accept],
+        Some(&token),
+    );
+    assert_eq!(said(&picked), "picked Paris", "{picked}");
+
+    // A URL, exactly as the server wrote it; one that is not https reaches nobody.
+    let url = "https://auth.example.com/consent?state=a%2Fb&x=1#top";
+    let arguments = serde_json::json!({ "url": url }).to_string();
+    let yes = r#"{"elicit": {"action": "accept"}}"#;
+    let directly = client(&["ask", "legacy", &direct, "visit", &arguments, yes], None);
+    let relayed = without_own_tokens(client(
+        &["ask", "legacy", &through, "legacy__visit", &arguments, yes],
+        Some(&token),
+    ));
+    assert_eq!(relayed, directly);
+    assert_eq!(relayed["asked"][0]["url"], url, "{relayed}");
+    let plain = serde_json::json!({ "url": "http://auth.example.com/consent" }).to_string();
+    let relayed = client(
+        &["ask", "legacy", &through, "legacy__visit", &plain, yes],
+        Some(&token),
+    );
+    assert_eq!(relayed["asked"], serde_json::json!([]), "{relayed}");
+    assert!(said(&relayed).contains("only to https URLs"), "{relayed}");
+
+    // Sampling where the operator did not allow it: the client is not asked, and the call
+    // says what was missing.
+    for alias in ["plain", "oldplain"] {
+        let relayed = client(
+            &[
+                "ask",
+                "legacy",
+                &through,
+                &format!("{alias}__summarise"),
+                "{}",
+                accept,
+            ],
+            Some(&token),
+        );
+        assert_eq!(relayed["asked"], serde_json::json!([]), "{relayed}");
+        assert!(said(&relayed).contains("sampling"), "{relayed}");
+    }
+
+    // Each question is audited with the call it came in, and how it ended; what was asked
+    // and answered is not recorded (record_arguments is off).
+    let picks: Vec<String> = question_events(dir.path(), "elicitation")
+        .iter()
+        .filter(|e| e["tool"] == "modern__pick")
+        .map(|e| {
+            assert_eq!(e["args"], Value::Null, "{e}");
+            e["detail"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        picks,
+        [
+            "form elicitation asked \"Which city?\": the client answered accept",
+            "form elicitation asked \"Which city?\": the client answered decline",
+        ]
+    );
+    let sampled: Vec<String> = question_events(dir.path(), "sampling")
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["tool"].as_str().unwrap(),
+                e["detail"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        sampled,
+        [
+            "modern__summarise sampling asked: the client's model \"m-1\" answered",
+            "legacy__summarise sampling asked: the client's model \"m-1\" answered",
+        ]
+    );
+    let refused_url = question_events(dir.path(), "elicitation")
+        .into_iter()
+        .filter(|e| e["tool"] == "legacy__visit")
+        .map(|e| e["detail"].as_str().unwrap().to_owned())
+        .collect::<Vec<_>>();
+    assert_eq!(refused_url.len(), 2, "{refused_url:?}");
+    assert!(
+        refused_url[1].contains("only to https URLs"),
+        "{refused_url:?}"
+    );
+    assert!(server.stop().success());
+}
+
+/// What the weather peer's `ask` and `late` calls ended with so far, oldest first.
+fn outcomes(direct: &str) -> Vec<String> {
+    let answer = client(&["ask", "legacy", direct, "outcomes", "{}", "{}"], None);
+    let text = said(&answer);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("outcomes: {e}: {answer}"))
+}
+
+/// Asks `outcomes` until one after the first `known` satisfies `wanted` (at most a minute).
+fn outcome_after(direct: &str, known: usize, wanted: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if let Some(found) = outcomes(direct).into_iter().skip(known).find(|o| wanted(o)) {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("no such outcome: {:?}", outcomes(direct));
+}
+
+/// The audit events of `kind` (`elicitation`, `sampling`) in data directory `dir`, as JSON.
+fn question_events(dir: &std::path::Path, kind: &str) -> Vec<Value> {
+    crate::ok(dir, &["audit", "tail", "-n", "1000", "--json"])
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|record| record["code"] == kind)
+        .collect()
+}
+
+/// A question about a call that has answered reaches nobody; a client that goes away in the
+/// middle of a question leaves none open: the upstream is told it was not answered.
+#[test]
+fn a_question_after_the_answer_or_to_a_client_gone_is_refused() {
     let peer = weather();
     let config = format!(
         "[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
@@ -540,17 +810,47 @@ fn an_elicitation_larkgate_does_not_relay_is_refused_not_declined() {
     );
     let (_dir, server, token) = admin_gateway(&config);
     let through = format!("http:{}", server.url);
-    for mode in ["legacy", "2026-07-28"] {
-        let answer = client(
-            &["progress", mode, &through, "weather__ask", "{}"],
-            Some(&token),
-        );
-        let text = answer["text"].as_str().unwrap();
-        assert!(
-            text.starts_with("refused:") && text.contains("nobody was asked"),
-            "{mode}: {text}"
-        );
-    }
+    let direct = format!("http:{}", peer.url);
+    let accept = r#"{"elicit": {"action": "accept", "content": {"city": "Oslo"}}}"#;
+
+    // Asked after the call answered: nobody is, though the client would have answered.
+    let known = outcomes(&direct).len();
+    let answer = client(
+        &["ask", "legacy", &through, "weather__late", "{}", accept],
+        Some(&token),
+    );
+    assert_eq!(said(&answer), "answered", "{answer}");
+    let late = outcome_after(&direct, known, |o| o.starts_with("late:"));
+    assert!(
+        late.starts_with("late: refused:") && late.contains("nobody was asked"),
+        "{late}"
+    );
+    assert_eq!(answer["asked"], serde_json::json!([]), "{answer}");
+
+    // A client that goes away while it is asked.
+    let known = outcomes(&direct).len();
+    let mut hanging = Command::new(python())
+        .arg(root().join("crates/larkgate/tests/peers/conversation_client.py"))
+        .args([
+            "ask",
+            "legacy",
+            &through,
+            "weather__ask",
+            "{}",
+            r#"{"elicit": "hang"}"#,
+        ])
+        .env("LARKGATE_TOKEN", &token)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(hanging.stdout.take().unwrap()));
+    let asking = lines.next().expect("the client is asked").unwrap();
+    assert!(asking.contains("Which city?"), "{asking}");
+    hanging.kill().unwrap();
+    hanging.wait().unwrap();
+    let gone = outcome_after(&direct, known, |o| o.starts_with("refused:"));
+    assert!(gone.contains("did not answer"), "{gone}");
     assert!(server.stop().success());
 }
 

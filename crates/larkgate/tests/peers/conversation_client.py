@@ -6,8 +6,9 @@ Usage:
   conversation_client.py progress MODE TARGET TOOL ARGS_JSON
   conversation_client.py cancel MODE TARGET SLOW_TOOL SLOW_ARGS_JSON COUNT_TOOL
   conversation_client.py tools MODE TARGET
-  conversation_client.py logs MODE TARGET TOOL ARGS_JSON LEVEL
+  conversation_client.py logs MODE TARGET TOOL ARGS_JSON LEVEL [WAIT]
   conversation_client.py complete MODE TARGET prompt|resource NAME_OR_TEMPLATE ARGUMENT VALUE
+  conversation_client.py ask MODE TARGET TOOL ARGS_JSON ANSWERS_JSON
 
 MODE is "legacy" (2025-11-25) or "2026-07-28". TARGET is `http:URL` (the bearer token in
 LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
@@ -16,8 +17,17 @@ LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
 definition with the fields that came on the wire and no others.
 
 `logs` asks for log messages at LEVEL and above (`logging/setLevel` on 2025-11-25, where a
-server without it sends what it chooses; the request's `_meta` on 2026-07-28), calls TOOL and prints {"logs": [{"level", "logger", "data"},
-...], "text": the answer's text}.
+server without it sends what it chooses; the request's `_meta` on 2026-07-28), calls TOOL with
+ARGS_JSON (once per element when it is a list) and prints {"logs": [{"level", "logger",
+"data"}, ...], "text": the last answer's text}. With WAIT it first waits (at most 20 s) until
+it has heard WAIT messages, or with `told` until larkgate said how many it did not relay: a
+2025-11-25 server may send messages on the session's own stream, read after the answer.
+
+`ask` calls TOOL with ARGS_JSON, answering the server's elicitations and sampling requests as
+ANSWERS_JSON says ({"elicit": an ElicitResult, "sample": {"text", "model"}}; what it does not
+name is not declared; "elicit": "hang" prints {"asking": params} when asked and never answers),
+and prints {"asked": [each request's params], "text": the answer's text, "is_error"}, or
+{"asked", "error": message} when the call is refused.
 
 `complete` asks to complete ARGUMENT (typed so far: VALUE) of a prompt or resource template and
 prints {"values": [...]}, or {"error": message} when it is refused.
@@ -100,11 +110,17 @@ async def tools(mode, target):
     print(json.dumps({"tools": listed}))
 
 
-async def logs(mode, target, tool, arguments, level):
+async def logs(mode, target, tool, arguments, level, wait=None):
     heard = []
+    told = asyncio.Event()
+    enough = asyncio.Event()
 
     async def on_log(params):
         heard.append({"level": params.level, "logger": params.logger, "data": params.data})
+        if params.logger == "larkgate" and "were not relayed" in str(params.data):
+            told.set()
+        if wait not in (None, "told") and len(heard) >= int(wait):
+            enough.set()
 
     options = {"logging_callback": on_log}
     if mode != "legacy":
@@ -116,8 +132,18 @@ async def logs(mode, target, tool, arguments, level):
             except MCPError:
                 pass  # a server without logging/setLevel sends what it chooses
 
-        result = await client.call_tool(tool, json.loads(arguments))
-        assert not result.is_error, result
+        calls = json.loads(arguments)
+        result = None
+        for call in calls if isinstance(calls, list) else [calls]:
+            result = await client.call_tool(tool, call)
+            assert not result.is_error, result
+        # A server may send a call's messages on the session's own stream, which a client
+        # can read after the answer: wait for what the caller expects, at most 20 s.
+        if wait is not None:
+            try:
+                await asyncio.wait_for((told if wait == "told" else enough).wait(), 20)
+            except TimeoutError:
+                pass  # the test sees what was heard, and says what is missing
         print(json.dumps({"logs": heard, "text": text_of(result)}))
 
 
@@ -138,6 +164,43 @@ async def complete(mode, target, kind, name, argument, value):
         print(json.dumps({"values": result.completion.values}))
 
 
+async def ask(mode, target, tool, arguments, answers):
+    """Calls TOOL, answering what the server asks as ANSWERS says: {"elicit": ElicitResult,
+    "sample": {"text", "model"}}; a kind ANSWERS does not name is not declared."""
+    from mcp_types import CreateMessageResult, ElicitResult, TextContent
+
+    answers = json.loads(answers)
+    asked = []
+
+    async def on_elicit(context, params):
+        asked.append(params.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        if answers["elicit"] == "hang":
+            # Says it was asked, then never answers (the test kills it then).
+            print(json.dumps({"asking": asked[-1]}), flush=True)
+            await asyncio.Event().wait()
+        return ElicitResult(**answers["elicit"])
+
+    async def on_sample(context, params):
+        asked.append({"mode": "sampling", "messages": [m.content.text for m in params.messages]})
+        said = answers["sample"]
+        return CreateMessageResult(
+            role="assistant", content=TextContent(type="text", text=said["text"]), model=said["model"]
+        )
+
+    options = {}
+    if "elicit" in answers:
+        options["elicitation_callback"] = on_elicit
+    if "sample" in answers:
+        options["sampling_callback"] = on_sample
+    async with connect(mode, target, **options) as client:
+        try:
+            result = await client.call_tool(tool, json.loads(arguments))
+        except MCPError as error:
+            print(json.dumps({"asked": asked, "error": error.message}))
+            return
+        print(json.dumps({"asked": asked, "text": text_of(result), "is_error": result.is_error}))
+
+
 def main():
     what, mode, target = sys.argv[1], sys.argv[2], sys.argv[3]
     if what == "progress":
@@ -145,7 +208,9 @@ def main():
     elif what == "cancel":
         asyncio.run(cancel(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
     elif what == "logs":
-        asyncio.run(logs(mode, target, sys.argv[4], sys.argv[5], sys.argv[6]))
+        asyncio.run(logs(mode, target, *sys.argv[4:8]))
+    elif what == "ask":
+        asyncio.run(ask(mode, target, *sys.argv[4:7]))
     elif what == "complete":
         asyncio.run(complete(mode, target, *sys.argv[4:8]))
     elif what == "tools":
