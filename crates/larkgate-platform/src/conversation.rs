@@ -127,6 +127,9 @@ struct Inner {
     logs_dropped: AtomicU32,
     /// What the client accepts being asked ([`asking`]).
     accepts: Accepts,
+    /// What the caller's roles do not let upstreams ask them in this call (see
+    /// [`Conversation::bar`]).
+    barred: std::sync::Mutex<Accepts>,
     /// Questions for the client, sent by the edge ([`Outbox::carry`]).
     asks: mpsc::Sender<asking::Ask>,
     /// Questions asked and not answered yet.
@@ -232,6 +235,7 @@ impl Conversation {
             logs_relayed: AtomicU32::new(0),
             logs_dropped: AtomicU32::new(0),
             accepts,
+            barred: std::sync::Mutex::new(Accepts::NOTHING),
             asks,
             open_questions: AtomicU32::new(0),
             witness: std::sync::Mutex::new(None),

@@ -312,6 +312,14 @@ pub struct RoleRules {
     /// Upstream prompts the role may list and get.
     #[serde(default)]
     pub prompts: Vec<Pattern>,
+    /// The tools in whose calls an upstream may ask the role's principals for an
+    /// elicitation (as far as the upstream may ask at all: its `elicitation` setting). When
+    /// none of a principal's roles says, the upstream's setting alone decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation: Option<Vec<Pattern>>,
+    /// The same for sampling (the upstream's `sampling` setting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<Vec<Pattern>>,
 }
 
 /// One `require` rule: the tools whose every call needs an approval for its exact arguments,
@@ -725,6 +733,8 @@ impl Default for Policy {
                 call: all_tools(),
                 resources: vec![UriPattern("*".into())],
                 prompts: all_tools(),
+                elicitation: None,
+                sampling: None,
             },
         );
         Policy {
@@ -813,6 +823,27 @@ impl Policy {
 
     fn role_rules<'a>(&'a self, principal: &'a Principal) -> impl Iterator<Item = &'a RoleRules> {
         principal.roles.iter().filter_map(|r| self.roles.get(r))
+    }
+
+    /// Whether an upstream may ask `principal`, in a call to tool `name`, for an elicitation
+    /// (`sampling`: for sampling): yes where none of the principal's roles says (the
+    /// upstream's own setting decides), otherwise when one of them names the tool.
+    pub fn may_be_asked(&self, principal: &Principal, name: &str, sampling: bool) -> bool {
+        let mut said = false;
+        for rules in self.role_rules(principal) {
+            let patterns = if sampling {
+                &rules.sampling
+            } else {
+                &rules.elicitation
+            };
+            if let Some(patterns) = patterns {
+                said = true;
+                if patterns.iter().any(|p| p.matches(name)) {
+                    return true;
+                }
+            }
+        }
+        !said
     }
 
     /// Whether `principal`'s roles name `tool` in a `call` pattern.
@@ -1169,6 +1200,40 @@ mod tests {
             kind: PrincipalKind::User,
             roles: roles.iter().map(|r| r.to_string()).collect(),
             issuer: IssuerBinding::Local,
+        }
+    }
+
+    #[test]
+    fn roles_narrow_who_upstreams_may_ask_only_where_they_say() {
+        let policy: Policy = toml::from_str(
+            "[roles.plain]\ncall = [\"*\"]\n\
+             [roles.crm]\nelicitation = [\"crm__*\"]\nsampling = []\n\
+             [roles.model]\nsampling = [\"crm__summarise\"]\n",
+        )
+        .unwrap();
+        policy.validate().unwrap();
+        for (roles, tool, elicitation, sampling) in [
+            // No role says: the upstream's own settings decide.
+            (&["plain"][..], "crm__ask", true, true),
+            (&[], "crm__ask", true, true),
+            (&["nobody_defines_this"], "crm__ask", true, true),
+            // A role that says narrows to what it names.
+            (&["crm"], "crm__ask", true, false),
+            (&["crm"], "weather__ask", false, false),
+            (&["plain", "crm"], "weather__ask", false, false),
+            // Any role naming the tool is enough.
+            (&["crm", "model"], "crm__summarise", true, true),
+            (&["crm", "model"], "crm__ask", true, false),
+        ] {
+            let who = principal(roles);
+            assert_eq!(
+                (
+                    policy.may_be_asked(&who, tool, false),
+                    policy.may_be_asked(&who, tool, true)
+                ),
+                (elicitation, sampling),
+                "{roles:?} {tool}"
+            );
         }
     }
 

@@ -100,6 +100,12 @@ pub enum Unasked {
     /// The client did not declare it.
     #[error("the client that made this call does not accept {0}: nobody was asked")]
     NotAccepted(&'static str),
+    /// The caller's roles do not let upstreams ask them for it in calls to this tool.
+    #[error(
+        "the caller's roles do not let upstreams ask them for {0} in calls to this tool: nobody \
+         was asked"
+    )]
+    NotForRole(&'static str),
     /// A URL-mode elicitation whose URL is neither `https` nor `http` to loopback.
     #[error(
         "larkgate relays URL-mode elicitations only to https URLs (or http to loopback): \
@@ -155,13 +161,34 @@ impl Drop for Open<'_> {
 }
 
 impl Conversation {
-    /// What the call's client accepts being asked (nothing for a call no client waits on, or
-    /// one made by a script's run).
+    /// What the call's client accepts being asked, and its caller's roles let upstreams ask
+    /// (nothing for a call no client waits on, or one made by a script's run).
     pub fn accepts(&self) -> Accepts {
         match &self.0 {
-            Some(inner) if inner.within.0.is_none() => inner.accepts,
+            Some(inner) if inner.within.0.is_none() => {
+                let barred = *lock(&inner.barred);
+                Accepts {
+                    elicitation_form: inner.accepts.elicitation_form && !barred.elicitation_form,
+                    elicitation_url: inner.accepts.elicitation_url && !barred.elicitation_url,
+                    sampling: inner.accepts.sampling && !barred.sampling,
+                }
+            }
             _ => Accepts::NOTHING,
         }
+    }
+
+    /// Bars upstreams from asking the caller for what `barred` says, in this call (its roles
+    /// do not let them): a question of that kind is refused saying so.
+    pub fn bar(&self, barred: Accepts) {
+        if let Some(inner) = &self.0 {
+            *lock(&inner.barred) = barred;
+        }
+    }
+
+    /// Why a question the client would accept is not put: the caller's roles bar it.
+    fn barred(&self, kind: &'static str, bars: impl Fn(Accepts) -> bool) -> Option<Unasked> {
+        let inner = self.0.as_ref()?;
+        (bars(inner.accepts) && bars(*lock(&inner.barred))).then_some(Unasked::NotForRole(kind))
     }
 
     /// Asks the call's client for an elicitation, and answers what it answered; the call's
@@ -223,12 +250,14 @@ impl Conversation {
             ElicitRequestParams::FormElicitationParams { .. } if !accepts.elicitation_form => {
                 return Err(self
                     .unasked()
+                    .or_else(|| self.barred("elicitation", |a| a.elicitation_form))
                     .unwrap_or(Unasked::NotAccepted("elicitation")));
             }
             ElicitRequestParams::UrlElicitationParams { url, .. } => {
                 if !accepts.elicitation_url {
                     return Err(self
                         .unasked()
+                        .or_else(|| self.barred("elicitation", |a| a.elicitation_url))
                         .unwrap_or(Unasked::NotAccepted("URL-mode elicitation")));
                 }
                 if !safe_url(url) {
@@ -254,7 +283,10 @@ impl Conversation {
         params: CreateMessageRequestParams,
     ) -> Result<CreateMessageResult, Unasked> {
         if !self.accepts().sampling {
-            return Err(self.unasked().unwrap_or(Unasked::NotAccepted("sampling")));
+            return Err(self
+                .unasked()
+                .or_else(|| self.barred("sampling", |a| a.sampling))
+                .unwrap_or(Unasked::NotAccepted("sampling")));
         }
         match self
             .ask(ServerRequest::CreateMessageRequest(
@@ -327,6 +359,13 @@ impl Conversation {
             () = gone => Err(Unasked::Gone),
         }
     }
+}
+
+fn lock<T: Copy>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock means a panic elsewhere; the value itself is whole.
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Whether a person may be sent to `url`: `https`, or `http` to loopback (a server on the

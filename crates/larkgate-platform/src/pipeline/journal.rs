@@ -135,7 +135,17 @@ async fn journal_and_dispatch(services: Arc<Services>, request: CallRequest) -> 
             admitted: false,
         };
     }
-    // What an upstream asks the caller during the call is audited as part of it.
+    // What an upstream may ask the caller during the call, as the caller's roles say; what it
+    // asks is audited as part of the call.
+    let policy = services.policy();
+    let principal = &identity.run.principal;
+    let elicitation = !policy.may_be_asked(principal, &request.tool, false);
+    request.conversation.bar(crate::conversation::Accepts {
+        elicitation_form: elicitation,
+        elicitation_url: elicitation,
+        sampling: !policy.may_be_asked(principal, &request.tool, true),
+    });
+    drop(policy);
     request.conversation.witnessed_by(Arc::new(Questions {
         services: Arc::clone(&services),
         base: base.clone(),

@@ -76,9 +76,10 @@ pub(super) const EVERYTHING: Accepts = Accepts {
 pub(super) fn unasked(method: &str, why: Unasked) -> rmcp::ErrorData {
     let code = match &why {
         Unasked::Refused(error) => return error.clone(),
-        Unasked::NoClient | Unasked::ScriptRun | Unasked::NotAccepted(_) => {
-            ErrorCode::METHOD_NOT_FOUND
-        }
+        Unasked::NoClient
+        | Unasked::ScriptRun
+        | Unasked::NotAccepted(_)
+        | Unasked::NotForRole(_) => ErrorCode::METHOD_NOT_FOUND,
         Unasked::UnsafeUrl => ErrorCode::INVALID_PARAMS,
         _ => ErrorCode::INVALID_REQUEST,
     };

@@ -544,8 +544,10 @@ fn an_upstream_s_log_messages_reach_the_client_that_made_the_call() {
 }
 
 /// An upstream that asks for an elicitation nobody can answer (the calling client did not
-/// declare it, or the operator does not let the upstream ask) is told that nobody was asked,
-/// never that a person declined.
+/// declare it, the operator does not let the upstream ask, the caller's roles do not, or the
+/// call is a script's run's)
+/// is told that nobody was asked, never that a person declined; each such question is
+/// audited.
 #[test]
 fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
     let peer = weather();
@@ -554,11 +556,34 @@ fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
          approval = \"never\"\nrevisions = \"legacy\"\n\
          [[upstreams]]\nalias = \"quiet\"\nurl = \"{url}\"\nallow = [\"127.0.0.1\"]\n\
          approval = \"never\"\nrevisions = \"legacy\"\nelicitation = false\n\
-         [audit]\nrecord_arguments = true\n",
+         [[upstreams]]\nalias = \"other\"\nurl = \"{url}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\nrevisions = \"legacy\"\n\
+         [audit]\nrecord_arguments = true\n\
+         [policy.roles.admin]\ncall = [\"*\"]\nelicitation = [\"weather__*\"]\n",
         url = peer.url
     );
     let (dir, server, token) = admin_gateway(&config);
     let through = format!("http:{}", server.url);
+    let accept = r#"{"elicit": {"action": "accept", "content": {"city": "Oslo"}}}"#;
+
+    // The caller's role lets `weather` ask, and not `other`.
+    let answer = client(
+        &["ask", "legacy", &through, "weather__ask", "{}", accept],
+        Some(&token),
+    );
+    assert_eq!(said(&answer), "answered: accept", "{answer}");
+    let answer = client(
+        &["ask", "legacy", &through, "other__ask", "{}", accept],
+        Some(&token),
+    );
+    assert_eq!(answer["asked"], serde_json::json!([]), "{answer}");
+    assert!(
+        said(&answer).contains(
+            "the caller's roles do not let upstreams ask them for elicitation in calls to this \
+             tool: nobody was asked"
+        ),
+        "{answer}"
+    );
     for (tool, answers, why) in [
         // The client declared no elicitation.
         ("weather__ask", "{}", "does not accept elicitation"),
@@ -589,16 +614,52 @@ fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
             assert!(text.contains(why), "{mode}: {text}");
         }
     }
+    // A script's run cannot ask its caller, though the caller would answer.
+    let source = serde_json::json!({ "source": "def main():\n    return weather.ask()\n" });
+    let answer = client(
+        &[
+            "ask",
+            "legacy",
+            &through,
+            "script_run_draft",
+            &source.to_string(),
+            r#"{"elicit": {"action": "accept", "content": {"city": "Oslo"}}}"#,
+        ],
+        Some(&token),
+    );
+    assert_eq!(answer["asked"], serde_json::json!([]), "{answer}");
+    let text = said(&answer);
+    assert!(
+        text.contains("refused:") && text.contains("made by a script's run, which cannot ask"),
+        "{text}"
+    );
+
     // Each question larkgate refused to pass on is in the audit, with what was asked (the
     // arguments are recorded here) and no answer; one the operator's setting stopped never
     // reached a call's conversation, and the upstream alone was told.
     let events = question_events(dir.path(), "elicitation");
-    assert_eq!(events.len(), 2, "{events:?}");
-    for event in &events {
-        assert_eq!(event["tool"], "weather__ask", "{event}");
+    assert_eq!(events.len(), 5, "{events:?}");
+    let (answered, events) = events.split_first().unwrap();
+    assert_eq!(answered["tool"], "weather__ask", "{answered}");
+    let args: Value = serde_json::from_str(answered["args"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        args["answered"],
+        serde_json::json!({"action": "accept", "content": {"city": "Oslo"}}),
+        "{args}"
+    );
+    let not_accepted = "the client that made this call does not accept elicitation";
+    let from_a_run = "the call was made by a script's run";
+    let barred = "the caller's roles do not let upstreams ask them";
+    for (event, (tool, why)) in events.iter().zip([
+        ("other__ask", barred),
+        ("weather__ask", not_accepted),
+        ("weather__ask", not_accepted),
+        ("weather__ask", from_a_run),
+    ]) {
+        assert_eq!(event["tool"], tool, "{event}");
         let detail = event["detail"].as_str().unwrap();
         assert!(
-            detail.starts_with("form elicitation asked \"Which city?\": the client that made this call does not accept elicitation"),
+            detail.starts_with(&format!("form elicitation asked \"Which city?\": {why}")),
             "{detail}"
         );
         let args: Value = serde_json::from_str(event["args"].as_str().unwrap()).unwrap();
