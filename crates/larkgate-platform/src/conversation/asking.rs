@@ -100,6 +100,12 @@ pub enum Unasked {
     /// The client did not declare it.
     #[error("the client that made this call does not accept {0}: nobody was asked")]
     NotAccepted(&'static str),
+    /// The operator does not let this upstream ask for it (its `elicitation` or `sampling`
+    /// setting).
+    #[error(
+        "this upstream may not ask larkgate's clients for {0} (the operator's choice): nobody was asked"
+    )]
+    UpstreamMayNot(&'static str),
     /// The caller's roles do not let upstreams ask them for it in calls to this tool.
     #[error(
         "the caller's roles do not let upstreams ask them for {0} in calls to this tool: nobody \
@@ -210,6 +216,14 @@ impl Conversation {
         let outcome = self.put_sampling(params).await;
         self.witness(Kind::Sampling, question, &outcome);
         outcome
+    }
+
+    /// A question of `kind` (`question`, its parameters) refused before it reached this
+    /// conversation (the upstream may not ask at all): the call's [`Witness`] is told, and
+    /// the reason answered.
+    pub fn refuse(&self, kind: Kind, question: serde_json::Value, why: Unasked) -> Unasked {
+        self.witness::<()>(kind, question, &Err(why.clone()));
+        why
     }
 
     /// Has `witness` told of each question asked in the call from now on.
@@ -414,6 +428,146 @@ mod tests {
         ] {
             assert_eq!(safe_url(url), safe, "{url}");
         }
+    }
+
+    fn form() -> ElicitRequestParams {
+        serde_json::from_value(serde_json::json!({
+            "mode": "form",
+            "message": "Which city?",
+            "requestedSchema": {"type": "object", "properties": {"city": {"type": "string"}}}
+        }))
+        .unwrap()
+    }
+
+    fn url(url: &str) -> ElicitRequestParams {
+        serde_json::from_value(serde_json::json!({
+            "mode": "url", "message": "Sign in", "url": url, "elicitationId": "e-1"
+        }))
+        .unwrap()
+    }
+
+    const EVERYTHING: Accepts = Accepts {
+        elicitation_form: true,
+        elicitation_url: true,
+        sampling: true,
+    };
+
+    fn open(accepts: Accepts) -> (Conversation, super::super::Outbox) {
+        Conversation::open_within(
+            None,
+            None,
+            accepts,
+            CancellationToken::new(),
+            &Conversation::none(),
+        )
+    }
+
+    /// Who is not asked, and why: each refusal says so before anything is sent.
+    #[tokio::test]
+    async fn nobody_is_asked_what_they_cannot_answer() {
+        assert_eq!(
+            Conversation::none().elicit(form()).await,
+            Err(Unasked::NoClient)
+        );
+        let (declared_nothing, _outbox) = open(Accepts::NOTHING);
+        assert_eq!(
+            declared_nothing.elicit(form()).await,
+            Err(Unasked::NotAccepted("elicitation"))
+        );
+        let (forms_only, _outbox) = open(Accepts {
+            elicitation_form: true,
+            ..Accepts::NOTHING
+        });
+        assert_eq!(
+            forms_only.elicit(url("https://example.com/")).await,
+            Err(Unasked::NotAccepted("URL-mode elicitation"))
+        );
+        let (all, mut outbox) = open(EVERYTHING);
+        assert_eq!(
+            all.elicit(url("http://example.com/")).await,
+            Err(Unasked::UnsafeUrl)
+        );
+        // The roles bar sampling: said so, not that the client does not accept it.
+        all.bar(Accepts {
+            sampling: true,
+            ..Accepts::NOTHING
+        });
+        let sampling: CreateMessageRequestParams = serde_json::from_value(serde_json::json!({
+            "messages": [], "maxTokens": 5
+        }))
+        .unwrap();
+        assert_eq!(
+            all.sample(sampling).await,
+            Err(Unasked::NotForRole("sampling"))
+        );
+        // A script's host call, inside a run: never.
+        let (in_run, _run_outbox) =
+            Conversation::open_within(None, None, EVERYTHING, CancellationToken::new(), &all);
+        assert_eq!(in_run.elicit(form()).await, Err(Unasked::ScriptRun));
+        // None of them reached the client.
+        assert!(outbox.asks.try_recv().is_err());
+    }
+
+    /// At most MAX_OPEN questions wait at once; the client's end going away, or the call
+    /// ending, answers every one that waits: nothing is left open.
+    #[tokio::test]
+    async fn questions_are_bounded_and_none_outlives_its_client() {
+        let (conversation, outbox) = open(EVERYTHING);
+        let gone = super::super::ResponseGone::default();
+        conversation.answered_through(&gone);
+        let waiting: Vec<_> = (0..MAX_OPEN)
+            .map(|_| {
+                let conversation = conversation.clone();
+                tokio::spawn(async move { conversation.elicit(form()).await })
+            })
+            .collect();
+        // Each is queued for the client (nobody carries them here).
+        while conversation
+            .0
+            .as_ref()
+            .unwrap()
+            .open_questions
+            .load(Ordering::SeqCst)
+            < MAX_OPEN
+        {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(conversation.elicit(form()).await, Err(Unasked::TooMany));
+        gone.0.cancel();
+        for question in waiting {
+            assert_eq!(question.await.unwrap(), Err(Unasked::Gone));
+        }
+        assert_eq!(
+            conversation
+                .0
+                .as_ref()
+                .unwrap()
+                .open_questions
+                .load(Ordering::SeqCst),
+            0
+        );
+        // Once gone, a new question is refused at once.
+        assert_eq!(conversation.elicit(form()).await, Err(Unasked::Gone));
+        drop(outbox);
+
+        // The call ends (its outbox is dropped with the questions it holds).
+        let (conversation, outbox) = open(EVERYTHING);
+        let question = {
+            let conversation = conversation.clone();
+            tokio::spawn(async move { conversation.elicit(form()).await })
+        };
+        while conversation
+            .0
+            .as_ref()
+            .unwrap()
+            .open_questions
+            .load(Ordering::SeqCst)
+            < 1
+        {
+            tokio::task::yield_now().await;
+        }
+        drop(outbox);
+        assert_eq!(question.await.unwrap(), Err(Unasked::Gone));
     }
 
     #[test]

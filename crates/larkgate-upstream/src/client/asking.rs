@@ -17,7 +17,7 @@
 #![allow(deprecated)]
 
 use larkgate_platform::Conversation;
-use larkgate_platform::conversation::{Accepts, Unasked};
+use larkgate_platform::conversation::{Accepts, Kind, Unasked};
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
     ElicitResult, ElicitationCapability, ErrorCode, FormElicitationCapability, InputRequest,
@@ -79,23 +79,12 @@ pub(super) fn unasked(method: &str, why: Unasked) -> rmcp::ErrorData {
         Unasked::NoClient
         | Unasked::ScriptRun
         | Unasked::NotAccepted(_)
+        | Unasked::UpstreamMayNot(_)
         | Unasked::NotForRole(_) => ErrorCode::METHOD_NOT_FOUND,
         Unasked::UnsafeUrl => ErrorCode::INVALID_PARAMS,
         _ => ErrorCode::INVALID_REQUEST,
     };
     rmcp::ErrorData::new(code, format!("{method}: {why}"), None)
-}
-
-/// The error a server gets for asking what the operator does not let it ask.
-pub(super) fn not_allowed(method: &str) -> rmcp::ErrorData {
-    rmcp::ErrorData::new(
-        ErrorCode::METHOD_NOT_FOUND,
-        format!(
-            "{method}: this upstream may not ask larkgate's clients for it (the operator's \
-             choice); nobody was asked"
-        ),
-        None,
-    )
 }
 
 /// A question about no call under way.
@@ -114,10 +103,15 @@ pub(super) async fn elicit(
     params: ElicitRequestParams,
 ) -> Result<ElicitResult, rmcp::ErrorData> {
     const METHOD: &str = "elicitation/create";
-    if !may.elicitation {
-        return Err(not_allowed(METHOD));
-    }
     let conversation = conversation.ok_or_else(|| about_no_call(METHOD))?;
+    if !may.elicitation {
+        let question = serde_json::to_value(&params).unwrap_or_default();
+        let why = Unasked::UpstreamMayNot("elicitation");
+        return Err(unasked(
+            METHOD,
+            conversation.refuse(Kind::Elicitation, question, why),
+        ));
+    }
     conversation
         .elicit(params)
         .await
@@ -131,10 +125,15 @@ pub(super) async fn sample(
     params: CreateMessageRequestParams,
 ) -> Result<CreateMessageResult, rmcp::ErrorData> {
     const METHOD: &str = "sampling/createMessage";
-    if !may.sampling {
-        return Err(not_allowed(METHOD));
-    }
     let conversation = conversation.ok_or_else(|| about_no_call(METHOD))?;
+    if !may.sampling {
+        let question = serde_json::to_value(&params).unwrap_or_default();
+        let why = Unasked::UpstreamMayNot("sampling");
+        return Err(unasked(
+            METHOD,
+            conversation.refuse(Kind::Sampling, question, why),
+        ));
+    }
     conversation
         .sample(params)
         .await

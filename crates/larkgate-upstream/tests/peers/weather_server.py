@@ -31,6 +31,9 @@ from mcp.server.mcpserver.resolve import Elicit, Resolve, Sample
 from mcp_types import (
     Completion,
     CreateMessageResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
     SamplingMessage,
     TextContent,
     ToolAnnotations,
@@ -118,6 +121,35 @@ async def ask(ctx: Context) -> str:
         return OUTCOMES[-1]
     OUTCOMES.append(f"answered: {answer.action}")
     return OUTCOMES[-1]
+
+
+def questions(count: int, round: int) -> InputRequiredResult:
+    """`count` form elicitations, as a 2026-07-28 `input_required` answer of round `round`."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    return InputRequiredResult(
+        input_requests={
+            f"q{n}": ElicitRequest(
+                params=ElicitRequestFormParams(message=f"Question {n}?", requested_schema=schema)
+            )
+            for n in range(count)
+        },
+        request_state=f"round {round}",
+    )
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def curious(ctx: Context, count: int) -> InputRequiredResult | str:
+    """On 2026-07-28: asks `count` questions at once, then says how many answers came."""
+    if ctx.input_responses is not None:
+        return f"{len(ctx.input_responses)} answers"
+    return questions(count, 1)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def insistent(ctx: Context) -> InputRequiredResult | str:
+    """On 2026-07-28: asks one more question every round, and never answers."""
+    state = ctx.request_state or "round 0"
+    return questions(1, int(state.split()[1]) + 1)
 
 
 # What each call of `ask` ended with, for a test whose client is gone before the answer.

@@ -634,11 +634,10 @@ fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
         "{text}"
     );
 
-    // Each question larkgate refused to pass on is in the audit, with what was asked (the
-    // arguments are recorded here) and no answer; one the operator's setting stopped never
-    // reached a call's conversation, and the upstream alone was told.
+    // Each question is in the audit, with what was asked (the arguments are recorded here)
+    // and the answer, or none and why.
     let events = question_events(dir.path(), "elicitation");
-    assert_eq!(events.len(), 5, "{events:?}");
+    assert_eq!(events.len(), 7, "{events:?}");
     let (answered, events) = events.split_first().unwrap();
     assert_eq!(answered["tool"], "weather__ask", "{answered}");
     let args: Value = serde_json::from_str(answered["args"].as_str().unwrap()).unwrap();
@@ -650,10 +649,13 @@ fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
     let not_accepted = "the client that made this call does not accept elicitation";
     let from_a_run = "the call was made by a script's run";
     let barred = "the caller's roles do not let upstreams ask them";
+    let may_not = "this upstream may not ask larkgate's clients for elicitation";
     for (event, (tool, why)) in events.iter().zip([
         ("other__ask", barred),
         ("weather__ask", not_accepted),
         ("weather__ask", not_accepted),
+        ("quiet__ask", may_not),
+        ("quiet__ask", may_not),
         ("weather__ask", from_a_run),
     ]) {
         assert_eq!(event["tool"], tool, "{event}");
@@ -783,6 +785,47 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
         assert_eq!(relayed["asked"], serde_json::json!([]), "{relayed}");
         assert!(said(&relayed).contains("sampling"), "{relayed}");
     }
+
+    // A 2026-07-28 upstream's rounds are bounded: at most 4 questions at once, and as many
+    // rounds as larkgate waits for a call still working.
+    let four = client(
+        &[
+            "ask",
+            "legacy",
+            &through,
+            "modern__curious",
+            r#"{"count": 4}"#,
+            accept,
+        ],
+        Some(&token),
+    );
+    assert_eq!(said(&four), "4 answers", "{four}");
+    assert_eq!(four["asked"].as_array().unwrap().len(), 4, "{four}");
+    let five = client(
+        &[
+            "ask",
+            "legacy",
+            &through,
+            "modern__curious",
+            r#"{"count": 5}"#,
+            accept,
+        ],
+        Some(&token),
+    );
+    assert_eq!(five["asked"], serde_json::json!([]), "{five}");
+    assert!(
+        said(&five).contains("the server asked 5 questions at once (at most 4)"),
+        "{five}"
+    );
+    let endless = client(
+        &["ask", "legacy", &through, "modern__insistent", "{}", accept],
+        Some(&token),
+    );
+    assert!(
+        said(&endless).contains("rounds of `input_required`"),
+        "{endless}"
+    );
+    assert_eq!(endless["asked"].as_array().unwrap().len(), 11, "{endless}");
 
     // Each question is audited with the call it came in, and how it ended; what was asked
     // and answered is not recorded (record_arguments is off).
