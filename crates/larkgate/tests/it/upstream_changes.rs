@@ -372,8 +372,22 @@ fn a_hundred_thousand_tools_are_capped_and_the_others_keep_serving() {
     );
     let (dir, server, token) = admin_gateway(&config);
     let d = dir.path();
-    answered(&server.url, &token, "local__echo", json!({"text": "x"}));
-    answered(&server.url, &token, "paged__t999", json!({}));
+    // The upstreams are connected beside serving: on a busy machine a server listing 2,000
+    // tools in pages may still be starting when larkgate first answers.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (tool, arguments) in [
+        ("local__echo", json!({"text": "x"})),
+        ("paged__t999", json!({})),
+    ] {
+        loop {
+            let result = call(&server.url, &token, None, None, tool, arguments.clone());
+            if result["result"]["isError"] == false {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{tool} never answered: {result}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     let over = call(&server.url, &token, None, None, "paged__t1000", json!({}));
     assert_eq!(envelope(&over)["code"], "not_found", "{over}");
     let capped = call(&server.url, &token, None, None, "onepage__t0", json!({}));
