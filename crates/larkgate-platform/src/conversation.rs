@@ -134,6 +134,8 @@ struct Inner {
     asks: mpsc::Sender<asking::Ask>,
     /// Questions asked and not answered yet.
     open_questions: AtomicU32,
+    /// Told each time a question opens or closes (see [`Conversation::questions`]).
+    question_changes: tokio::sync::watch::Sender<()>,
     /// Who is told of each question asked (the journal, which audits them).
     witness: std::sync::Mutex<Option<Arc<dyn Witness>>>,
     /// Cancelled when the client's end of the call's response is gone (over HTTP).
@@ -238,6 +240,7 @@ impl Conversation {
             barred: std::sync::Mutex::new(Accepts::NOTHING),
             asks,
             open_questions: AtomicU32::new(0),
+            question_changes: tokio::sync::watch::Sender::new(()),
             witness: std::sync::Mutex::new(None),
             response_gone: std::sync::OnceLock::new(),
         })));

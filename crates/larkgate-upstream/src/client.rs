@@ -630,6 +630,15 @@ impl UpstreamClient {
         }
         options.reset_timeout_on_progress = progress;
         options.max_total_timeout = Some(self.limits.total_timeout);
+        // A 2025-11-25 server asks its questions mid-call: while a person answers one, the
+        // call's round trip waits (larkgate keeps that timeout itself; a 2026-07-28 server
+        // asks between rounds, each with rmcp's).
+        let asks_mid_call = conversation.is_some_and(|c| c.accepts().anything())
+            && self.protocol_version() != Some(ProtocolVersion::V_2026_07_28);
+        if asks_mid_call {
+            options.timeout = Some(self.limits.total_timeout);
+            options.reset_timeout_on_progress = false;
+        }
         let limits = self.limits;
         let named = |error: ServiceError| {
             if self.overflowed.swap(false, Ordering::SeqCst) {
@@ -656,6 +665,13 @@ impl UpstreamClient {
             Ok(handle) => handle,
             Err(error) => return Some(Err(named(error))),
         };
+        let round_trip = round_trip(
+            self.limits.call_timeout,
+            conversation
+                .filter(|_| asks_mid_call)
+                .zip(_route.as_ref().map(routes::Route::progress_heard)),
+            progress,
+        );
         // Until it is answered, the request is cancelled at the server if this call ends
         // another way: its caller cancelled, or the caller's whole request was dropped.
         let mut unanswered = Unanswered(Some((handle.peer.clone(), handle.id.clone())));
@@ -675,6 +691,12 @@ impl UpstreamClient {
                 }
                 None
             }
+            () = round_trip => {
+                if let Some((peer, id)) = unanswered.0.take() {
+                    cancel(&peer, id).await;
+                }
+                Some(Err(UpstreamError::Timeout(self.limits.call_timeout)))
+            }
         }
     }
 
@@ -691,6 +713,35 @@ impl UpstreamClient {
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
             process.kill();
+        }
+    }
+}
+
+/// Finishes when `limit` passes with nothing heard about the request: no progress report
+/// (`progress`, when `resets`) and no question of `conversation`'s opening or closing, and
+/// none open. Never, for a call that keeps no timeout of its own (`None`).
+async fn round_trip(
+    limit: Duration,
+    watching: Option<(&Conversation, tokio::sync::watch::Receiver<()>)>,
+    resets: bool,
+) {
+    let Some((conversation, mut progress)) = watching else {
+        return std::future::pending().await;
+    };
+    let Some((_, mut questions)) = conversation.questions() else {
+        return std::future::pending().await;
+    };
+    // A sender gone (the call ending) says nothing more: that side is then only waited on.
+    let (mut progress_open, mut questions_open) = (resets, true);
+    loop {
+        tokio::select! {
+            changed = progress.changed(), if progress_open => progress_open = changed.is_ok(),
+            changed = questions.changed(), if questions_open => questions_open = changed.is_ok(),
+            () = tokio::time::sleep(limit) => {
+                if conversation.questions().is_none_or(|(open, _)| open == 0) {
+                    return;
+                }
+            }
         }
     }
 }

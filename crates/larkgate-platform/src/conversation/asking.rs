@@ -157,12 +157,13 @@ pub(super) struct Ask {
     pub(super) answer: oneshot::Sender<Result<ClientResult, ServiceError>>,
 }
 
-/// Counts a question open until dropped.
-struct Open<'a>(&'a std::sync::atomic::AtomicU32);
+/// Counts a question open until dropped, telling each change.
+struct Open<'a>(&'a super::Inner);
 
 impl Drop for Open<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.open_questions.fetch_sub(1, Ordering::SeqCst);
+        self.0.question_changes.send_replace(());
     }
 }
 
@@ -224,6 +225,17 @@ impl Conversation {
     pub fn refuse(&self, kind: Kind, question: serde_json::Value, why: Unasked) -> Unasked {
         self.witness::<()>(kind, question, &Err(why.clone()));
         why
+    }
+
+    /// How many questions of the call wait for the client's answer now, and a receiver told
+    /// each time one opens or closes (`None` for a call no client waits on). A call's
+    /// round-trip timeout waits while a person answers.
+    pub fn questions(&self) -> Option<(u32, tokio::sync::watch::Receiver<()>)> {
+        let inner = self.0.as_ref()?;
+        Some((
+            inner.open_questions.load(Ordering::SeqCst),
+            inner.question_changes.subscribe(),
+        ))
     }
 
     /// Has `witness` told of each question asked in the call from now on.
@@ -348,7 +360,8 @@ impl Conversation {
             inner.open_questions.fetch_sub(1, Ordering::SeqCst);
             return Err(Unasked::TooMany);
         }
-        let _open = Open(&inner.open_questions);
+        let _open = Open(inner);
+        inner.question_changes.send_replace(());
         let (answer, answered) = oneshot::channel();
         // The queue holds MAX_OPEN: with at most that many open, sending never waits.
         inner

@@ -51,7 +51,7 @@ use crate::http::REQUEST_META_KEY;
 /// The routes of one upstream connection.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
-    /// The calls that asked for progress, by their request's progress token.
+    /// The calls, by their request's progress token (for their progress reports).
     calls: HashMap<ProgressToken, Listener>,
     /// The calls, by their request's id (for their log messages and questions).
     requests: HashMap<RequestId, Listener>,
@@ -69,6 +69,8 @@ pub(super) struct Routes {
 #[derive(Clone, Debug)]
 pub(super) struct Listener {
     conversation: Conversation,
+    /// Told of each progress report about the request (its round-trip timeout starts again).
+    heard: Arc<tokio::sync::watch::Sender<()>>,
     /// Set, under the routes' lock, when the call's [`Route`] is dropped: a request the
     /// transport sends after its call ended opens no route.
     ended: Arc<AtomicBool>,
@@ -79,6 +81,14 @@ pub(super) struct Listener {
 pub(super) struct Route {
     routes: Arc<Mutex<Routes>>,
     ended: Arc<AtomicBool>,
+    heard: Arc<tokio::sync::watch::Sender<()>>,
+}
+
+impl Route {
+    /// Told of each progress report the server sends about the call's request.
+    pub(super) fn progress_heard(&self) -> tokio::sync::watch::Receiver<()> {
+        self.heard.subscribe()
+    }
 }
 
 impl Drop for Route {
@@ -108,14 +118,17 @@ fn lock(routes: &Mutex<Routes>) -> std::sync::MutexGuard<'_, Routes> {
 /// them.
 pub(super) fn listen(routes: &Arc<Mutex<Routes>>, conversation: Conversation) -> (Listener, Route) {
     let ended = Arc::new(AtomicBool::new(false));
+    let heard = Arc::new(tokio::sync::watch::Sender::new(()));
     (
         Listener {
             conversation,
             ended: Arc::clone(&ended),
+            heard: Arc::clone(&heard),
         },
         Route {
             routes: Arc::clone(routes),
             ended,
+            heard,
         },
     )
 }
@@ -131,9 +144,7 @@ fn open(
     if listener.ended.load(Ordering::SeqCst) {
         return;
     }
-    if let Some(token) = token
-        && listener.conversation.wants_progress()
-    {
+    if let Some(token) = token {
         table.calls.insert(token, listener.clone());
     }
     table.requests.insert(request.clone(), listener.clone());
@@ -223,10 +234,10 @@ fn say(
 
 /// A report from the server: to its call's conversation, or to nobody.
 pub(super) fn report(routes: &Mutex<Routes>, report: &ProgressNotificationParam) {
-    let conversation = {
+    let listener = {
         let table = lock(routes);
         match table.calls.get(&report.progress_token) {
-            Some(listener) => listener.conversation.clone(),
+            Some(listener) => listener.clone(),
             None => {
                 tracing::trace!("an upstream's progress report is about no call under way");
                 return;
@@ -234,7 +245,14 @@ pub(super) fn report(routes: &Mutex<Routes>, report: &ProgressNotificationParam)
         }
     };
     // Outside the lock: relaying never waits, but it need not hold the table either.
-    conversation.relay_progress(report.progress, report.total, report.message.as_deref());
+    listener.heard.send_replace(());
+    if listener.conversation.wants_progress() {
+        listener.conversation.relay_progress(
+            report.progress,
+            report.total,
+            report.message.as_deref(),
+        );
+    }
 }
 
 /// A client transport that opens each call's route as it sends the call's request, and

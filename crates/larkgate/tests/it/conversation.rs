@@ -874,6 +874,58 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
     assert!(server.stop().success());
 }
 
+/// While a person answers an upstream's question, the call's round-trip timeout waits: an
+/// answer that takes longer than it is not cut off, though a call that is silent that long
+/// is, and progress still starts the timeout again.
+#[test]
+fn a_person_answering_holds_the_round_trip_timeout() {
+    let peer = weather();
+    let config = format!(
+        "[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\nrevisions = \"legacy\"\n\
+         [upstreams.limits]\ncall_timeout_ms = 2000\n",
+        peer.url
+    );
+    let (_dir, server, token) = admin_gateway(&config);
+    let through = format!("http:{}", server.url);
+    let slowly = r#"{"elicit": {"action": "accept", "content": {"city": "Oslo"}}, "delay": 4}"#;
+    let answer = client(
+        &["ask", "legacy", &through, "weather__ask", "{}", slowly],
+        Some(&token),
+    );
+    assert_eq!(said(&answer), "answered: accept", "{answer}");
+    // The same client, silent upstreams: the timeout holds.
+    let silent = client(
+        &[
+            "ask",
+            "legacy",
+            &through,
+            "weather__slow",
+            r#"{"seconds": 4}"#,
+            slowly,
+        ],
+        Some(&token),
+    );
+    assert!(
+        said(&silent).contains("did not answer within 2"),
+        "{silent}"
+    );
+    // Progress every half second for 3 s starts it again each time.
+    let reporting = client(
+        &[
+            "ask",
+            "legacy",
+            &through,
+            "weather__progress",
+            r#"{"steps": 6, "delay": 0.5}"#,
+            slowly,
+        ],
+        Some(&token),
+    );
+    assert_eq!(said(&reporting), "6 steps", "{reporting}");
+    assert!(server.stop().success());
+}
+
 /// What the weather peer's `ask` and `late` calls ended with so far, oldest first.
 fn outcomes(direct: &str) -> Vec<String> {
     let answer = client(&["ask", "legacy", direct, "outcomes", "{}", "{}"], None);

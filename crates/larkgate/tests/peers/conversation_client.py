@@ -25,7 +25,8 @@ it has heard WAIT messages, or with `told` until larkgate said how many it did n
 
 `ask` calls TOOL with ARGS_JSON, answering the server's elicitations and sampling requests as
 ANSWERS_JSON says ({"elicit": an ElicitResult, "sample": {"text", "model"}}; what it does not
-name is not declared; "elicit": "hang" prints {"asking": params} when asked and never answers),
+name is not declared; "elicit": "hang" prints {"asking": params} when asked and never answers;
+"delay": seconds waits that long before each elicitation's answer),
 and prints {"asked": [each request's params], "text": the answer's text, "is_error"}, or
 {"asked", "error": message} when the call is refused.
 
@@ -178,6 +179,8 @@ async def ask(mode, target, tool, arguments, answers):
             # Says it was asked, then never answers (the test kills it then).
             print(json.dumps({"asking": asked[-1]}), flush=True)
             await asyncio.Event().wait()
+        # A person taking their time.
+        await asyncio.sleep(answers.get("delay", 0))
         return ElicitResult(**answers["elicit"])
 
     async def on_sample(context, params):
