@@ -520,6 +520,8 @@ impl UpstreamClient {
         // `STILL_WAITING_ROUNDS` times. One that asks for input (an elicitation, a sampling
         // request) is sent again with the answers of the call's client (see `asking`).
         let mut pause = Duration::from_millis(50);
+        // The client's answers count against the call's total as well.
+        let ends = tokio::time::Instant::now() + self.limits.total_timeout;
         for _ in 0..=STILL_WAITING_ROUNDS {
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
             let answer = match self
@@ -556,6 +558,9 @@ impl UpstreamClient {
                             questions,
                         ) => answers,
                         () = cancelled.as_mut() => return None,
+                        () = tokio::time::sleep_until(ends) => {
+                            return Some(Err(UpstreamError::Timeout(self.limits.total_timeout)));
+                        }
                     };
                     match answers {
                         Ok(answers) => {

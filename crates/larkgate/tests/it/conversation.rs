@@ -876,7 +876,7 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
 
 /// While a person answers an upstream's question, the call's round-trip timeout waits: an
 /// answer that takes longer than it is not cut off, though a call that is silent that long
-/// is, and progress still starts the timeout again.
+/// is, and progress still starts the timeout again; the call's total still holds.
 #[test]
 fn a_person_answering_holds_the_round_trip_timeout() {
     let peer = weather();
@@ -923,6 +923,29 @@ fn a_person_answering_holds_the_round_trip_timeout() {
         Some(&token),
     );
     assert_eq!(said(&reporting), "6 steps", "{reporting}");
+    assert!(server.stop().success());
+
+    // A 2026-07-28 upstream asks between rounds: a client that never answers still meets the
+    // call's total.
+    let config = format!(
+        "[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\n[upstreams.limits]\ntotal_timeout_ms = 3000\n",
+        peer.url
+    );
+    let (_dir, server, token) = admin_gateway(&config);
+    let through = format!("http:{}", server.url);
+    let never = client(
+        &[
+            "ask",
+            "legacy",
+            &through,
+            "weather__pick",
+            "{}",
+            r#"{"elicit": "hang"}"#,
+        ],
+        Some(&token),
+    );
+    assert!(said(&never).contains("did not answer within 3"), "{never}");
     assert!(server.stop().success());
 }
 
