@@ -37,9 +37,11 @@ use crate::policy::TargetKind;
 
 mod dispatch;
 mod uri_template;
+mod watching;
 
 pub use dispatch::not_found;
 pub use uri_template::UriTemplate;
+pub use watching::{Subscribing, Subscription, Watched, is_under};
 
 /// The scheme and separator every federated resource URI begins with.
 pub const URI_PREFIX: &str = "larkgate://";
@@ -88,6 +90,10 @@ pub trait CatalogReader: Send + Sync {
         argument: ArgumentInfo,
         known: Option<CompletionContext>,
     ) -> Result<CompleteResult, Refusal>;
+
+    /// Subscribes to the updates of resource `uri` (the upstream's own URI) for as long as
+    /// the answer's `held` is kept.
+    async fn subscribe(&self, context: &CallContext, uri: &str) -> Result<Subscription, Refusal>;
 }
 
 /// What one upstream listed, under larkgate's names.
@@ -475,6 +481,9 @@ mod tests {
             _: &str,
             _: serde_json::Map<String, serde_json::Value>,
         ) -> Result<GetPromptResult, Refusal> {
+            unreachable!("the tests here only look up")
+        }
+        async fn subscribe(&self, _: &CallContext, _: &str) -> Result<Subscription, Refusal> {
             unreachable!("the tests here only look up")
         }
     }

@@ -119,6 +119,11 @@ pub struct CallRequest {
     /// target (the same may-read, rate limit and audit), and is refused where an approval
     /// would be needed (nobody approves a keystroke).
     pub completing: Option<crate::catalog::Completing>,
+    /// For a subscription (`resources/subscribe`, or a resource URI of a
+    /// `subscriptions/listen`): where the dispatch leaves what it subscribed to. It crosses
+    /// the pipeline as a read of its URI, and needs no approval (it tells only that the
+    /// resource changed; each read of it still waits for its approval).
+    pub subscribing: Option<crate::catalog::Subscribing>,
 }
 
 impl CallRequest {
@@ -146,6 +151,24 @@ impl CallRequest {
             waiting: None,
             conversation: crate::Conversation::none(),
             completing: None,
+            subscribing: None,
+        }
+    }
+
+    /// A subscription to the updates of resource `target` (its larkgate URI), as it arrives;
+    /// its dispatch leaves the subscription in `subscribing`.
+    pub fn subscribe(
+        identity: Option<Arc<SessionIdentity>>,
+        target: impl Into<String>,
+        subscribing: crate::catalog::Subscribing,
+    ) -> Self {
+        let target = target.into();
+        CallRequest {
+            tool: format!("resources/subscribe {target}"),
+            kind: TargetKind::Resource,
+            target,
+            subscribing: Some(subscribing),
+            ..CallRequest::new(identity, String::new(), None)
         }
     }
 

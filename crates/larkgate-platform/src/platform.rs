@@ -276,6 +276,34 @@ impl Platform {
         self.dispatch(request).await.map(|output| output.value)
     }
 
+    /// Subscribes `identity` to the updates of resource `uri` (its larkgate URI) through the
+    /// pipeline, as [`Platform::read_resource`] reads it (needing no approval: see
+    /// [`CallRequest::subscribe`]), held by the upstream that listed it for as long as the
+    /// answer is kept. Whoever relays its updates asks the policy again before each.
+    pub async fn subscribe(
+        &self,
+        identity: Option<std::sync::Arc<SessionIdentity>>,
+        uri: &str,
+    ) -> Result<crate::catalog::Watched, Refusal> {
+        let subscribing = crate::catalog::Subscribing::default();
+        let request = CallRequest::subscribe(identity, uri, subscribing.clone());
+        self.dispatch(request).await?;
+        subscribing.take().ok_or_else(|| {
+            Refusal::internal(
+                "the subscription could not be made",
+                "a subscription's dispatch left nothing",
+            )
+        })
+    }
+
+    /// Whether `identity` may read resource `uri` (its larkgate URI) now: what a relayed
+    /// update of it is asked.
+    pub fn may_read_resource(&self, identity: &SessionIdentity, uri: &str) -> bool {
+        self.services
+            .policy()
+            .may_read_resource(&identity.run.principal, uri)
+    }
+
     /// The tools `identity` may see, as MCP listings.
     pub fn list(&self, identity: Option<&SessionIdentity>) -> Vec<rmcp::model::Tool> {
         let Some(identity) = identity else {

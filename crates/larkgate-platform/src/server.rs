@@ -35,6 +35,25 @@
 //! like the tool list's (`notifications/resources/list_changed`,
 //! `notifications/prompts/list_changed`; in 2026-07-28 on `subscriptions/listen` streams that
 //! ask for them).
+//!
+//! ## Resource subscriptions
+//!
+//! larkgate declares `resources.subscribe`. A subscription crosses the pipeline as a read of its
+//! URI does ([`Platform::subscribe`]: audited, rate limited, refused as not found where the
+//! caller may not read it) and is held by the upstream that listed the resource, once however
+//! many sessions hold it ([`crate::catalog::Watched`]). Each update is relayed while the
+//! caller's roles still let it read the URI:
+//! - in 2025-11-25 sessions, `resources/subscribe` and `resources/unsubscribe`, at most
+//!   [`MAX_SUBSCRIPTIONS`] per session, ended with the session; the update comes as
+//!   `notifications/resources/updated` with the larkgate URI (of a sub-resource, when the
+//!   upstream named one);
+//! - in 2026-07-28, the `resourceSubscriptions` of a `subscriptions/listen` stream (at most
+//!   [`MAX_SUBSCRIPTIONS`]): every URI of larkgate's form is acknowledged, whether or not it
+//!   exists or the caller may read it, so that the acknowledgement tells nothing; those the
+//!   pipeline refuses are audited and never fire. Updates are told for the URIs the stream
+//!   asked for, as that revision wants. rmcp acknowledges a stream before larkgate can
+//!   subscribe at the upstreams, so once it has, the client is told one update of each URI
+//!   subscribed: whatever changed in between is covered.
 
 use std::sync::Arc;
 
@@ -75,7 +94,16 @@ pub struct PlatformServer {
     within: Conversation,
     /// The level of log messages the session's client asked for.
     log_level: crate::conversation::SessionLogLevel,
+    /// The resources this 2025-11-25 session subscribed to (by larkgate URI), each relayed
+    /// by a task of its own.
+    subscriptions: Subscriptions,
 }
+
+/// A session's resource subscriptions ([`PlatformServer::subscribe`]).
+type Subscriptions = Arc<std::sync::Mutex<std::collections::HashMap<String, AbortOnDrop>>>;
+
+/// The most resources one session (or one `subscriptions/listen` stream) subscribes to.
+pub const MAX_SUBSCRIPTIONS: usize = 64;
 
 /// A task aborted when this is dropped.
 #[derive(Debug)]
@@ -125,6 +153,7 @@ impl PlatformServer {
             notifier: Arc::default(),
             within: Conversation::none(),
             log_level: Default::default(),
+            subscriptions: Subscriptions::default(),
         }
     }
 
@@ -144,6 +173,7 @@ impl PlatformServer {
             notifier: Arc::default(),
             within: Conversation::none(),
             log_level: Default::default(),
+            subscriptions: Subscriptions::default(),
         }
     }
 
@@ -161,6 +191,7 @@ impl PlatformServer {
             notifier: Arc::default(),
             within: Conversation::none(),
             log_level: Default::default(),
+            subscriptions: Subscriptions::default(),
         }
     }
 
@@ -204,6 +235,7 @@ pub fn server_config() -> ServerConfig {
             .enable_tool_list_changed()
             .enable_resources()
             .enable_resources_list_changed()
+            .enable_resources_subscribe()
             .enable_prompts()
             .enable_prompts_list_changed()
             .enable_logging()
@@ -280,6 +312,70 @@ impl PlatformServer {
                 &value,
             ))),
             Err(refusal) => Err(refusal_error(kind, &refusal)),
+        }
+    }
+}
+
+impl PlatformServer {
+    /// The subscriptions of a `subscriptions/listen` stream to `uris`, each made through the
+    /// pipeline (audited; one the caller may not read is refused there, and never fires):
+    /// the updates that may be relayed, and the tasks relaying them, which end when dropped.
+    async fn subscribe_listened(
+        &self,
+        context: &RequestContext<RoleServer>,
+        uris: Vec<String>,
+    ) -> (tokio::sync::mpsc::Receiver<String>, Vec<AbortOnDrop>) {
+        let (sender, updated) = tokio::sync::mpsc::channel(MAX_SUBSCRIPTIONS);
+        let mut relays = Vec::new();
+        if uris.is_empty() {
+            return (updated, relays);
+        }
+        let identity = self.identity(context).await.ok().flatten();
+        let Some(caller) = identity.clone() else {
+            return (updated, relays);
+        };
+        for uri in uris {
+            let Ok(watched) = self.platform.subscribe(identity.clone(), &uri).await else {
+                continue;
+            };
+            // The stream was acknowledged before this subscription was made: what changed in
+            // between is unknown, so the client hears that it may have changed. (At most
+            // `MAX_SUBSCRIPTIONS` URIs, so the channel has room.)
+            let _ = sender.try_send(watched.uri());
+            let sender = sender.clone();
+            let relayed = relay(
+                self.platform.clone(),
+                Arc::clone(&caller),
+                watched,
+                true,
+                move |uri| {
+                    let sender = sender.clone();
+                    async move { sender.send(uri).await.is_ok() }
+                },
+            );
+            relays.push(AbortOnDrop(tokio::spawn(relayed).abort_handle()));
+        }
+        (updated, relays)
+    }
+}
+
+/// Relays `watched`'s updates by `send` while `identity` may read what it relays, until
+/// `send` fails or the upstream is gone. `exact`: each as an update of the subscribed URI
+/// itself (2026-07-28 relays only the URIs a stream asked for).
+async fn relay<F, Fut>(
+    platform: Platform,
+    identity: Arc<SessionIdentity>,
+    mut watched: crate::catalog::Watched,
+    exact: bool,
+    send: F,
+) where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    while let Some(uri) = watched.next().await {
+        let uri = if exact { watched.uri() } else { uri };
+        if platform.may_read_resource(&identity, &uri) && !send(uri).await {
+            return;
         }
     }
 }
@@ -383,6 +479,24 @@ impl ServerHandler for PlatformServer {
         accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
         accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
         accepted.prompts_list_changed = requested.prompts_list_changed.filter(|wanted| *wanted);
+        // Every URI that could be a federated resource's is accepted, whether or not it is
+        // one the caller may read (who the caller is is not known here, and an answer that
+        // differed would tell what exists): only those it may read are subscribed, in
+        // `listen`, and the others never fire.
+        let mut uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| {
+                uri.starts_with(crate::catalog::URI_PREFIX)
+                    && uri.len() <= crate::catalog::MAX_URI_BYTES
+            })
+            .cloned()
+            .collect();
+        uris.sort();
+        uris.dedup();
+        uris.truncate(MAX_SUBSCRIPTIONS);
+        accepted.resource_subscriptions = (!uris.is_empty()).then_some(uris);
         Some(accepted)
     }
 
@@ -395,9 +509,21 @@ impl ServerHandler for PlatformServer {
         let wants_resources = accepted.resources_list_changed == Some(true);
         let wants_prompts = accepted.prompts_list_changed == Some(true);
         let sink = subscription.sink();
+        let uris = accepted.resource_subscriptions.clone().unwrap_or_default();
+        let (mut updated, _relays) = self
+            .subscribe_listened(subscription.request_context(), uris)
+            .await;
+        let mut wants_updates = true;
         loop {
             let told = tokio::select! {
                 () = subscription.cancelled() => return Ok(()),
+                uri = updated.recv(), if wants_updates => match uri {
+                    Some(uri) => sink.notify_resource_updated(uri).await.is_ok(),
+                    None => {
+                        wants_updates = false;
+                        true
+                    }
+                },
                 changed = tools.changed(), if wants_tools => {
                     changed.is_ok() && sink.notify_tool_list_changed().await.is_ok()
                 }
@@ -496,6 +622,81 @@ impl ServerHandler for PlatformServer {
         let mut completed: rmcp::model::CompleteResult = answer_as(value)?;
         completed.result_type = Some(ResultType::COMPLETE);
         Ok(completed)
+    }
+
+    /// A 2025-11-25 session's subscription to a federated resource's updates, made through
+    /// the pipeline ([`Platform::subscribe`]) and relayed to the session by a task of its own
+    /// while the caller may still read what it relays. Subscribing again to a URI already
+    /// subscribed is no new subscription.
+    #[allow(deprecated)] // `resources/subscribe` is 2025-11-25's.
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri;
+        {
+            let subscriptions = self.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+            if subscriptions.contains_key(&uri) {
+                return Ok(());
+            }
+            if subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                let refusal = Refusal::new(
+                    Code::LimitExceeded,
+                    format!("this session holds {MAX_SUBSCRIPTIONS} subscriptions, its most"),
+                )
+                .with_hint("unsubscribe from one (resources/unsubscribe) first");
+                return Err(refusal_error(TargetKind::Resource, &refusal));
+            }
+        }
+        let platform = self.platform.clone();
+        let (watched, identity) = self
+            .observed(&context, |identity| async move {
+                let watched = platform.subscribe(identity.clone(), &uri).await?;
+                Ok((watched, identity))
+            })
+            .await
+            .map_err(|refusal| refusal_error(TargetKind::Resource, &refusal))?;
+        let Some(identity) = identity else {
+            return Ok(());
+        };
+        let peer = context.peer.clone();
+        let uri = watched.uri();
+        let relayed = relay(
+            self.platform.clone(),
+            identity,
+            watched,
+            false,
+            move |uri| {
+                let peer = peer.clone();
+                async move {
+                    let updated = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+                    peer.notify_resource_updated(updated).await.is_ok()
+                }
+            },
+        );
+        let task = tokio::spawn(relayed);
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uri, AbortOnDrop(task.abort_handle()));
+        Ok(())
+    }
+
+    /// Ends a subscription of this session (one it does not hold is no error).
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let ended = self
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request.uri);
+        drop(ended);
+        Ok(())
     }
 
     async fn call_tool(

@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
-use larkgate_platform::catalog::{CatalogReader, UpstreamCatalog, resource_uri};
-use larkgate_platform::{CallContext, Refusal};
+use larkgate_platform::catalog::{CatalogReader, Subscription, UpstreamCatalog, resource_uri};
+use larkgate_platform::{CallContext, Code, Refusal};
 use rmcp::model::{
     ArgumentInfo, CompleteRequestParams, CompleteResult, CompletionContext, GetPromptResult,
     ReadResourceResult, Reference,
@@ -101,6 +101,43 @@ impl CatalogReader for Reader {
         match client.complete(params).instrument(span).await {
             Ok(result) => Ok(result),
             Err(error) => Err(failed(&self.link, &self.alias, &shown, &client, error).await),
+        }
+    }
+
+    /// Held at the upstream by its [`crate::watches::Watches`], one subscription per URI
+    /// whoever holds it.
+    async fn subscribe(&self, _context: &CallContext, uri: &str) -> Result<Subscription, Refusal> {
+        let name = resource_uri(&self.alias, uri);
+        let client = connected(&self.link, &self.alias, &name)?;
+        if !client.serves_subscriptions() {
+            return Err(Refusal::new(
+                Code::UpstreamError,
+                format!(
+                    "{name}: the upstream {:?} does not take resource subscriptions",
+                    self.alias
+                ),
+            )
+            .with_hint("read the resource again to see whether it changed"));
+        }
+        let span = tracing::info_span!(
+            "upstream.subscribe",
+            otel.name = "resources/subscribe",
+            otel.kind = "client",
+            mcp.method.name = "resources/subscribe",
+            larkgate.upstream = %self.alias,
+        );
+        match self
+            .link
+            .watches()
+            .watch(&client, uri)
+            .instrument(span)
+            .await
+        {
+            Ok((updates, held)) => Ok(Subscription {
+                updates,
+                held: Box::new(held),
+            }),
+            Err(error) => Err(failed(&self.link, &self.alias, &name, &client, error).await),
         }
     }
 }

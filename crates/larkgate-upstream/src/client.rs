@@ -37,6 +37,7 @@ mod connect;
 mod error;
 mod list;
 mod routes;
+mod subscribing;
 
 pub use asking::{MAX_INPUT_REQUESTS, MayAsk};
 pub use error::{UpstreamError, plain_cause};
@@ -105,6 +106,8 @@ struct Handler {
     may_ask: MayAsk,
     /// The calls under way, which the server's questions are about.
     routes: Arc<std::sync::Mutex<routes::Routes>>,
+    /// Where the URIs the server says were updated go ([`UpstreamClient::resource_updates`]).
+    updates: tokio::sync::broadcast::Sender<String>,
 }
 
 impl ClientHandler for Handler {
@@ -122,6 +125,16 @@ impl ClientHandler for Handler {
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.catalog_changed.store(true, Ordering::SeqCst);
         let _ = self.changes.send(ListChanged::Prompts);
+    }
+
+    /// A subscribed resource updated (2025-11-25; on 2026-07-28 it comes on the
+    /// subscription's own stream, see [`subscribing`]).
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.updates.send(params.uri);
     }
 
     /// An elicitation during a call: to the client that made it (see [`asking`]).
@@ -234,6 +247,8 @@ pub struct UpstreamClient {
     changes: tokio::sync::broadcast::Sender<ListChanged>,
     /// Where the server's progress reports go (shared with the handler).
     routes: Arc<std::sync::Mutex<routes::Routes>>,
+    /// The URIs the server says were updated (shared with the handler).
+    updates: tokio::sync::broadcast::Sender<String>,
     dropped: AtomicUsize,
     /// A command-launched server's process group, killed when the client goes.
     process: Option<ServerProcess>,
@@ -243,7 +258,14 @@ pub struct UpstreamClient {
 
 /// A task that ends when this is dropped.
 #[derive(Debug)]
-struct Listening(tokio::task::JoinHandle<()>);
+pub struct Listening(tokio::task::JoinHandle<()>);
+
+impl Listening {
+    /// `task`, to end when this is dropped.
+    pub(crate) fn of(task: tokio::task::JoinHandle<()>) -> Self {
+        Listening(task)
+    }
+}
 
 impl Drop for Listening {
     fn drop(&mut self) {

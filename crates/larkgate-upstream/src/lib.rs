@@ -32,5 +32,6 @@ pub mod oauth;
 pub mod pinning;
 pub mod redact;
 pub mod tools;
+pub mod watches;
 
 pub use guard::{Allowed, GuardError, Resolve, SystemResolver, UrlGuard};

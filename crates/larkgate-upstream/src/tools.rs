@@ -212,6 +212,8 @@ pub fn adopt(alias: &str, tools: &[Tool], approval: Approval) -> Adoption {
 pub struct Link {
     alias: String,
     state: RwLock<LinkState>,
+    /// The resource subscriptions held at the upstream, whichever connection it has.
+    watches: Arc<crate::watches::Watches>,
 }
 
 #[derive(Debug, Default)]
@@ -227,6 +229,7 @@ impl Link {
         Arc::new(Link {
             alias: alias.to_owned(),
             state: RwLock::default(),
+            watches: Arc::default(),
         })
     }
 
@@ -236,6 +239,7 @@ impl Link {
 
     /// Uses `client` from now on.
     pub fn connected(&self, client: Arc<UpstreamClient>) {
+        self.watches.attach(&client);
         let mut state = self.state();
         let was = state.client.replace(client);
         let before = state.down_because.take();
@@ -249,6 +253,11 @@ impl Link {
                 "an upstream is up again"
             ),
         }
+    }
+
+    /// The resource subscriptions held at the upstream.
+    pub fn watches(&self) -> &Arc<crate::watches::Watches> {
+        &self.watches
     }
 
     /// Marks the upstream down, for `why`, logging it when that is news: it was up, or it is

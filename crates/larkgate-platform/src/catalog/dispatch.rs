@@ -17,11 +17,14 @@ impl Resolved {
     /// name it): classified read-only, gated by nothing of its own (the policy's approval
     /// patterns for resources and prompts decide), its `spec.name` the listed entry it was
     /// found by (what a per-target rate limit is kept for).
-    /// A completion's (`completing`) answers the upstream's `completion/complete`.
+    /// A completion's (`completing`) answers the upstream's `completion/complete`; a
+    /// subscription's (`subscribing`) leaves the upstream's subscription there, and answers
+    /// nothing.
     pub fn dispatch(
         self,
         kind: TargetKind,
         completing: Option<super::Completing>,
+        subscribing: Option<super::Subscribing>,
     ) -> RegisteredTool {
         RegisteredTool {
             spec: ToolSpec {
@@ -39,6 +42,7 @@ impl Resolved {
                 kind,
                 target: self,
                 completing,
+                subscribing,
             }),
             input: None,
             arguments: None,
@@ -51,6 +55,7 @@ struct Dispatch {
     kind: TargetKind,
     target: Resolved,
     completing: Option<super::Completing>,
+    subscribing: Option<super::Subscribing>,
 }
 
 #[async_trait::async_trait]
@@ -65,6 +70,11 @@ impl ToolHandler for Dispatch {
             reader,
             ..
         } = &self.target;
+        if let Some(subscribing) = &self.subscribing {
+            let subscription = reader.subscribe(context, original).await?;
+            subscribing.put(super::Watched::new(alias, original, subscription));
+            return Ok(Map::new());
+        }
         let answer = match (self.kind, &self.completing) {
             (TargetKind::Resource | TargetKind::Prompt, Some(completing)) => {
                 let reference = match self.kind {

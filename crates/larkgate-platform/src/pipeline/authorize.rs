@@ -59,9 +59,11 @@ impl Step for Authorize {
                 (true, _, kind) => self.catalog.resolve(kind, target),
             };
             let resolved = resolved.map_err(|why| catalog::not_found(request.kind, target, why))?;
-            request.resolved = Some(Arc::new(
-                resolved.dispatch(request.kind, request.completing.clone()),
-            ));
+            request.resolved = Some(Arc::new(resolved.dispatch(
+                request.kind,
+                request.completing.clone(),
+                request.subscribing.clone(),
+            )));
             return Ok(());
         }
         let registry = self.registry.snapshot();

@@ -50,7 +50,8 @@ impl Step for Gate {
             }
             return Ok(());
         }
-        if !gated {
+        // A subscription reads nothing: each read of the resource waits for its approval.
+        if !gated || request.subscribing.is_some() {
             return Ok(());
         }
         if request.completing.is_some() {

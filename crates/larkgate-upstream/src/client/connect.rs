@@ -146,6 +146,7 @@ impl UpstreamClient {
             super::routes::marked(&routes);
         }
         let (changes, _) = tokio::sync::broadcast::channel(super::LIST_CHANGES_KEPT);
+        let (updates, _) = tokio::sync::broadcast::channel(super::subscribing::UPDATES_KEPT);
         let transport = super::routes::Observing::new(transport.into_transport(), &routes);
         let handler = Handler {
             tools_changed: tools_changed.clone(),
@@ -154,6 +155,7 @@ impl UpstreamClient {
             legacy: revisions == Revisions::Legacy,
             may_ask: limits.may_ask,
             routes: Arc::clone(&routes),
+            updates: updates.clone(),
         };
         let lifecycle = match revisions {
             Revisions::Latest => ClientLifecycleMode::Auto {
@@ -191,6 +193,7 @@ impl UpstreamClient {
             catalog_changed,
             changes,
             routes,
+            updates,
             dropped: AtomicUsize::new(0),
             process: None,
             heard: super::Heard::default(),
@@ -199,9 +202,8 @@ impl UpstreamClient {
 }
 
 /// On 2026-07-28 a server tells of its list changes only on a `subscriptions/listen` stream:
-/// one is kept open, for the listings the server says change, in a task that ends with the
-/// client. When the server or the network ends it, it is opened again after a pause (1 s,
-/// doubled each time a stream lasted less than a minute, at most a minute).
+/// one is kept open ([`keep_listening`]), for the listings the server says change, in a task
+/// that ends with the client; when it had to be opened again, every listing may have changed.
 /// On 2025-11-25 they come as notifications to the session, to [`Handler`].
 fn listen(
     service: &rmcp::service::RunningService<RoleClient, Handler>,
@@ -232,25 +234,12 @@ fn listen(
     if !any {
         return None;
     }
-    let filter = filter.build();
-    let peer = service.peer().clone();
     let (tools_changed, catalog_changed) = (tools_changed.clone(), catalog_changed.clone());
     let changes = changes.clone();
-    let task = tokio::spawn(async move {
-        let mut pause = Duration::from_secs(1);
-        let mut again = false;
-        loop {
-            let opened = tokio::time::Instant::now();
-            let mut subscription = match peer.listen(filter.clone()).await {
-                Ok(subscription) => subscription,
-                Err(rmcp::ServiceError::TransportClosed) => return,
-                Err(error) => {
-                    tracing::debug!(%error, "an upstream did not take a subscriptions/listen");
-                    return;
-                }
-            };
-            if again {
-                // What changed while no stream was open is unknown: everything may have.
+    let heard = move |said: Said| {
+        let change = match said {
+            // What changed while no stream was open is unknown: everything may have.
+            Said::Reopened => {
                 tools_changed.store(true, Ordering::SeqCst);
                 catalog_changed.store(true, Ordering::SeqCst);
                 for change in [
@@ -260,30 +249,80 @@ fn listen(
                 ] {
                     let _ = changes.send(change);
                 }
+                return;
+            }
+            Said::Notification(notification) => match *notification {
+                ServerNotification::ToolListChangedNotification(_) => {
+                    tools_changed.store(true, Ordering::SeqCst);
+                    super::ListChanged::Tools
+                }
+                ServerNotification::ResourceListChangedNotification(_) => {
+                    catalog_changed.store(true, Ordering::SeqCst);
+                    super::ListChanged::Resources
+                }
+                ServerNotification::PromptListChangedNotification(_) => {
+                    catalog_changed.store(true, Ordering::SeqCst);
+                    super::ListChanged::Prompts
+                }
+                _ => return,
+            },
+        };
+        let _ = changes.send(change);
+    };
+    Some(keep_listening(
+        service.peer().clone(),
+        filter.build(),
+        None,
+        heard,
+    ))
+}
+
+/// What a kept `subscriptions/listen` stream heard ([`keep_listening`]).
+pub(super) enum Said {
+    /// A notification on the stream.
+    Notification(Box<rmcp::model::ServerNotification>),
+    /// The stream was opened again after it ended: what was said meanwhile is lost.
+    Reopened,
+}
+
+/// Keeps a `subscriptions/listen` stream for `filter` open at `peer` (starting with `opened`,
+/// when the caller opened it already), telling `heard` what it hears, until the returned task
+/// is dropped or the connection closes. When the server or the network ends the stream, it is
+/// opened again after a pause (1 s, doubled each time a stream lasted less than a minute, at
+/// most a minute).
+pub(super) fn keep_listening(
+    peer: rmcp::Peer<RoleClient>,
+    filter: rmcp::model::SubscriptionFilter,
+    mut opened: Option<rmcp::service::Subscription>,
+    heard: impl Fn(Said) + Send + 'static,
+) -> super::Listening {
+    let task = tokio::spawn(async move {
+        let mut pause = Duration::from_secs(1);
+        let mut again = false;
+        loop {
+            let started = tokio::time::Instant::now();
+            let mut subscription = match opened.take() {
+                Some(subscription) => subscription,
+                None => match peer.listen(filter.clone()).await {
+                    Ok(subscription) => subscription,
+                    Err(rmcp::ServiceError::TransportClosed) => return,
+                    Err(error) => {
+                        tracing::debug!(%error, "an upstream did not take a subscriptions/listen");
+                        return;
+                    }
+                },
+            };
+            if again {
+                heard(Said::Reopened);
             }
             again = true;
             while let Ok(Some(notification)) = subscription.next().await {
-                let change = match notification {
-                    ServerNotification::ToolListChangedNotification(_) => {
-                        tools_changed.store(true, Ordering::SeqCst);
-                        super::ListChanged::Tools
-                    }
-                    ServerNotification::ResourceListChangedNotification(_) => {
-                        catalog_changed.store(true, Ordering::SeqCst);
-                        super::ListChanged::Resources
-                    }
-                    ServerNotification::PromptListChangedNotification(_) => {
-                        catalog_changed.store(true, Ordering::SeqCst);
-                        super::ListChanged::Prompts
-                    }
-                    _ => continue,
-                };
-                let _ = changes.send(change);
+                heard(Said::Notification(Box::new(notification)));
             }
             if peer.is_transport_closed() {
                 return;
             }
-            pause = if opened.elapsed() < Duration::from_secs(60) {
+            pause = if started.elapsed() < Duration::from_secs(60) {
                 (pause * 2).min(Duration::from_secs(60))
             } else {
                 Duration::from_secs(1)
@@ -291,7 +330,7 @@ fn listen(
             tokio::time::sleep(pause).await;
         }
     });
-    Some(super::Listening(task))
+    super::Listening(task)
 }
 
 fn headers(

@@ -308,3 +308,93 @@ async fn lists_and_reads_prompts_and_resources_on_2026_07_28() {
 async fn lists_and_reads_prompts_and_resources_on_2025_11_25() {
     lists_and_reads_prompts_and_resources(Revisions::Legacy).await;
 }
+
+/// Polls `what` (twice a tick of 50 ms, at most 20 s) until it answers `wanted`; its last
+/// answer.
+async fn until<F, Fut>(wanted: usize, what: F) -> usize
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let mut seen = what().await;
+    for _ in 0..400 {
+        if seen == wanted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = what().await;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_subscription_is_held_once_at_the_server_and_ended_by_its_last_holder() {
+    use larkgate_upstream::watches::Watches;
+    let peer = weather(&[]);
+    let first = Arc::new(connect(&peer, UpstreamLimits::default()).await);
+    assert!(first.serves_subscriptions());
+    let listeners = |client: &Arc<UpstreamClient>| {
+        let client = Arc::clone(client);
+        async move {
+            let answer = client
+                .call_tool("listeners", args(json!({})))
+                .await
+                .unwrap();
+            text_of(&answer).parse::<usize>().unwrap()
+        }
+    };
+    // Each connection keeps a stream of its own for list changes.
+    let per_connection = listeners(&first).await;
+    let watches = Arc::new(Watches::default());
+    let stations = "weather://stations";
+    let (mut heard, held) = watches.watch(&first, stations).await.unwrap();
+    let (mut also, also_held) = watches.watch(&first, stations).await.unwrap();
+    assert_eq!(watches.holders(stations).await, 2);
+    assert_eq!(
+        listeners(&first).await,
+        per_connection + 1,
+        "one stream for both holders"
+    );
+    let touch = |client: &Arc<UpstreamClient>| {
+        let client = Arc::clone(client);
+        async move {
+            let touched = json!({"uris": ["weather://city/Oslo", "weather://stations"]});
+            let answer = client.call_tool("touch", args(touched)).await.unwrap();
+            assert_eq!(text_of(&answer), "touched 2");
+        }
+    };
+    touch(&first).await;
+    // The server tells only of what was subscribed.
+    assert_eq!(heard.recv().await.unwrap(), stations);
+    assert_eq!(also.recv().await.unwrap(), stations);
+
+    // One holder lets go: the other still holds the one subscription.
+    drop(held);
+    assert_eq!(until(1, || watches.holders(stations)).await, 1);
+    assert_eq!(listeners(&first).await, per_connection + 1);
+
+    // The upstream is connected again: what is held is subscribed at the new connection, and
+    // its holders are told it may have changed meanwhile.
+    let second = Arc::new(connect(&peer, UpstreamLimits::default()).await);
+    watches.attach(&second);
+    assert_eq!(also.recv().await.unwrap(), stations);
+    let Ok(first) = Arc::try_unwrap(first) else {
+        panic!("nothing but the test holds the first connection");
+    };
+    first.close().await;
+    assert_eq!(
+        until(per_connection + 1, || listeners(&second)).await,
+        per_connection + 1,
+        "the subscription moved to the new connection"
+    );
+    touch(&second).await;
+    assert_eq!(also.recv().await.unwrap(), stations);
+
+    // The last holder lets go: the server's stream ends.
+    drop(also_held);
+    assert_eq!(
+        until(per_connection, || listeners(&second)).await,
+        per_connection
+    );
+    assert_eq!(watches.holders(stations).await, 0);
+}

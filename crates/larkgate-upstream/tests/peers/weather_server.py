@@ -251,6 +251,21 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def touch(uris: list[str], ctx: Context) -> str:
+    """Says each resource of URIS was updated, in order, to every `subscriptions/listen`
+    stream that asked for it (2026-07-28)."""
+    for uri in uris:
+        await ctx.notify_resource_updated(uri)
+    return f"touched {len(uris)}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def listeners() -> str:
+    """How many `subscriptions/listen` streams are open at this server now."""
+    return str(len(server._subscriptions._listeners))
+
+
 @server.resource("weather://stations", mime_type="text/plain")
 def stations() -> str:
     """The weather stations."""

@@ -1109,3 +1109,290 @@ fn completions_reach_the_upstream_that_listed_the_prompt_or_template() {
     );
     assert!(server.stop().success());
 }
+
+/// A server-everything resource, directly and through larkgate.
+const DOCUMENT: &str = "demo://resource/static/document/architecture.md";
+const RELAYED_DOCUMENT: &str =
+    "larkgate://everything/demo://resource/static/document/architecture.md";
+/// The weather peer's resource, its template's resource through larkgate, and what nobody
+/// listed.
+const STATIONS: &str = "weather://stations";
+const RELAYED_STATIONS: &str = "larkgate://weather/weather://stations";
+const OSLO: &str = "larkgate://weather/weather://city/Oslo";
+const NOTHING: &str = "larkgate://nothing/x";
+/// The weather peer's tool that tells of updates, its arguments.
+const TOUCH: &str = r#"{"uris": ["weather://city/Oslo", "weather://stations"]}"#;
+
+/// The client's `subscribe` (see `conversation_client.py`): what to wait for before the call
+/// (`primed`) and after it.
+fn subscribe(
+    mode: &str,
+    target: &str,
+    token: Option<&str>,
+    uris: &[&str],
+    tool: &str,
+    arguments: &str,
+    [primed, wait_for]: [&[&str]; 2],
+) -> Value {
+    let uris = serde_json::to_string(uris).unwrap();
+    let primed = serde_json::to_string(primed).unwrap();
+    let wait_for = serde_json::to_string(wait_for).unwrap();
+    client(
+        &[
+            "subscribe",
+            mode,
+            target,
+            &uris,
+            tool,
+            arguments,
+            &wait_for,
+            &primed,
+        ],
+        token,
+    )
+}
+
+/// Whether the client heard an update of each of `uris`.
+fn heard_all(answer: &Value, uris: &[&str]) -> bool {
+    let heard = answer["updated"].as_array().cloned().unwrap_or_default();
+    uris.iter().all(|uri| heard.iter().any(|h| h == uri))
+}
+
+/// Resource subscriptions through larkgate, next to the same ones made directly, on both
+/// revisions of the client and of the upstream (server-everything speaks 2025-11-25, the
+/// weather peer 2026-07-28): the update reaches the client under larkgate's URI; a resource
+/// the caller may not read is refused as not found on 2025-11-25 and acknowledged but never
+/// told on 2026-07-28 (so that neither says what exists), and both are audited; an upstream
+/// that takes no subscriptions is refused plainly.
+#[test]
+fn resource_subscriptions_relay_the_upstream_s_updates_as_they_come_directly() {
+    let peer = weather();
+    let configured = format!(
+        "{}[[upstreams]]\nalias = \"old\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+         revisions = \"legacy\"\napproval = \"never\"\n\
+         [policy.roles.admin]\ncall = [\"*\"]\nresources = [\"*\"]\n\
+         [policy.roles.reader]\ncall = [\"*\"]\n\
+         resources = [\"larkgate://weather/weather://stations\"]\n\
+         [policy.approvals]\nresources = [\"larkgate://weather/weather://stations\"]\n",
+        config(&peer.url),
+        peer.url
+    );
+    let (dir, server, ada) = admin_gateway(&configured);
+    let d = dir.path();
+    crate::ok(d, &["principal", "add", "bob", "--roles", "reader"]);
+    let bob = crate::ok(d, &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let through = format!("http:{}", server.url);
+    let direct_weather = format!("http:{}", peer.url);
+    let direct_everything = format!("stdio:{}", everything());
+
+    // ada subscribing to `uris` in `mode` and asking the weather peer how many streams it has
+    // open for larkgate meanwhile.
+    let listening = |mode: &str, uris: &[&str]| {
+        subscribe(
+            mode,
+            &through,
+            Some(&ada),
+            uris,
+            "weather__listeners",
+            "{}",
+            [&[], &[]],
+        )
+    };
+    // How many it has when nobody subscribed.
+    let streams = || {
+        let answer = listening("legacy", &[]);
+        answer["text"].as_str().unwrap().parse::<usize>().unwrap()
+    };
+    let unsubscribed = streams();
+
+    // server-everything tells its subscribers when its updates are switched on, and every
+    // 5 s after; switched off and on again, it tells at once.
+    for (mode, toggles) in [("legacy", "{}"), ("2026-07-28", "[{}, {}]")] {
+        // A 2026-07-28 stream through larkgate is acknowledged before larkgate subscribed at
+        // the upstream; once it has, the client hears that each URI may have changed. The
+        // client waits for that before its call, and expects the call's updates after.
+        let primed = |uris: &'static [&'static str]| -> &'static [&'static str] {
+            if mode == "legacy" { &[] } else { uris }
+        };
+        // (server-everything speaks 2025-11-25 only: a 2026-07-28 client has no
+        // `subscriptions/listen` there, and through larkgate it has.)
+        if mode == "legacy" {
+            let directly = subscribe(
+                mode,
+                &direct_everything,
+                None,
+                &[DOCUMENT],
+                "toggle-subscriber-updates",
+                "{}",
+                [&[], &[DOCUMENT]],
+            );
+            assert!(heard_all(&directly, &[DOCUMENT]), "{directly}");
+        }
+        let relayed = subscribe(
+            mode,
+            &through,
+            Some(&ada),
+            &[RELAYED_DOCUMENT],
+            "everything__toggle-subscriber-updates",
+            toggles,
+            [primed(&[RELAYED_DOCUMENT]), &[RELAYED_DOCUMENT]],
+        );
+        assert!(
+            heard_all(&relayed, &[RELAYED_DOCUMENT]),
+            "{mode}: {relayed}"
+        );
+        assert_eq!(relayed["refused"], serde_json::json!({}), "{relayed}");
+
+        // A 2026-07-28 upstream: a resource and a template's resource, directly and through.
+        // (The weather peer takes subscriptions only on 2026-07-28.)
+        if mode != "legacy" {
+            let directly = subscribe(
+                mode,
+                &direct_weather,
+                None,
+                &[STATIONS, "weather://city/Oslo"],
+                "touch",
+                TOUCH,
+                [&[], &[STATIONS, "weather://city/Oslo"]],
+            );
+            assert!(
+                heard_all(&directly, &[STATIONS, "weather://city/Oslo"]),
+                "{directly}"
+            );
+        }
+        let relayed = subscribe(
+            mode,
+            &through,
+            Some(&ada),
+            &[RELAYED_STATIONS, OSLO],
+            "weather__touch",
+            TOUCH,
+            [primed(&[RELAYED_STATIONS, OSLO]), &[RELAYED_STATIONS, OSLO]],
+        );
+        assert!(
+            heard_all(&relayed, &[RELAYED_STATIONS, OSLO]),
+            "{mode}: {relayed}"
+        );
+        assert_eq!(relayed["refused"], serde_json::json!({}), "{relayed}");
+
+        // bob may read the stations only: Oslo and what nobody listed are refused alike on
+        // 2025-11-25; on 2026-07-28 every URI of larkgate's form is acknowledged, and only
+        // the stations are ever told.
+        let relayed = subscribe(
+            mode,
+            &through,
+            Some(&bob),
+            &[OSLO, NOTHING, RELAYED_STATIONS],
+            "weather__touch",
+            TOUCH,
+            [primed(&[RELAYED_STATIONS]), &[RELAYED_STATIONS]],
+        );
+        assert!(
+            heard_all(&relayed, &[RELAYED_STATIONS]),
+            "{mode}: {relayed}"
+        );
+        for uri in [OSLO, NOTHING] {
+            let heard = [&relayed["before"], &relayed["updated"]];
+            assert!(
+                heard
+                    .iter()
+                    .all(|h| !h.as_array().unwrap().contains(&uri.into())),
+                "{mode}: {relayed}"
+            );
+        }
+        if mode == "legacy" {
+            for uri in [OSLO, NOTHING] {
+                let refused = relayed["refused"][uri].as_str().unwrap_or_default();
+                assert!(
+                    refused.contains(&format!("larkgate lists no resource {uri} for you")),
+                    "{uri}: {relayed}"
+                );
+            }
+        } else {
+            assert_eq!(
+                relayed["acknowledged"],
+                serde_json::json!([OSLO, NOTHING, RELAYED_STATIONS]),
+                "{relayed}"
+            );
+        }
+    }
+    // An upstream that takes no subscriptions (the weather peer on 2025-11-25).
+    let relayed = subscribe(
+        "legacy",
+        &through,
+        Some(&ada),
+        &["larkgate://old/weather://stations"],
+        "weather__touch",
+        TOUCH,
+        [&[], &[]],
+    );
+    let refused = relayed["refused"]["larkgate://old/weather://stations"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        refused.contains("the upstream \"old\" does not take resource subscriptions"),
+        "{relayed}"
+    );
+
+    // Every client unsubscribed or went: so has larkgate at the upstream (the last holder of
+    // each URI let go, a moment after its session ended).
+    let settled = || {
+        let mut now = streams();
+        for _ in 0..200 {
+            if now == unsubscribed {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            now = streams();
+        }
+        assert_eq!(
+            now, unsubscribed,
+            "the upstream's subscription streams all ended"
+        );
+    };
+    settled();
+
+    // At most 64 subscriptions a session (the 65th is refused, saying so) or a stream (the
+    // 65th is not acknowledged); one stream at the upstream for each.
+    let cities: Vec<String> = (0..65)
+        .map(|n| format!("larkgate://weather/weather://city/C{n}"))
+        .collect();
+    let cities: Vec<&str> = cities.iter().map(String::as_str).collect();
+    let many = listening("legacy", &cities);
+    assert_eq!(many["refused"].as_object().unwrap().len(), 1, "{many}");
+    let refused = many["refused"][cities[64]].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("this session holds 64 subscriptions, its most"),
+        "{many}"
+    );
+    assert_eq!(many["text"], (unsubscribed + 64).to_string(), "{many}");
+    let many = listening("2026-07-28", &cities);
+    assert_eq!(many["acknowledged"].as_array().unwrap().len(), 64, "{many}");
+
+    settled();
+
+    // Each subscription is audited as a read of its URI is, with who made it.
+    assert!(server.stop().success());
+    let audit = crate::ok(d, &["audit", "tail", "-n", "100000", "--json"]);
+    let records: Vec<Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let of = |uri: &str, kind: &str, who: &str| {
+        records
+            .iter()
+            .filter(|r| {
+                r["tool"] == format!("resources/subscribe {uri}")
+                    && r["kind"] == kind
+                    && r["principal"] == who
+            })
+            .count()
+    };
+    // Once a revision for each; the stations' need no approval (only their reads wait).
+    assert_eq!(of(RELAYED_STATIONS, "outcome", "ada"), 2, "{audit}");
+    assert_eq!(of(RELAYED_STATIONS, "outcome", "bob"), 2, "{audit}");
+    assert_eq!(of(OSLO, "refusal", "bob"), 2, "{audit}");
+    assert_eq!(of(RELAYED_DOCUMENT, "outcome", "ada"), 2, "{audit}");
+}

@@ -9,6 +9,7 @@ Usage:
   conversation_client.py logs MODE TARGET TOOL ARGS_JSON LEVEL [WAIT]
   conversation_client.py complete MODE TARGET prompt|resource NAME_OR_TEMPLATE ARGUMENT VALUE
   conversation_client.py ask MODE TARGET TOOL ARGS_JSON ANSWERS_JSON
+  conversation_client.py subscribe MODE TARGET URIS_JSON TOOL ARGS_JSON WAIT_FOR_JSON [PRIMED_JSON]
 
 MODE is "legacy" (2025-11-25) or "2026-07-28". TARGET is `http:URL` (the bearer token in
 LARKGATE_TOKEN, when set) or `stdio:COMMAND ARG...`.
@@ -29,6 +30,15 @@ name is not declared; "elicit": "hang" prints {"asking": params} when asked and 
 "delay": seconds waits that long before each elicitation's answer),
 and prints {"asked": [each request's params], "text": the answer's text, "is_error"}, or
 {"asked", "error": message} when the call is refused.
+
+`subscribe` subscribes to each of URIS_JSON (2025-11-25: `resources/subscribe` each, a refused
+one noted; 2026-07-28: one `subscriptions/listen` stream asking for all of them), waits (at
+most 20 s) until an update of each URI of PRIMED_JSON was heard, calls TOOL with ARGS_JSON
+(once per element when it is a list), waits (at most 20 s) until an update of each URI of
+WAIT_FOR_JSON was heard, unsubscribes (2025-11-25) and prints {"before": [each URI heard
+before the call, in order], "updated": [each URI heard since], "refused": {uri: message},
+"acknowledged": [the URIs a 2026-07-28 stream's acknowledgement names], "text": the last
+answer's text}.
 
 `complete` asks to complete ARGUMENT (typed so far: VALUE) of a prompt or resource template and
 prints {"values": [...]}, or {"error": message} when it is refused.
@@ -204,6 +214,89 @@ async def ask(mode, target, tool, arguments, answers):
         print(json.dumps({"asked": asked, "text": text_of(result), "is_error": result.is_error}))
 
 
+async def subscribe(mode, target, uris, tool, arguments, wait_for, primed="[]"):
+    uris = json.loads(uris)
+    updated, before, refused = [], [], {}
+    waiting = set(json.loads(primed))
+    heard = asyncio.Event()
+
+    def note(uri):
+        updated.append(uri)
+        waiting.discard(uri)
+        if not waiting:
+            heard.set()
+
+    async def on_message(message):
+        # (On 2026-07-28 the stream's iterator below hears them; this handler would hear the
+        # same notifications again.)
+        if mode != "legacy":
+            return
+        for candidate in (message, getattr(message, "root", None)):
+            if getattr(candidate, "method", None) == "notifications/resources/updated":
+                note(str(candidate.params.uri))
+                return
+
+    text = None
+
+    async def call(client):
+        nonlocal updated, before, waiting, text
+        # What came before the call (and the end of its wait) is kept apart.
+        if waiting:
+            await wait()
+        before, updated = updated, []
+        waiting = set(json.loads(wait_for))
+        heard.clear()
+        if not waiting:
+            heard.set()
+        calls = json.loads(arguments)
+        for each in calls if isinstance(calls, list) else [calls]:
+            result = await client.call_tool(tool, each)
+            assert not result.is_error, result
+            text = text_of(result)
+        await wait()
+
+    async def wait():
+        try:
+            await asyncio.wait_for(heard.wait(), 20)
+        except TimeoutError:
+            pass  # the test sees what was heard, and says what is missing
+
+    acknowledged = None
+    async with connect(mode, target, message_handler=on_message) as client:
+        if mode == "legacy":
+            for uri in uris:
+                try:
+                    await client.subscribe_resource(uri)
+                except MCPError as error:
+                    refused[uri] = error.message
+            await call(client)
+            for uri in uris:
+                if uri not in refused:
+                    await client.unsubscribe_resource(uri)
+        else:
+            async with client.listen(resource_subscriptions=uris) as subscription:
+                acknowledged = list(subscription.honored.resource_subscriptions or [])
+
+                async def read():
+                    async for event in subscription:
+                        note(event.uri)
+
+                reading = asyncio.create_task(read())
+                await call(client)
+                reading.cancel()
+    print(
+        json.dumps(
+            {
+                "before": before,
+                "updated": updated,
+                "refused": refused,
+                "acknowledged": acknowledged,
+                "text": text,
+            }
+        )
+    )
+
+
 def main():
     what, mode, target = sys.argv[1], sys.argv[2], sys.argv[3]
     if what == "progress":
@@ -218,6 +311,8 @@ def main():
         asyncio.run(complete(mode, target, *sys.argv[4:8]))
     elif what == "tools":
         asyncio.run(tools(mode, target))
+    elif what == "subscribe":
+        asyncio.run(subscribe(mode, target, *sys.argv[4:9]))
     else:
         raise SystemExit(f"unknown command {what!r}")
 
