@@ -359,6 +359,45 @@ impl PlatformServer {
     }
 }
 
+/// The error for one subscription more than a session may hold ([`MAX_SUBSCRIPTIONS`]).
+pub fn too_many_subscriptions() -> ErrorData {
+    let refusal = Refusal::new(
+        Code::LimitExceeded,
+        format!("this session holds {MAX_SUBSCRIPTIONS} subscriptions, its most"),
+    )
+    .with_hint("unsubscribe from one (resources/unsubscribe) first");
+    refusal_error(TargetKind::Resource, &refusal)
+}
+
+/// What larkgate accepts of a `subscriptions/listen` stream's filter: the list changes asked
+/// for, and every URI of larkgate's form (at most [`MAX_SUBSCRIPTIONS`]; see the module
+/// documentation).
+pub fn accepted_filter(requested: &SubscriptionFilter) -> SubscriptionFilter {
+    let mut accepted = SubscriptionFilter::new();
+    accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
+    accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
+    accepted.prompts_list_changed = requested.prompts_list_changed.filter(|wanted| *wanted);
+    // Every URI that could be a federated resource's is accepted, whether or not it is
+    // one the caller may read (who the caller is is not known here, and an answer that
+    // differed would tell what exists): only those it may read are subscribed, in
+    // `listen`, and the others never fire.
+    let mut uris: Vec<String> = requested
+        .resource_subscriptions
+        .iter()
+        .flatten()
+        .filter(|uri| {
+            uri.starts_with(crate::catalog::URI_PREFIX)
+                && uri.len() <= crate::catalog::MAX_URI_BYTES
+        })
+        .cloned()
+        .collect();
+    uris.sort();
+    uris.dedup();
+    uris.truncate(MAX_SUBSCRIPTIONS);
+    accepted.resource_subscriptions = (!uris.is_empty()).then_some(uris);
+    accepted
+}
+
 /// Relays `watched`'s updates by `send` while `identity` may read what it relays, until
 /// `send` fails or the upstream is gone. `exact`: each as an update of the subscribed URI
 /// itself (2026-07-28 relays only the URIs a stream asked for).
@@ -475,29 +514,7 @@ impl ServerHandler for PlatformServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        let mut accepted = SubscriptionFilter::new();
-        accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
-        accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
-        accepted.prompts_list_changed = requested.prompts_list_changed.filter(|wanted| *wanted);
-        // Every URI that could be a federated resource's is accepted, whether or not it is
-        // one the caller may read (who the caller is is not known here, and an answer that
-        // differed would tell what exists): only those it may read are subscribed, in
-        // `listen`, and the others never fire.
-        let mut uris: Vec<String> = requested
-            .resource_subscriptions
-            .iter()
-            .flatten()
-            .filter(|uri| {
-                uri.starts_with(crate::catalog::URI_PREFIX)
-                    && uri.len() <= crate::catalog::MAX_URI_BYTES
-            })
-            .cloned()
-            .collect();
-        uris.sort();
-        uris.dedup();
-        uris.truncate(MAX_SUBSCRIPTIONS);
-        accepted.resource_subscriptions = (!uris.is_empty()).then_some(uris);
-        Some(accepted)
+        Some(accepted_filter(requested))
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
@@ -641,12 +658,7 @@ impl ServerHandler for PlatformServer {
                 return Ok(());
             }
             if subscriptions.len() >= MAX_SUBSCRIPTIONS {
-                let refusal = Refusal::new(
-                    Code::LimitExceeded,
-                    format!("this session holds {MAX_SUBSCRIPTIONS} subscriptions, its most"),
-                )
-                .with_hint("unsubscribe from one (resources/unsubscribe) first");
-                return Err(refusal_error(TargetKind::Resource, &refusal));
+                return Err(too_many_subscriptions());
             }
         }
         let platform = self.platform.clone();

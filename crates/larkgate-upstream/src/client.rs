@@ -606,6 +606,42 @@ impl UpstreamClient {
         ))))
     }
 
+    /// Sends `request` as it is and answers the server's result, for a relay that passes
+    /// requests on: the server's own JSON-RPC error comes back whole (its code, message and
+    /// `data`) as `Ok(Err(..))`; `Err` is the connection's failure. Bounded by the round-trip
+    /// timeout and the response-bytes limit, as every request is.
+    pub async fn forward(
+        &self,
+        request: ClientRequest,
+    ) -> Result<Result<ServerResult, rmcp::ErrorData>, UpstreamError> {
+        let options = PeerRequestOptions::with_timeout(self.limits.call_timeout);
+        let answer = match self
+            .service
+            .peer()
+            .send_request_with_option(request, options)
+            .await
+        {
+            Ok(handle) => handle.await_response().await,
+            Err(error) => Err(error),
+        };
+        match answer {
+            Ok(result) => {
+                self.heard.now();
+                Ok(Ok(result))
+            }
+            Err(ServiceError::McpError(error)) => {
+                self.heard.now();
+                Ok(Err(error))
+            }
+            Err(_) if self.overflowed.swap(false, Ordering::SeqCst) => {
+                Err(UpstreamError::TooLarge {
+                    limit: self.limits.max_response_bytes,
+                })
+            }
+            Err(error) => Err(classify(error, self.limits)),
+        }
+    }
+
     /// Checks the server is alive: `ping` on 2025-11-25, `server/discover` on 2026-07-28
     /// (which has no `ping`).
     pub async fn ping(&self) -> Result<(), UpstreamError> {

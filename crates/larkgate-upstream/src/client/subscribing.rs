@@ -45,11 +45,7 @@ impl UpstreamClient {
                 .resource_subscription(uri)
                 .build();
             let peer = self.service.peer().clone();
-            let limit = self.limits.call_timeout;
-            let opened = tokio::time::timeout(limit, peer.listen(filter.clone()))
-                .await
-                .map_err(|_| UpstreamError::Timeout(limit))?
-                .map_err(|error| classify(error, self.limits))?;
+            let opened = self.listen(filter.clone()).await?;
             let accepted = opened
                 .acknowledged()
                 .resource_subscriptions
@@ -82,6 +78,19 @@ impl UpstreamClient {
             ServerResult::EmptyResult(_) => Ok(None),
             other => Err(answered_with("resources/subscribe", &other)),
         }
+    }
+
+    /// Opens a `subscriptions/listen` stream for `filter` (2026-07-28), for a relay that passes
+    /// its notifications on; dropped, it ends.
+    pub async fn listen(
+        &self,
+        filter: SubscriptionFilter,
+    ) -> Result<rmcp::service::Subscription, UpstreamError> {
+        let limit = self.limits.call_timeout;
+        tokio::time::timeout(limit, self.service.peer().listen(filter))
+            .await
+            .map_err(|_| UpstreamError::Timeout(limit))?
+            .map_err(|error| classify(error, self.limits))
     }
 
     /// Ends the subscription to `uri` (on 2025-11-25: `resources/unsubscribe`; on 2026-07-28

@@ -12,21 +12,30 @@
 //! crosses its pipeline as the token's principal, and its audit chain records them. The server
 //! announces where it listens ([`super::endpoint`]); the relay sends the token only to a
 //! loopback address. What the server says around a call (its progress, its log messages) and
-//! of its lists (that they changed) reaches the desktop client as it would directly.
+//! of its lists (that they changed) reaches the desktop client as it would directly. Resources,
+//! prompts and completions are the server's answers, its errors passed on whole; a resource
+//! subscription is a `subscriptions/listen` stream to the server for its URI (at most
+//! [`MAX_SUBSCRIPTIONS`] a session), whose updates reach the desktop client as
+//! `notifications/resources/updated`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use larkgate_platform::conversation::{Accepts, SessionLogLevel};
+use larkgate_platform::envelope::ENVELOPE_META_KEY;
 use larkgate_platform::envelope::{Code, Refusal};
 use larkgate_platform::observe::Observed;
+use larkgate_platform::policy::TargetKind;
+use larkgate_platform::server::{MAX_SUBSCRIPTIONS, refusal_error, too_many_subscriptions};
 use larkgate_platform::{Conversation, PlatformServer};
 use larkgate_store::{Principal, Store};
+use larkgate_upstream::client::Listening;
 use larkgate_upstream::client::{Endpoint, ListChanged, Revisions, UpstreamClient, UpstreamLimits};
 use larkgate_upstream::{Allowed, SystemResolver, UrlGuard};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ClientRequest, ListToolsResult,
+    PaginatedRequestParams, ServerConfig, ServerResult,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
@@ -152,17 +161,66 @@ pub(crate) async fn relay(args: Args, context: &StoreContext) -> anyhow::Result<
         principal.id
     ));
     let changes = client.list_changes();
+    let updates = client.resource_updates();
+    let subscriptions = Subscriptions::default();
     let server = Relay {
         client,
         log_level: SessionLogLevel::default(),
+        subscriptions: Arc::clone(&subscriptions),
     }
     .serve(rmcp::transport::stdio())
     .await
     .context("the MCP session over stdio could not start")?;
     let forwarding = tokio::spawn(forward_list_changes(changes, server.peer().clone()));
+    let updating = tokio::spawn(forward_updates(
+        updates,
+        subscriptions,
+        server.peer().clone(),
+    ));
     let _ = server.waiting().await;
     forwarding.abort();
+    updating.abort();
     Ok(())
+}
+
+/// The resources a relayed session subscribed to, each held by its stream to the server
+/// (`None` while it is being opened).
+type Subscriptions = Arc<std::sync::Mutex<std::collections::HashMap<String, Option<Listening>>>>;
+
+/// Tells the desktop client each update the server tells the relay of a resource it
+/// subscribed to. Having fallen behind, it says that each may have been updated.
+async fn forward_updates(
+    mut updates: tokio::sync::broadcast::Receiver<String>,
+    subscriptions: Subscriptions,
+    peer: rmcp::Peer<RoleServer>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let subscribed = |uri: &str| {
+        subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(uri)
+    };
+    loop {
+        let uris = match updates.recv().await {
+            Ok(uri) if subscribed(&uri) => vec![uri],
+            Ok(_) => continue,
+            Err(RecvError::Lagged(_)) => subscriptions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned()
+                .collect(),
+            Err(RecvError::Closed) => return,
+        };
+        for uri in uris {
+            let updated = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+            if peer.notify_resource_updated(updated).await.is_err() {
+                // The desktop client has gone; the session ends with it.
+                return;
+            }
+        }
+    }
 }
 
 /// Tells the desktop client each list change the server tells the relay, as the server would
@@ -197,6 +255,70 @@ struct Relay {
     client: UpstreamClient,
     /// The level of log messages the desktop client asked for.
     log_level: SessionLogLevel,
+    /// The resources the desktop client subscribed to.
+    subscriptions: Subscriptions,
+}
+
+/// A listing the relay passes on (`$request` and `$result` rmcp's types for it): the server's
+/// page, with the client's cursor; an unauthenticated session lists nothing, as without a
+/// server.
+macro_rules! relayed_listing {
+    ($method:ident, $request:ident, $result:ident) => {
+        async fn $method(
+            &self,
+            request: Option<PaginatedRequestParams>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<rmcp::model::$result, ErrorData> {
+            let request = ClientRequest::$request(rmcp::model::$request {
+                method: Default::default(),
+                params: request,
+                extensions: Default::default(),
+            });
+            match self.client.forward(request).await {
+                Err(error) if error.is_unauthorized() => Ok(Default::default()),
+                answer => match relayed(answer)? {
+                    ServerResult::$result(page) => Ok(page),
+                    _ => Err(another_kind()),
+                },
+            }
+        }
+    };
+}
+
+/// The server's answer to a relayed request: its own JSON-RPC error passed on whole; a token
+/// it no longer takes, or a server that did not answer, said as without a server.
+fn relayed(
+    answer: Result<Result<ServerResult, ErrorData>, larkgate_upstream::client::UpstreamError>,
+) -> Result<ServerResult, ErrorData> {
+    match answer {
+        Ok(answer) => answer,
+        Err(error) if error.is_unauthorized() => {
+            Err(refusal_error(TargetKind::Resource, &no_longer_valid()))
+        }
+        Err(error) => Err(ErrorData::internal_error(unreachable_server(&error), None)),
+    }
+}
+
+/// The error for a server that answered with another kind of result than was asked for.
+fn another_kind() -> ErrorData {
+    ErrorData::internal_error(
+        "the running larkgate serve this session relays to answered with another kind of \
+         result than was asked for",
+        None,
+    )
+}
+
+/// The refusal for a session whose token the server no longer takes.
+fn no_longer_valid() -> Refusal {
+    Refusal::new(
+        Code::Unauthenticated,
+        "the token this session was opened with is no longer valid (revoked, expired, or its \
+         principal removed)",
+    )
+    .with_hint(
+        "start the session again with a valid token; an admin creates one with `larkgate token \
+         create --principal NAME`",
+    )
 }
 
 impl ServerHandler for Relay {
@@ -235,6 +357,158 @@ impl ServerHandler for Relay {
         })
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(larkgate_platform::server::accepted_filter(requested))
+    }
+
+    /// A 2026-07-28 desktop client's stream: the same stream to the server, whose
+    /// notifications pass on; it ends when either side ends it.
+    async fn listen(
+        &self,
+        subscription: rmcp::service::SubscriptionContext,
+    ) -> Result<(), ErrorData> {
+        let mut upstream = match self.client.listen(subscription.accepted().clone()).await {
+            Ok(upstream) => upstream,
+            Err(error) => return Err(ErrorData::internal_error(unreachable_server(&error), None)),
+        };
+        let sink = subscription.sink();
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                heard = upstream.next() => match heard {
+                    Ok(Some(notification)) => {
+                        if sink.send(notification).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    _ => return Ok(()),
+                },
+            }
+        }
+    }
+
+    relayed_listing!(list_resources, ListResourcesRequest, ListResourcesResult);
+    relayed_listing!(
+        list_resource_templates,
+        ListResourceTemplatesRequest,
+        ListResourceTemplatesResult
+    );
+    relayed_listing!(list_prompts, ListPromptsRequest, ListPromptsResult);
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let request =
+            ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(request));
+        match relayed(self.client.forward(request).await) {
+            Ok(ServerResult::ReadResourceResult(read)) => Ok(read.into()),
+            Ok(_) => Err(another_kind()),
+            // The server speaks 2026-07-28 to the relay, which says a resource not found with
+            // -32602; said with the protocol's own code here, rmcp gives each revision its own.
+            Err(mut error) => {
+                let envelope = error.data.as_ref().map(|d| &d[ENVELOPE_META_KEY]);
+                if error.code == rmcp::model::ErrorCode::INVALID_PARAMS
+                    && envelope.is_some_and(|e| e["code"] == "not_found")
+                {
+                    error.code = rmcp::model::ErrorCode::RESOURCE_NOT_FOUND;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(request));
+        match relayed(self.client.forward(request).await)? {
+            ServerResult::GetPromptResult(prompt) => Ok(prompt.into()),
+            _ => Err(another_kind()),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        let request = ClientRequest::CompleteRequest(rmcp::model::CompleteRequest::new(request));
+        match relayed(self.client.forward(request).await)? {
+            ServerResult::CompleteResult(completed) => Ok(completed),
+            _ => Err(another_kind()),
+        }
+    }
+
+    /// A subscription: a `subscriptions/listen` stream to the server for the URI, which the
+    /// server acknowledges for every URI of larkgate's form (and tells of only those the
+    /// principal may read).
+    #[allow(deprecated)] // `resources/subscribe` is 2025-11-25's, which this session speaks.
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri;
+        {
+            let mut subscriptions = self.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+            if subscriptions.contains_key(&uri) {
+                return Ok(());
+            }
+            if subscriptions.len() >= MAX_SUBSCRIPTIONS {
+                return Err(too_many_subscriptions());
+            }
+            // Held from now, so that an update told as the stream opens is passed on.
+            subscriptions.insert(uri.clone(), None);
+        }
+        let opened = self.client.subscribe(&uri).await;
+        let mut subscriptions = self.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        match opened {
+            Ok(listening) => {
+                subscriptions.insert(uri, listening);
+                Ok(())
+            }
+            Err(error) => {
+                subscriptions.remove(&uri);
+                let refusal = if error.is_unauthorized() {
+                    no_longer_valid()
+                } else if matches!(error, larkgate_upstream::client::UpstreamError::Protocol(_)) {
+                    // Not acknowledged: not a URI of larkgate's form.
+                    larkgate_platform::catalog::not_found(
+                        TargetKind::Resource,
+                        &uri,
+                        larkgate_platform::catalog::NotResolved::Missing,
+                    )
+                } else {
+                    return Err(ErrorData::internal_error(unreachable_server(&error), None));
+                };
+                Err(refusal_error(TargetKind::Resource, &refusal))
+            }
+        }
+    }
+
+    /// Ends a subscription (its stream to the server closes); one not held is no error.
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let ended = self
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request.uri);
+        drop(ended);
+        Ok(())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -270,16 +544,7 @@ impl ServerHandler for Relay {
             Ok(result) => result,
             // The server refused the session's token (revoked, expired, its principal
             // removed): the caller is told so, as without a server, not that serve is down.
-            Err(error) if error.is_unauthorized() => Refusal::new(
-                Code::Unauthenticated,
-                "the token this session was opened with is no longer valid (revoked, expired, \
-                 or its principal removed)",
-            )
-            .with_hint(
-                "start the session again with a valid token; an admin creates one with \
-                 `larkgate token create --principal NAME`",
-            )
-            .to_result(),
+            Err(error) if error.is_unauthorized() => no_longer_valid().to_result(),
             Err(error) => Refusal::new(Code::UpstreamUnavailable, unreachable_server(&error))
                 .with_hint("check that `larkgate serve` is still running, then call again")
                 .to_result(),

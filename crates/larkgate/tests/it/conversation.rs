@@ -293,7 +293,8 @@ impl rmcp::ClientHandler for ListChanges {
 
 /// A desktop client's `larkgate stdio`, beside a running `serve`, is relayed to it: what the
 /// server says around a call (an upstream's progress and log messages) and of its tools (that they changed)
-/// reaches the desktop client as it reaches an HTTP client.
+/// reaches the desktop client as it reaches an HTTP client; resources, prompts, completions and
+/// resource subscriptions are the server's.
 #[test]
 fn a_relayed_stdio_session_hears_progress_and_list_changes() {
     let peer = weather();
@@ -343,6 +344,41 @@ fn a_relayed_stdio_session_hears_progress_and_list_changes() {
             None,
         ));
         assert_eq!(logs.len(), 3, "{mode}: {logs:?}");
+        // Completions are the server's answers.
+        let completed = client(
+            &[
+                "complete",
+                mode,
+                &relay,
+                "prompt",
+                "weather__briefing",
+                "city",
+                "Os",
+            ],
+            None,
+        );
+        assert_eq!(
+            completed["values"],
+            serde_json::json!(["Oslo", "Osaka"]),
+            "{mode}"
+        );
+        // A subscription is a stream to the server, which tells the relay once as it opens
+        // (see `resource_subscriptions_relay_the_upstream_s_updates_as_they_come_directly`),
+        // then what the upstream says.
+        let relayed = subscribe(
+            mode,
+            &relay,
+            None,
+            &[RELAYED_STATIONS, OSLO],
+            "weather__touch",
+            TOUCH,
+            [&[RELAYED_STATIONS, OSLO], &[RELAYED_STATIONS, OSLO]],
+        );
+        assert!(
+            heard_all(&relayed, &[RELAYED_STATIONS, OSLO]),
+            "{mode}: {relayed}"
+        );
+        assert_eq!(relayed["refused"], serde_json::json!({}), "{relayed}");
         assert_eq!(
             logs[..2],
             [
@@ -360,6 +396,34 @@ fn a_relayed_stdio_session_hears_progress_and_list_changes() {
             "{mode}"
         );
     }
+    // A URI not of larkgate's form is not found; at most 64 subscriptions a session.
+    let uris: Vec<String> = std::iter::once("file:///etc/passwd".to_owned())
+        .chain((0..65).map(|n| format!("larkgate://nothing/{n}")))
+        .collect();
+    let uris: Vec<&str> = uris.iter().map(String::as_str).collect();
+    let relayed = subscribe(
+        "legacy",
+        &relay,
+        None,
+        &uris,
+        "weather__touch",
+        TOUCH,
+        [&[], &[]],
+    );
+    let refused = relayed["refused"].as_object().unwrap();
+    assert_eq!(refused.len(), 2, "{relayed}");
+    assert!(
+        refused["larkgate://nothing/64"]
+            .as_str()
+            .is_some_and(|m| m.contains("this session holds 64 subscriptions, its most")),
+        "{relayed}"
+    );
+    assert!(
+        refused["file:///etc/passwd"]
+            .as_str()
+            .is_some_and(|m| m.contains("larkgate lists no resource file:///etc/passwd")),
+        "{relayed}"
+    );
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -380,6 +444,64 @@ fn a_relayed_stdio_session_hears_progress_and_list_changes() {
         };
         let before = names(session.list_all_tools().await.unwrap());
         assert!(!before.contains(&"script__hello".to_owned()), "{before:?}");
+        // Resources and prompts are the server's, its errors passed on whole.
+        let resources = session.list_all_resources().await.unwrap();
+        assert!(
+            resources.iter().any(|r| r.uri == RELAYED_STATIONS),
+            "{resources:?}"
+        );
+        let templates = session.list_all_resource_templates().await.unwrap();
+        assert!(
+            templates
+                .iter()
+                .any(|t| t.uri_template == "larkgate://weather/weather://city/{name}"),
+            "{templates:?}"
+        );
+        let read = session
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(OSLO))
+            .await
+            .unwrap();
+        let read = serde_json::to_value(&read.contents).unwrap();
+        assert_eq!(read[0]["text"], "sunny in Oslo", "{read}");
+        assert_eq!(read[0]["uri"], OSLO, "{read}");
+        let missing = session
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(NOTHING))
+            .await
+            .unwrap_err();
+        let rmcp::ServiceError::McpError(missing) = missing else {
+            panic!("{missing:?}");
+        };
+        assert_eq!(missing.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+        assert!(
+            missing.message.contains("larkgate lists no resource"),
+            "{missing:?}"
+        );
+        assert!(
+            missing
+                .data
+                .as_ref()
+                .is_some_and(|d| d["larkgate/envelope"]["code"] == "not_found"),
+            "{missing:?}"
+        );
+        let prompts = session.list_all_prompts().await.unwrap();
+        assert!(
+            prompts.iter().any(|p| p.name == "weather__briefing"),
+            "{prompts:?}"
+        );
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("city".into(), "Lima".into());
+        let briefing = session
+            .get_prompt(
+                rmcp::model::GetPromptRequestParams::new("weather__briefing")
+                    .with_arguments(arguments),
+            )
+            .await
+            .unwrap();
+        let briefing = serde_json::to_value(&briefing.messages).unwrap();
+        assert_eq!(
+            briefing[0]["content"]["text"], "Give a short weather briefing for Lima.",
+            "{briefing}"
+        );
         // Another session saves and publishes a script: the server's tools change.
         let (url, ada, pat) = (server.url.clone(), ada.clone(), pat.clone());
         tokio::task::spawn_blocking(move || {
