@@ -47,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::bounded::{MAX_MESSAGE_BYTES, cut};
 
 mod asking;
+pub mod rounds;
 
 pub use asking::{Accepts, Kind, MAX_OPEN, Unasked, Witness, safe_url};
 
@@ -440,6 +441,14 @@ impl Outbox {
             }
         };
         drop(questions);
+        self.finish(peer).await;
+        output
+    }
+
+    /// Closes the conversation once its call has answered: what is still queued is sent to
+    /// `peer` before the answer, with how many log messages were not relayed.
+    #[allow(deprecated)]
+    async fn finish(&mut self, peer: &Peer<RoleServer>) {
         if let Some(inner) = &self.conversation.0 {
             inner.closed.store(true, Ordering::Relaxed);
         }
@@ -469,7 +478,6 @@ impl Outbox {
                  call, each increasing, none after the answer)"
             );
         }
-        output
     }
 }
 

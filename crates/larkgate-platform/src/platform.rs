@@ -25,7 +25,12 @@ pub struct Platform {
     registry: Arc<ToolTable>,
     catalog: Arc<Catalog>,
     pipeline: Pipeline,
+    /// The calls of 2026-07-28 clients parked between rounds of questions.
+    parked: Arc<crate::conversation::rounds::Desk<CallOutcome>>,
 }
+
+/// How a call ended: its output, or why it was refused.
+pub type CallOutcome = Result<crate::registry::ToolOutput, Refusal>;
 
 /// Builds a [`Platform`].
 #[derive(Debug)]
@@ -131,6 +136,7 @@ impl PlatformBuilder {
             services,
             registry,
             catalog,
+            parked: Arc::default(),
         }
     }
 }
@@ -196,6 +202,12 @@ impl Platform {
                 );
             }
         }
+    }
+
+    /// The calls of 2026-07-28 clients parked between rounds of questions
+    /// ([`crate::conversation::rounds`]).
+    pub fn parked(&self) -> &Arc<crate::conversation::rounds::Desk<CallOutcome>> {
+        &self.parked
     }
 
     /// The upstreams' resources and prompts, for replacing an upstream's as they change.

@@ -36,6 +36,15 @@
 //! `notifications/prompts/list_changed`; in 2026-07-28 on `subscriptions/listen` streams that
 //! ask for them).
 //!
+//! ## Questions to a 2026-07-28 client
+//!
+//! A client on 2026-07-28 that declares elicitation or sampling in its request's `_meta` is
+//! asked what its call's upstreams ask in `input_required` rounds of the call itself: the call
+//! runs in a task of its own, parked on the platform's desk between rounds, and the client's
+//! retry (`requestState`, `inputResponses`) resumes it ([`crate::conversation::rounds`], whose
+//! threat model says who may resume what). A call to a tool whose approval rule waits keeps
+//! its own rounds for the wait and asks nothing.
+//!
 //! ## Resource subscriptions
 //!
 //! larkgate declares `resources.subscribe`. A subscription crosses the pipeline as a read of its
@@ -70,7 +79,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::RunKind;
 use crate::approvals::wait::{Progress, Rounds, Waiting};
-use crate::conversation::{Accepts, Conversation, ResponseGone};
+use crate::conversation::{Accepts, Conversation, ResponseGone, rounds};
 use crate::envelope::{Code, Refusal};
 use crate::identity::{RunContext, SessionIdentity};
 use crate::observe::Exchange;
@@ -717,6 +726,16 @@ impl ServerHandler for PlatformServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let platform = &self.platform;
+        let stateless = is_stateless(&context);
+        // A 2026-07-28 client's next round of a call that asked it something.
+        if let Some(state) = request
+            .request_state
+            .as_deref()
+            .filter(|state| stateless && state.starts_with(rounds::STATE_PREFIX))
+        {
+            let state = state.to_owned();
+            return Ok(self.resume(&state, request, &context).await);
+        }
         // A client's own call over an edge (HTTP, stdio) to a tool whose rule waits may wait
         // for an approval; a call in a session opened in this process is refused at once: a
         // script's (its run holds a worker and has a deadline of its own) and the command
@@ -727,10 +746,17 @@ impl ServerHandler for PlatformServer {
                 .policy()
                 .approval_wait(TargetKind::Tool, &request.name)
                 .is_some();
+        let accepts = accepts(&context);
+        if stateless && accepts.anything() && !may_wait {
+            return Ok(self.call_in_rounds(request, &context, accepts).await);
+        }
+        // (A 2026-07-28 client's call that may wait for an approval holds its wait in rounds
+        // of its own: it is asked nothing.)
+        let accepts = if stateless { Accepts::NOTHING } else { accepts };
         let (conversation, outbox) = Conversation::open_within(
             context.meta.get_progress_token(),
             self.log_level.of(&context.meta),
-            accepts(&context),
+            accepts,
             context.ct.clone(),
             &self.within,
         );
@@ -763,41 +789,200 @@ impl ServerHandler for PlatformServer {
             }
         });
         // What the call says (an upstream's progress) is sent in this task, before its answer.
-        let result = outbox.carry(&context.peer, call).await;
-        let result = match result {
-            // Another server's answer, as it came: every kind of content, text as text.
-            Ok(ToolOutput {
-                content: Some(content),
-                ..
-            }) => {
-                let mut answer = CallToolResult::success(content.blocks);
-                answer.structured_content = content.structured;
-                answer
-            }
-            Ok(ToolOutput { value, .. }) => {
-                let json = serde_json::Value::Object(larkgate_binding::map_to_json(&value));
-                CallToolResult::structured(json)
-            }
-            // 2026-07-28: the wait for an approval goes on in the client's next round.
-            Err(Refusal {
-                wait_state: Some(state),
-                ..
-            }) => return Ok(InputRequiredResult::from_request_state(*state).into()),
-            Err(refusal) => refusal.to_result(),
-        };
-        Ok(result.into())
+        Ok(answer_of(outbox.carry(&context.peer, call).await))
     }
 }
 
-/// What the client of `context` accepts being asked during its call, as it declared at
-/// `initialize`. A 2026-07-28 client is asked in rounds of the call itself (an
-/// `input_required` answer), which larkgate does not relay yet: it is asked nothing.
-fn accepts(context: &RequestContext<RoleServer>) -> Accepts {
-    if context
+impl PlatformServer {
+    /// A 2026-07-28 client's call that its upstreams may ask questions in: it runs in a task
+    /// of its own, and each round of the client's ends with its answer or with what it asked
+    /// ([`rounds`]).
+    async fn call_in_rounds(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        accepts: Accepts,
+    ) -> CallToolResponse {
+        let exchange = Exchange::of(context);
+        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
+        let identity = match self.identity(context).instrument(span.clone()).await {
+            Ok(identity) => identity,
+            Err(refusal) => return noted(exchange, Err(refusal)),
+        };
+        if let (Some(exchange), Some(identity)) = (exchange, &identity) {
+            exchange.principal(&identity.run.principal.id);
+        }
+        // The call's own cancellation: a round's request ends with the round, not the call.
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (conversation, outbox) = Conversation::open_within(
+            context.meta.get_progress_token(),
+            self.log_level.of(&context.meta),
+            accepts,
+            cancel.clone(),
+            &self.within,
+        );
+        let caller = identity.as_ref().map(|identity| rounds::Caller {
+            principal: identity.run.principal.id.clone(),
+            tool: request.name.to_string(),
+            arguments: request.arguments.clone(),
+        });
+        let platform = self.platform.clone();
+        let (name, arguments) = (request.name, request.arguments);
+        let call = async move {
+            platform
+                .call_in(identity, &name, arguments, conversation)
+                .await
+        };
+        let rounds = rounds::Rounds::start(outbox, cancel, call.instrument(span));
+        self.rounds(rounds, caller, context).await
+    }
+
+    /// A 2026-07-28 client's next round of a call parked with `state`: its answers go to the
+    /// call's questions, and the round goes on.
+    async fn resume(
+        &self,
+        state: &str,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let exchange = Exchange::of(context);
+        let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
+        let identity = match self.identity(context).instrument(span).await {
+            Ok(Some(identity)) => identity,
+            Ok(None) => {
+                let refusal = Refusal::new(Code::Unauthenticated, "this call is not authenticated");
+                return noted(exchange, Err(refusal));
+            }
+            Err(refusal) => return noted(exchange, Err(refusal)),
+        };
+        if let Some(exchange) = exchange {
+            exchange.principal(&identity.run.principal.id);
+        }
+        let caller = rounds::Caller {
+            principal: identity.run.principal.id.clone(),
+            tool: request.name.to_string(),
+            arguments: request.arguments,
+        };
+        let Some(mut parked) = self.platform.parked().take(state, &caller) else {
+            let refusal = Refusal::new(
+                Code::InvalidArguments,
+                format!(
+                    "this call's requestState names no call of {} waiting for its answers here: \
+                     they came already, the call waited longer than {} s for them, or another \
+                     larkgate server asked its questions",
+                    request.name,
+                    rounds::PARKED_TTL.as_secs()
+                ),
+            )
+            .with_hint("call the tool again, without a requestState");
+            return noted(exchange, Err(refusal));
+        };
+        parked.answer(request.input_responses.unwrap_or_default());
+        self.rounds(parked, Some(caller), context).await
+    }
+
+    /// Carries rounds of a call to the client of `context` until one ends with its answer or
+    /// with questions: those are the answer, the call parked for `caller`'s next round.
+    async fn rounds(
+        &self,
+        mut call: rounds::Rounds<crate::platform::CallOutcome>,
+        caller: Option<rounds::Caller>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let exchange = Exchange::of(context);
+        loop {
+            match call.round(&context.peer, context.ct.clone()).await {
+                rounds::Round::Answered(Some(outcome)) => return noted(exchange, outcome),
+                rounds::Round::Answered(None) => {
+                    let refusal = Refusal::internal(
+                        "the call ended without an answer",
+                        "a call's task ended before it answered",
+                    );
+                    return noted(exchange, Err(refusal));
+                }
+                rounds::Round::Asking(questions, asking) => {
+                    let parked = match &caller {
+                        Some(caller) => {
+                            self.platform
+                                .parked()
+                                .park(caller.clone(), asking, rounds::PARKED_TTL)
+                        }
+                        None => Err(asking),
+                    };
+                    match parked {
+                        Ok(state) => {
+                            if let Some(exchange) = exchange {
+                                exchange.outcome("input_required");
+                            }
+                            return InputRequiredResult::new(Some(questions), Some(state)).into();
+                        }
+                        Err(mut asking) => {
+                            asking.refuse(
+                                "larkgate holds as many calls waiting for their clients' answers \
+                                 as it may; nobody was asked",
+                            );
+                            call = asking;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `outcome` as the answer to the call, noted on its exchange.
+fn noted(exchange: Option<&Exchange>, outcome: crate::platform::CallOutcome) -> CallToolResponse {
+    if let Some(exchange) = exchange {
+        exchange.outcome(match &outcome {
+            Ok(_) => "ok",
+            Err(refusal) => refusal.code.as_str(),
+        });
+    }
+    answer_of(outcome)
+}
+
+/// How a call ended, as its answer.
+fn answer_of(outcome: crate::platform::CallOutcome) -> CallToolResponse {
+    let result = match outcome {
+        // Another server's answer, as it came: every kind of content, text as text.
+        Ok(ToolOutput {
+            content: Some(content),
+            ..
+        }) => {
+            let mut answer = CallToolResult::success(content.blocks);
+            answer.structured_content = content.structured;
+            answer
+        }
+        Ok(ToolOutput { value, .. }) => {
+            let json = serde_json::Value::Object(larkgate_binding::map_to_json(&value));
+            CallToolResult::structured(json)
+        }
+        // 2026-07-28: the wait for an approval goes on in the client's next round.
+        Err(Refusal {
+            wait_state: Some(state),
+            ..
+        }) => return InputRequiredResult::from_request_state(*state).into(),
+        Err(refusal) => refusal.to_result(),
+    };
+    result.into()
+}
+
+/// Whether the client of `context` speaks a revision without sessions (2026-07-28).
+fn is_stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
         .protocol_version()
         .is_some_and(|version| !version.has_initialize())
-    {
-        return Accepts::NOTHING;
+}
+
+/// What the client of `context` accepts being asked during its call: as it declared at
+/// `initialize`, or on 2026-07-28 in the request's `_meta` (asked then in rounds of the call,
+/// see [`rounds`]).
+fn accepts(context: &RequestContext<RoleServer>) -> Accepts {
+    if is_stateless(context) {
+        return context
+            .meta
+            .client_capabilities()
+            .map_or(Accepts::NOTHING, |capabilities| Accepts::of(&capabilities));
     }
     context
         .peer

@@ -606,6 +606,29 @@ impl UpstreamClient {
         ))))
     }
 
+    /// One round of a call, for a relay whose own client speaks 2026-07-28 and answers the
+    /// server's questions itself: the call `name` with `arguments`, echoing the client's
+    /// `request_state` and `input_responses`; the server's progress and log messages go to
+    /// `conversation`, and its answer comes back as it gave it, `input_required` included.
+    /// `None` when the conversation was cancelled first (the server is told).
+    pub async fn call_tool_round(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        echoed: (Option<String>, Option<rmcp::model::InputResponses>),
+        conversation: &Conversation,
+    ) -> Option<Result<ServerResult, UpstreamError>> {
+        let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+        (params.request_state, params.input_responses) = echoed;
+        if let Some(level) = conversation.log_level() {
+            self.ask_for_logs(level, &mut params).await;
+        }
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let cancelled = std::pin::pin!(conversation.cancelled());
+        self.send_until(request, true, cancelled, Some(conversation))
+            .await
+    }
+
     /// Sends `request` as it is and answers the server's result, for a relay that passes
     /// requests on: the server's own JSON-RPC error comes back whole (its code, message and
     /// `data`) as `Ok(Err(..))`; `Err` is the connection's failure. Bounded by the round-trip

@@ -343,8 +343,9 @@ async fn a_resource_subscription_is_held_once_at_the_server_and_ended_by_its_las
             text_of(&answer).parse::<usize>().unwrap()
         }
     };
-    // Each connection keeps a stream of its own for list changes.
-    let per_connection = listeners(&first).await;
+    // Each connection keeps a stream of its own for list changes, opened as it connects.
+    let per_connection = until(1, || listeners(&first)).await;
+    assert_eq!(per_connection, 1);
     let watches = Arc::new(Watches::default());
     let stations = "weather://stations";
     let (mut heard, held) = watches.watch(&first, stations).await.unwrap();

@@ -521,10 +521,22 @@ impl ServerHandler for Relay {
         // withdraws its request).
         // What the server's upstreams ask during the call (an elicitation, say) reaches the
         // desktop client too, when it accepts it.
-        let accepts = context
-            .peer
-            .peer_info()
-            .map_or(Accepts::NOTHING, |info| Accepts::of(&info.capabilities));
+        // A 2026-07-28 desktop client says in each request what it accepts, and answers the
+        // server's questions in rounds of its own call: they pass through.
+        let stateless = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        let accepts = if stateless {
+            context
+                .meta
+                .client_capabilities()
+                .map_or(Accepts::NOTHING, |capabilities| Accepts::of(&capabilities))
+        } else {
+            context
+                .peer
+                .peer_info()
+                .map_or(Accepts::NOTHING, |info| Accepts::of(&info.capabilities))
+        };
         let (conversation, outbox) = Conversation::open_within(
             context.meta.get_progress_token(),
             self.log_level.of(&context.meta),
@@ -532,6 +544,20 @@ impl ServerHandler for Relay {
             context.ct.clone(),
             &Conversation::none(),
         );
+        if stateless && accepts.anything() {
+            let echoed = (request.request_state, request.input_responses);
+            let call = self
+                .client
+                .call_tool_round(&request.name, arguments, echoed, &conversation);
+            let answer = match outbox.carry(&context.peer, call).await {
+                Some(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+                Some(Ok(ServerResult::InputRequiredResult(asking))) => return Ok(asking.into()),
+                Some(Ok(_)) => return Err(another_kind()),
+                Some(Err(error)) => Err(error),
+                None => return Err(ErrorData::invalid_request("the call was cancelled", None)),
+            };
+            return Ok(relayed_call(answer).into());
+        }
         let call = self
             .client
             .call_tool_in(&request.name, arguments, &conversation);
@@ -540,16 +566,22 @@ impl ServerHandler for Relay {
             // Nobody reads the answer to a cancelled request.
             return Err(ErrorData::invalid_request("the call was cancelled", None));
         };
-        let result = match answer {
-            Ok(result) => result,
-            // The server refused the session's token (revoked, expired, its principal
-            // removed): the caller is told so, as without a server, not that serve is down.
-            Err(error) if error.is_unauthorized() => no_longer_valid().to_result(),
-            Err(error) => Refusal::new(Code::UpstreamUnavailable, unreachable_server(&error))
-                .with_hint("check that `larkgate serve` is still running, then call again")
-                .to_result(),
-        };
-        Ok(result.into())
+        Ok(relayed_call(answer).into())
+    }
+}
+
+/// A relayed call's answer: the server's, or a refusal saying what became of the server.
+fn relayed_call(
+    answer: Result<rmcp::model::CallToolResult, larkgate_upstream::client::UpstreamError>,
+) -> rmcp::model::CallToolResult {
+    match answer {
+        Ok(result) => result,
+        // The server refused the session's token (revoked, expired, its principal removed):
+        // the caller is told so, as without a server, not that serve is down.
+        Err(error) if error.is_unauthorized() => no_longer_valid().to_result(),
+        Err(error) => Refusal::new(Code::UpstreamUnavailable, unreachable_server(&error))
+            .with_hint("check that `larkgate serve` is still running, then call again")
+            .to_result(),
     }
 }
 

@@ -344,6 +344,15 @@ fn a_relayed_stdio_session_hears_progress_and_list_changes() {
             None,
         ));
         assert_eq!(logs.len(), 3, "{mode}: {logs:?}");
+        // An upstream's question reaches the desktop client (the relay is asked it in
+        // rounds of its call to the server), and its answer goes back.
+        let accept = r#"{"elicit": {"action": "accept", "content": {"city": "Paris"}}}"#;
+        let picked = client(&["ask", mode, &relay, "weather__pick", "{}", accept], None);
+        assert_eq!(said(&picked), "picked Paris", "{mode}: {picked}");
+        assert_eq!(
+            picked["asked"][0]["message"], "Which city?",
+            "{mode}: {picked}"
+        );
         // Completions are the server's answers.
         let completed = client(
             &[
@@ -847,22 +856,30 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
                      "sample": {"text": "Sunny", "model": "m-1"}}"#;
     let decline = r#"{"elicit": {"action": "decline"}}"#;
 
-    // The client speaks 2025-11-25 to larkgate; larkgate speaks each upstream's revision.
-    for (alias, revision) in [("modern", "2026-07-28"), ("legacy", "legacy")] {
-        for (tool, answers) in [("pick", accept), ("pick", decline), ("summarise", accept)] {
-            let directly = client(&["ask", revision, &direct, tool, "{}", answers], None);
-            let relayed = without_own_tokens(client(
-                &[
-                    "ask",
-                    "legacy",
-                    &through,
-                    &format!("{alias}__{tool}"),
-                    "{}",
-                    answers,
-                ],
-                Some(&token),
-            ));
-            assert_eq!(relayed, directly, "{alias}: {tool} {answers}");
+    // The client speaks either revision to larkgate (on 2026-07-28 it is asked in rounds of
+    // its call); larkgate speaks each upstream's revision.
+    for mode in ["legacy", "2026-07-28"] {
+        for (alias, revision) in [("modern", "2026-07-28"), ("legacy", "legacy")] {
+            for (tool, answers) in [("pick", accept), ("pick", decline), ("summarise", accept)] {
+                let directly = client(&["ask", revision, &direct, tool, "{}", answers], None);
+                let relayed = client(
+                    &[
+                        "ask",
+                        mode,
+                        &through,
+                        &format!("{alias}__{tool}"),
+                        "{}",
+                        answers,
+                    ],
+                    Some(&token),
+                );
+                let relayed = if mode == "legacy" {
+                    without_own_tokens(relayed)
+                } else {
+                    relayed
+                };
+                assert_eq!(relayed, directly, "{mode} to {alias}: {tool} {answers}");
+            }
         }
     }
     let picked = client(
@@ -959,13 +976,10 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
             e["detail"].as_str().unwrap().to_owned()
         })
         .collect();
-    assert_eq!(
-        picks,
-        [
-            "form elicitation asked \"Which city?\": the client answered accept",
-            "form elicitation asked \"Which city?\": the client answered decline",
-        ]
-    );
+    // (Once for a client of each revision.)
+    let accepted = "form elicitation asked \"Which city?\": the client answered accept";
+    let declined = "form elicitation asked \"Which city?\": the client answered decline";
+    assert_eq!(picks, [accepted, declined, accepted, declined]);
     let sampled: Vec<String> = question_events(dir.path(), "sampling")
         .iter()
         .map(|e| {
@@ -976,13 +990,9 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
             )
         })
         .collect();
-    assert_eq!(
-        sampled,
-        [
-            "modern__summarise sampling asked: the client's model \"m-1\" answered",
-            "legacy__summarise sampling asked: the client's model \"m-1\" answered",
-        ]
-    );
+    let modern = "modern__summarise sampling asked: the client's model \"m-1\" answered";
+    let legacy = "legacy__summarise sampling asked: the client's model \"m-1\" answered";
+    assert_eq!(sampled, [modern, legacy, modern, legacy]);
     let refused_url = question_events(dir.path(), "elicitation")
         .into_iter()
         .filter(|e| e["tool"] == "legacy__visit")
@@ -1104,11 +1114,7 @@ fn question_events(dir: &std::path::Path, kind: &str) -> Vec<Value> {
 #[test]
 fn a_question_after_the_answer_or_to_a_client_gone_is_refused() {
     let peer = weather();
-    let config = format!(
-        "[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
-         approval = \"never\"\nrevisions = \"legacy\"\n",
-        peer.url
-    );
+    let config = weather_upstream(&peer.url, "revisions = \"legacy\"\n");
     let (_dir, server, token) = admin_gateway(&config);
     let through = format!("http:{}", server.url);
     let direct = format!("http:{}", peer.url);
@@ -1517,4 +1523,186 @@ fn resource_subscriptions_relay_the_upstream_s_updates_as_they_come_directly() {
     assert_eq!(of(RELAYED_STATIONS, "outcome", "bob"), 2, "{audit}");
     assert_eq!(of(OSLO, "refusal", "bob"), 2, "{audit}");
     assert_eq!(of(RELAYED_DOCUMENT, "outcome", "ada"), 2, "{audit}");
+}
+
+/// One round of a 2026-07-28 client's `tools/call`, as the JSON-RPC answer's `result`: a
+/// client that accepts form elicitations, echoing `state` and its `answers` when given.
+fn round_2026(
+    url: &str,
+    token: &str,
+    tool: &str,
+    arguments: Value,
+    state: Option<&str>,
+    answers: Option<Value>,
+) -> Value {
+    let mut params = serde_json::json!({
+        "name": tool,
+        "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
+    });
+    if let Some(state) = state {
+        params["requestState"] = state.into();
+    }
+    if let Some(answers) = answers {
+        params["inputResponses"] = answers;
+    }
+    crate::resources::rpc(url, token, "tools/call", params)["result"].clone()
+}
+
+/// The weather peer at `url` as upstream `weather`, called without approvals, with `extra`
+/// settings.
+fn weather_upstream(url: &str, extra: &str) -> String {
+    format!(
+        "[[upstreams]]\nalias = \"weather\"\nurl = \"{url}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\n{extra}"
+    )
+}
+
+/// The text of a tool's answer.
+fn text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A 2026-07-28 client's round of questions belongs to its call: the state it is given is
+/// taken once, only by the principal that made the call, for the same tool and arguments;
+/// anything else is refused without saying whose it is. An answer that is not one is not
+/// passed off as one.
+#[test]
+fn a_2026_07_28_client_s_round_of_questions_is_its_own() {
+    let peer = weather();
+    let (dir, server, ada) = admin_gateway(&weather_upstream(&peer.url, ""));
+    let d = dir.path();
+    crate::ok(d, &["principal", "add", "bob", "--roles", "admin"]);
+    let bob = crate::ok(d, &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let url = server.url.as_str();
+    let asked = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        None,
+        None,
+    );
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let question = &asked["inputRequests"]["larkgate-1"];
+    assert_eq!(question["method"], "elicitation/create", "{asked}");
+    assert_eq!(question["params"]["message"], "Which city?", "{asked}");
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    assert!(state.starts_with("larkgate-ask:v1:"), "{state}");
+    let paris =
+        serde_json::json!({"larkgate-1": {"action": "accept", "content": {"city": "Paris"}}});
+
+    let unknown = |result: &Value| {
+        result["isError"] == true
+            && text(result).contains("names no call of weather__pick waiting for its answers here")
+    };
+    // Another principal, other arguments, something made to look like a state: nothing.
+    let hostile = [
+        (bob.as_str(), serde_json::json!({}), state.clone()),
+        (
+            ada.as_str(),
+            serde_json::json!({"city": "x"}),
+            state.clone(),
+        ),
+        (
+            ada.as_str(),
+            serde_json::json!({}),
+            "larkgate-ask:v1:".to_owned(),
+        ),
+        (ada.as_str(), serde_json::json!({}), format!("{state}0")),
+        (
+            ada.as_str(),
+            serde_json::json!({}),
+            format!(
+                "larkgate-ask:v1:{}",
+                state["larkgate-ask:v1:".len()..].to_uppercase()
+            ),
+        ),
+        (
+            ada.as_str(),
+            serde_json::json!({}),
+            state[..state.len() - 1].to_owned(),
+        ),
+    ];
+    for (token, arguments, state) in hostile {
+        let refused = round_2026(
+            url,
+            token,
+            "weather__pick",
+            arguments,
+            Some(&state),
+            Some(paris.clone()),
+        );
+        assert!(unknown(&refused), "{state}: {refused}");
+    }
+    // The call still waited for its own client, whose answer goes back; once.
+    let answered = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        Some(&state),
+        Some(paris.clone()),
+    );
+    assert_eq!(text(&answered), "picked Paris", "{answered}");
+    let again = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        Some(&state),
+        Some(paris),
+    );
+    assert!(unknown(&again), "{again}");
+
+    // An answer of another kind is not an elicitation's: the upstream is told so.
+    let asked = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        None,
+        None,
+    );
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    let wrong = serde_json::json!({"larkgate-1": {"role": "assistant", "model": "m-1"}});
+    let answered = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        Some(&state),
+        Some(wrong),
+    );
+    assert_eq!(answered["isError"], true, "{answered}");
+    assert!(
+        text(&answered).contains("the client's answer was not an elicitation result"),
+        "{answered}"
+    );
+    // No answer at all: the upstream is told nobody answered.
+    let asked = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        None,
+        None,
+    );
+    let state = asked["requestState"].as_str().unwrap().to_owned();
+    let none = round_2026(
+        url,
+        &ada,
+        "weather__pick",
+        serde_json::json!({}),
+        Some(&state),
+        Some(serde_json::json!({})),
+    );
+    assert_eq!(none["isError"], true, "{none}");
+    assert!(text(&none).contains("the client did not answer"), "{none}");
+    assert!(server.stop().success());
 }

@@ -61,12 +61,14 @@ period_seconds = 3600
     )
 }
 
-/// One request of the 2026-07-28 revision, as a client sends it over HTTP; the JSON-RPC answer.
-fn rpc(url: &str, token: &str, method: &str, mut params: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
+/// One request of the 2026-07-28 revision, as a client sends it over HTTP (declaring no
+/// capabilities, unless `params` has a `_meta` that does); the JSON-RPC answer.
+pub(crate) fn rpc(url: &str, token: &str, method: &str, mut params: Value) -> Value {
+    let meta = &mut params["_meta"];
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    if meta["io.modelcontextprotocol/clientCapabilities"].is_null() {
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    }
     let name = params
         .get("uri")
         .or_else(|| params.get("name"))
