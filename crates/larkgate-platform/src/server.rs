@@ -891,7 +891,11 @@ impl PlatformServer {
     ) -> CallToolResponse {
         let exchange = Exchange::of(context);
         loop {
-            match call.round(&context.peer, context.ct.clone()).await {
+            let progress_token = context.meta.get_progress_token();
+            match call
+                .round(&context.peer, context.ct.clone(), progress_token)
+                .await
+            {
                 rounds::Round::Answered(Some(outcome)) => return noted(exchange, outcome),
                 rounds::Round::Answered(None) => {
                     let refusal = Refusal::internal(

@@ -160,15 +160,27 @@ impl<T> Rounds<T> {
         }
     }
 
-    /// The next round: what the call says goes to `peer` as it is said, and the round ends
+    /// The next round: what the call says goes to `peer` as it is said (its progress under
+    /// this round's `progress_token`, none when the round asked for none), and the round ends
     /// with the call's answer or with the questions it asked. When `gone` is cancelled (the
     /// client closed this round's request), so is the call.
-    pub async fn round(mut self, peer: &Peer<RoleServer>, gone: CancellationToken) -> Round<T> {
+    pub async fn round(
+        mut self,
+        peer: &Peer<RoleServer>,
+        gone: CancellationToken,
+        progress_token: Option<rmcp::model::ProgressToken>,
+    ) -> Round<T> {
         let mut cancelled = false;
         loop {
             tokio::select! {
                 biased;
                 said = self.outbox.queue.recv(), if self.saying => match said {
+                    Some(super::Said::Progress(mut progress)) => {
+                        if let Some(token) = &progress_token {
+                            progress.progress_token = token.clone();
+                            super::send(peer, super::Said::Progress(progress)).await;
+                        }
+                    }
                     Some(said) => super::send(peer, said).await,
                     None => self.saying = false,
                 },

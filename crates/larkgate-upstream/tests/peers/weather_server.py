@@ -200,6 +200,19 @@ async def pick(choice: Annotated[ElicitationResult[CityChoice], Resolve(which_ci
     return f"picked nothing: {choice.action}"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def pick_slowly(
+    choice: Annotated[ElicitationResult[CityChoice], Resolve(which_city)], ctx: Context
+) -> str:
+    """As `pick`, then reports progress twice before it answers."""
+    for step in range(2):
+        await asyncio.sleep(0.05)
+        await ctx.report_progress(step + 1, 2)
+    if isinstance(choice, AcceptedElicitation):
+        return f"picked {choice.data.city}"
+    return f"picked nothing: {choice.action}"
+
+
 def summary_request() -> Sample:
     return Sample(
         [SamplingMessage(role="user", content=TextContent(type="text", text="Summarise the weather"))],

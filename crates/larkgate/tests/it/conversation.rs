@@ -834,7 +834,9 @@ fn without_own_tokens(mut answer: Value) -> Value {
 
 /// An upstream's elicitations and sampling requests during a call reach the client that made
 /// it, as they would directly, on both of the upstream's revisions (mid-call on 2025-11-25,
-/// `input_required` rounds on 2026-07-28), and the client's answers go back; a URL is passed
+/// `input_required` rounds on 2026-07-28) and both of the client's (on 2026-07-28 in rounds of
+/// its own call, the progress after the answer in the next round), and the client's answers
+/// go back; a URL is passed
 /// exactly, and only when it is https; sampling only where the operator allows it.
 #[test]
 fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_go_back() {
@@ -864,7 +866,14 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
     // its call); larkgate speaks each upstream's revision.
     for mode in ["legacy", "2026-07-28"] {
         for (alias, revision) in [("modern", "2026-07-28"), ("legacy", "legacy")] {
-            for (tool, answers) in [("pick", accept), ("pick", decline), ("summarise", accept)] {
+            let tools = [
+                ("pick", accept),
+                ("pick", decline),
+                ("summarise", accept),
+                // Progress after the answer: on 2026-07-28, told in the client's next round.
+                ("pick_slowly", accept),
+            ];
+            for (tool, answers) in tools {
                 let directly = client(&["ask", revision, &direct, tool, "{}", answers], None);
                 let relayed = client(
                     &[
@@ -883,6 +892,10 @@ fn an_upstream_s_questions_reach_the_client_that_made_the_call_and_its_answers_g
                     relayed
                 };
                 assert_eq!(relayed, directly, "{mode} to {alias}: {tool} {answers}");
+                if tool == "pick_slowly" {
+                    let told = relayed["progress"].as_array().unwrap().len();
+                    assert_eq!(told, 2, "{mode} to {alias}: {relayed}");
+                }
             }
         }
     }

@@ -114,7 +114,7 @@ fn an_upstream_is_added_listed_gated_and_called_by_a_published_script() {
         !log.contains("an upstream may reach these non-public targets"),
         "{log}"
     );
-    assert!(listed.contains("20 tools"), "{listed}");
+    assert!(listed.contains("21 tools"), "{listed}");
 
     // Read-only or not, an `always` upstream's tool waits for an approver.
     ok(dir, &["principal", "add", "alice", "--roles", "approver"]);

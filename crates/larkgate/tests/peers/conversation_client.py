@@ -28,8 +28,9 @@ it has heard WAIT messages, or with `told` until larkgate said how many it did n
 ANSWERS_JSON says ({"elicit": an ElicitResult, "sample": {"text", "model"}}; what it does not
 name is not declared; "elicit": "hang" prints {"asking": params} when asked and never answers;
 "delay": seconds waits that long before each elicitation's answer),
-and prints {"asked": [each request's params], "text": the answer's text, "is_error"}, or
-{"asked", "error": message} when the call is refused.
+and prints {"asked": [each request's params], "text": the answer's text, "is_error",
+"progress": [[progress, total, message], ...]}, or {"asked", "error": message, "progress"}
+when the call is refused.
 
 `subscribe` subscribes to each of URIS_JSON (2025-11-25: `resources/subscribe` each, a refused
 one noted; 2026-07-28: one `subscriptions/listen` stream asking for all of them), waits (at
@@ -205,13 +206,29 @@ async def ask(mode, target, tool, arguments, answers):
         options["elicitation_callback"] = on_elicit
     if "sample" in answers:
         options["sampling_callback"] = on_sample
+    heard = []
+
+    async def on_progress(value, total, message):
+        heard.append([value, total, message])
+
     async with connect(mode, target, **options) as client:
         try:
-            result = await client.call_tool(tool, json.loads(arguments))
+            result = await client.call_tool(
+                tool, json.loads(arguments), progress_callback=on_progress
+            )
         except MCPError as error:
-            print(json.dumps({"asked": asked, "error": error.message}))
+            print(json.dumps({"asked": asked, "error": error.message, "progress": heard}))
             return
-        print(json.dumps({"asked": asked, "text": text_of(result), "is_error": result.is_error}))
+        print(
+            json.dumps(
+                {
+                    "asked": asked,
+                    "text": text_of(result),
+                    "is_error": result.is_error,
+                    "progress": heard,
+                }
+            )
+        )
 
 
 async def subscribe(mode, target, uris, tool, arguments, wait_for, primed="[]"):
