@@ -68,10 +68,35 @@ fn gone(pid: u64) -> bool {
     }
 }
 
+/// Process `pid`'s command line, and its parent's.
+fn described(pid: u64) -> String {
+    let cmdline = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .replace('\0', " ")
+    };
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let parent = status
+        .lines()
+        .find_map(|line| line.strip_prefix("PPid:"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    format!(
+        "{pid} {}, parent {parent} {}",
+        cmdline(&pid.to_string()),
+        cmdline(&parent)
+    )
+}
+
 fn wait_until_gone(pids: &[u64], within: Duration) {
     let deadline = Instant::now() + within;
     while !pids.iter().all(|&pid| gone(pid)) {
-        assert!(Instant::now() < deadline, "processes left behind: {pids:?}");
+        if Instant::now() >= deadline {
+            // Each with its parent, for whoever reads a failure.
+            let about: Vec<String> = pids.iter().map(|&pid| described(pid)).collect();
+            panic!("processes left behind: {about:#?}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -138,17 +163,20 @@ fn a_command_launched_server_runs_with_only_the_environment_it_is_given() {
 #[test]
 fn no_server_process_outlives_larkgate_even_after_kill_9() {
     for (how, signal) in [("SIGTERM", "-TERM"), ("kill -9", "-KILL")] {
-        let (_dir, server, token) = admin_gateway(&upstream("local", "serve", ""));
+        // (An argument the server ignores, by which this test finds its own process among
+        // the other tests' servers of the same script.)
+        let marker = format!("kill-test-{}{signal}", std::process::id());
+        let configured = format!(
+            "[[upstreams]]\nalias = \"local\"\ncommand = [\"{}\", \"{}\", \"serve\", \
+             \"{marker}\"]\napproval = \"never\"\n",
+            python().display(),
+            peer_script()
+        );
+        let (_dir, server, token) = admin_gateway(&configured);
         let seen = ask(&server.url, &token, "local__environment", json!({}));
-        let cwd_pid: u64 = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
-            .find(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| c.contains("stdio_server.py") && c.contains(&peer_script()))
-                    && std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                        .is_ok_and(|s| !s.contains(") Z"))
-            })
+        let cwd_pid = crate::upstream_changes::processes_with(&marker)
+            .first()
+            .map(|&pid| u64::from(pid))
             .expect("the server process runs");
         assert!(seen["values"].is_object());
         // A grandchild: started by the server, in its process group.
