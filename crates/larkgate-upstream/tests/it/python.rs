@@ -399,3 +399,34 @@ async fn a_resource_subscription_is_held_once_at_the_server_and_ended_by_its_las
     );
     assert_eq!(watches.holders(stations).await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_so_many_resources_are_subscribed_at_one_upstream() {
+    use larkgate_upstream::watches::{MAX_WATCHED, Watches};
+    let peer = weather(&[]);
+    let client = Arc::new(connect(&peer, UpstreamLimits::default()).await);
+    let watches = Arc::new(Watches::default());
+    let mut held = Vec::new();
+    for n in 0..MAX_WATCHED {
+        let uri = format!("weather://city/C{n}");
+        held.push(watches.watch(&client, &uri).await.unwrap());
+    }
+    // One more URI is refused, saying why; one already held is held again.
+    let refused = watches
+        .watch(&client, "weather://city/more")
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("larkgate holds subscriptions to 256 of this upstream's resources"),
+        "{refused}"
+    );
+    held.push(watches.watch(&client, "weather://city/C0").await.unwrap());
+    assert_eq!(watches.holders("weather://city/C0").await, 2);
+    // Let go of one: there is room again.
+    let one = held.remove(1);
+    drop(one);
+    assert_eq!(until(0, || watches.holders("weather://city/C1")).await, 0);
+    assert!(watches.watch(&client, "weather://city/more").await.is_ok());
+}
