@@ -13,7 +13,9 @@
 //!    signal), it kills the whole group — the program and whatever the program started in the
 //!    group — and with it itself;
 //! 4. when the program exits, exits with the program's status (a signal's number as 128 + N),
-//!    so larkgate reports how the server ended.
+//!    so larkgate reports how the server ended; unless larkgate is gone by then (a server that
+//!    exits when its standard input closes ends as larkgate dies, maybe before the watch has
+//!    seen it): then it kills the group first, as in 3.
 //!
 //! larkgate kills the group when it closes the connection, when the server dies, and when it
 //! stops. Limit (documented): a process the server starts in a process group or session of its
@@ -78,7 +80,14 @@ pub fn launcher_main(args: impl Iterator<Item = OsString>) -> ExitCode {
             }
         }
     });
-    match child.wait() {
+    let waited = child.wait();
+    // A server that exits because larkgate died (its standard input closed with larkgate) may
+    // end before the watch above sees larkgate gone: what it started in the group goes now.
+    if getppid() != Some(parent) {
+        let _ = kill_process_group(getpgrp(), Signal::KILL);
+        std::process::exit(1);
+    }
+    match waited {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt as _;
             let code = status
