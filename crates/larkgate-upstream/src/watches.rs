@@ -176,7 +176,7 @@ impl Watches {
         }
     }
 
-    /// How many holders `uri` has (for tests and the console).
+    /// How many holders `uri` has.
     pub async fn holders(&self, uri: &str) -> usize {
         self.state.lock().await.uris.get(uri).map_or(0, |h| h.count)
     }
