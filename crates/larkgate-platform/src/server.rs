@@ -42,8 +42,9 @@
 //! asked what its call's upstreams ask in `input_required` rounds of the call itself: the call
 //! runs in a task of its own, parked on the platform's desk between rounds, and the client's
 //! retry (`requestState`, `inputResponses`) resumes it ([`crate::conversation::rounds`], whose
-//! threat model says who may resume what). A call to a tool whose approval rule waits keeps
-//! its own rounds for the wait and asks nothing.
+//! threat model says who may resume what). A call to a tool whose approval rule waits has the
+//! rounds of its wait first (each ends with the wait's own `requestState`); once approved, it
+//! goes on in the same round and may ask.
 //!
 //! ## Resource subscriptions
 //!
@@ -747,12 +748,11 @@ impl ServerHandler for PlatformServer {
                 .approval_wait(TargetKind::Tool, &request.name)
                 .is_some();
         let accepts = accepts(&context);
-        if stateless && accepts.anything() && !may_wait {
-            return Ok(self.call_in_rounds(request, &context, accepts).await);
+        if stateless && accepts.anything() {
+            return Ok(self
+                .call_in_rounds(request, &context, accepts, may_wait)
+                .await);
         }
-        // (A 2026-07-28 client's call that may wait for an approval holds its wait in rounds
-        // of its own: it is asked nothing.)
-        let accepts = if stateless { Accepts::NOTHING } else { accepts };
         let (conversation, outbox) = Conversation::open_within(
             context.meta.get_progress_token(),
             self.log_level.of(&context.meta),
@@ -796,12 +796,15 @@ impl ServerHandler for PlatformServer {
 impl PlatformServer {
     /// A 2026-07-28 client's call that its upstreams may ask questions in: it runs in a task
     /// of its own, and each round of the client's ends with its answer or with what it asked
-    /// ([`rounds`]).
+    /// ([`rounds`]). When `may_wait` (its approval rule waits), the rounds of its wait come
+    /// first: each ends with the wait's own `requestState` while nobody has decided, and the
+    /// round in which an approver approves goes on with the call, which may then ask.
     async fn call_in_rounds(
         &self,
         request: CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         accepts: Accepts,
+        may_wait: bool,
     ) -> CallToolResponse {
         let exchange = Exchange::of(context);
         let span = exchange.map_or_else(tracing::Span::none, |e| e.span().clone());
@@ -826,12 +829,24 @@ impl PlatformServer {
             tool: request.name.to_string(),
             arguments: request.arguments.clone(),
         });
+        // The wait ends early as the client's round does (the wait's rounds are the client's
+        // own, one request each); once approved, the call is the rounds' own.
+        let waiting = may_wait.then(|| waiting(context, request.request_state, &conversation));
         let platform = self.platform.clone();
         let (name, arguments) = (request.name, request.arguments);
         let call = async move {
-            platform
-                .call_in(identity, &name, arguments, conversation)
-                .await
+            match (identity.as_ref().map(|i| i.run.kind), waiting) {
+                (Some(RunKind::Direct), Some(waiting)) => {
+                    platform
+                        .call_waiting(identity, &name, arguments, waiting, conversation)
+                        .await
+                }
+                _ => {
+                    platform
+                        .call_in(identity, &name, arguments, conversation)
+                        .await
+                }
+            }
         };
         let rounds = rounds::Rounds::start(outbox, cancel, call.instrument(span));
         self.rounds(rounds, caller, context).await

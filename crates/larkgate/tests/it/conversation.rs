@@ -737,15 +737,6 @@ fn an_elicitation_nobody_can_answer_is_refused_not_declined() {
                 text.starts_with("refused:") && text.contains("nobody was asked"),
                 "{mode}: {text}"
             );
-            // A 2026-07-28 client is asked nothing yet (larkgate does not put an upstream's
-            // questions into its own `input_required` rounds).
-            let why = if mode == "legacy" {
-                why
-            } else if tool == "quiet__ask" {
-                "may not ask"
-            } else {
-                "does not accept elicitation"
-            };
             assert!(text.contains(why), "{mode}: {text}");
         }
     }
@@ -1669,6 +1660,99 @@ fn a_2026_07_28_client_s_round_of_questions_is_its_own() {
     );
     assert_eq!(none["isError"], true, "{none}");
     assert!(text(&none).contains("the client did not answer"), "{none}");
+    assert!(server.stop().success());
+}
+
+/// A 2026-07-28 client's call to a tool whose approval rule waits: the rounds of the wait come
+/// first, each with the wait's own `requestState`; once an approver approves, the call goes on
+/// and its upstream's question comes in the next round, whose answer goes back. The approval
+/// was used once: the same call again waits anew. The question is audited as any other.
+#[test]
+fn a_2026_07_28_call_that_waited_for_its_approver_is_then_asked_its_upstream_s_questions() {
+    let peer = weather();
+    let config = format!(
+        "{}[policy.roles.admin]\ncall = [\"*\"]\n\
+         [policy.approvals]\nrequire = [{{ tool = \"weather__pick\", wait_seconds = 30 }}]\n",
+        weather_upstream(&peer.url, "")
+    );
+    let (dir, server, ada) = admin_gateway(&config);
+    let d = dir.path().to_owned();
+    crate::ok(&d, &["principal", "add", "bob", "--roles", "admin"]);
+    let url = server.url.clone();
+    let pick = move |answering: Option<(&str, Value)>| {
+        round_2026(
+            &url,
+            &ada,
+            "weather__pick",
+            serde_json::json!({}),
+            answering,
+        )
+    };
+
+    // The first round waits for a decision; bob approves while it waits.
+    let approver = {
+        let d = d.clone();
+        std::thread::spawn(move || {
+            // The request is made as the round starts: bounded by the wait's 30 s.
+            let mut looked = 0;
+            let id = loop {
+                let pending = crate::ok(&d, &["approvals", "list"]);
+                if pending.contains("weather__pick") {
+                    break pending.split_whitespace().next().unwrap().to_owned();
+                }
+                looked += 1;
+                assert!(looked < 600, "no request for weather__pick came: {pending}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            };
+            crate::ok(&d, &["--as", "bob", "approvals", "approve", &id])
+        })
+    };
+    let mut round = pick(None);
+    // However the wait was cut into rounds, each ends with the wait's state until the approval
+    // is seen; then the call asks.
+    let mut waited = 0;
+    while round["requestState"]
+        .as_str()
+        .is_some_and(|state| state.starts_with("larkgate-wait:v1:"))
+    {
+        waited += 1;
+        assert!(waited <= 10, "more rounds than a wait is cut into: {round}");
+        assert!(round["inputRequests"].is_null(), "{round}");
+        let state = round["requestState"].as_str().unwrap().to_owned();
+        round = pick(Some((&state, serde_json::json!({}))));
+    }
+    let approved = approver.join().unwrap();
+    assert!(
+        approved.contains("ada may call weather__pick once"),
+        "{approved}"
+    );
+    assert_eq!(round["resultType"], "input_required", "{round}");
+    let question = &round["inputRequests"]["larkgate-1"];
+    assert_eq!(question["method"], "elicitation/create", "{round}");
+    assert_eq!(question["params"]["message"], "Which city?", "{round}");
+    let state = round["requestState"].as_str().unwrap().to_owned();
+    assert!(state.starts_with("larkgate-ask:v1:"), "{state}");
+    let paris =
+        serde_json::json!({"larkgate-1": {"action": "accept", "content": {"city": "Paris"}}});
+    let answered = pick(Some((&state, paris)));
+    assert_eq!(text(&answered), "picked Paris", "{answered}");
+    assert!(
+        crate::ok(&d, &["approvals", "list", "--status", "used"]).contains("weather__pick"),
+        "the approval is used"
+    );
+    let asked = question_events(&d, "elicitation");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].to_string().contains("weather__pick"), "{asked:?}");
+
+    // Used once: the same call waits for a decision again, and is asked nothing meanwhile.
+    let again = pick(None);
+    assert!(
+        again["requestState"]
+            .as_str()
+            .is_some_and(|state| state.starts_with("larkgate-wait:v1:")),
+        "{again}"
+    );
+    assert!(again["inputRequests"].is_null(), "{again}");
     assert!(server.stop().success());
 }
 
