@@ -229,6 +229,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
     request.extensions_mut().insert(Arc::new(SessionIdentity {
         run: RunContext::direct(principal),
         label: "http".into(),
+        server: None,
     }));
     let deleting = request.method() == axum::http::Method::DELETE;
     let mut response = next.run(request).await;

@@ -160,6 +160,7 @@ impl Console {
         let identity = Arc::new(larkgate_platform::SessionIdentity {
             run: larkgate_platform::RunContext::direct(principal.clone()),
             label: "console".into(),
+            server: None,
         });
         let output = self
             .platform

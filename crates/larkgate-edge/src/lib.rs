@@ -50,6 +50,7 @@ pub mod error;
 pub mod json_rpc;
 pub mod routes;
 pub mod server;
+pub mod servers;
 pub mod service_url;
 pub mod sessions;
 pub mod sign_in;

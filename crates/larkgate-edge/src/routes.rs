@@ -25,16 +25,27 @@ use crate::server::ServerConfig;
 use crate::sign_in::{self, Providers};
 use crate::{Auth, authenticate, json_rpc_shape};
 
-/// `/mcp`: `service` (rmcp's Streamable HTTP service) behind the access log, the address
-/// check, authentication and the JSON-RPC shape, in that order.
-pub fn mcp<S>(service: S, server: &ServerConfig, auth: Auth, policy: Arc<AddressPolicy>) -> Router
+/// `/mcp`: `service` (rmcp's Streamable HTTP service), and `/mcp/NAME`: the virtual servers
+/// of `servers`, behind the access log, the address check, authentication and the JSON-RPC
+/// shape, in that order.
+pub fn mcp<S>(
+    service: S,
+    servers: Arc<crate::servers::Endpoints>,
+    server: &ServerConfig,
+    auth: Auth,
+    policy: Arc<AddressPolicy>,
+) -> Router
 where
     S: Service<Request, Error = Infallible> + Clone + Send + Sync + 'static,
     S::Response: IntoResponse + 'static,
     S::Future: Send + 'static,
 {
+    let virtual_servers = Router::new()
+        .route("/mcp/{name}", axum::routing::any(crate::servers::serve))
+        .with_state(servers);
     Router::new()
         .route_service("/mcp", service)
+        .merge(virtual_servers)
         .layer(from_fn_with_state(server.bodies(), json_rpc_shape))
         .layer(from_fn_with_state(auth, authenticate))
         .layer(from_fn_with_state(policy, address::check_address))
@@ -60,7 +71,10 @@ pub fn beside_mcp(
 fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        Body::from("not found; MCP is at /mcp, the admin console at /admin\n"),
+        Body::from(
+            "not found; MCP is at /mcp (and each virtual server at /mcp/NAME), the admin \
+             console at /admin\n",
+        ),
     )
         .into_response()
 }
@@ -159,7 +173,13 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
             Arc::clone(&clock),
         )));
     }
-    let sessions = crate::sessions::Registry::new(server.sessions(), shared, clock);
+    let sessions = crate::sessions::Registry::new(server.sessions(), shared.clone(), clock.clone());
+    let endpoints = Arc::new(crate::servers::Endpoints::new(
+        platform.clone(),
+        Arc::clone(&sessions),
+        config.clone(),
+        shared.map(|store| (store, clock)),
+    ));
     let served = platform.clone();
     let service = rmcp::transport::streamable_http_server::StreamableHttpService::new(
         move || {
@@ -186,7 +206,13 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         "Requests to /mcp refused for a missing, unknown, revoked or expired token",
         auth.failures(),
     );
-    let app = mcp(service, server, auth.clone(), Arc::clone(&policy));
+    let app = mcp(
+        service,
+        endpoints,
+        server,
+        auth.clone(),
+        Arc::clone(&policy),
+    );
     // The admin console, for browsers (its own Origin rules: see `crate::console`).
     let console = Console::new(
         platform,

@@ -439,12 +439,28 @@ impl SessionManager for RegisteredSessions {
 pub struct SharedSessions {
     store: Arc<dyn Store>,
     clock: Arc<dyn WallClock>,
+    /// The virtual server whose sessions these are (`None`: `/mcp`'s): a session opened at one
+    /// endpoint is never restored at another.
+    server: Option<String>,
 }
+
+/// Where a shared session's state names the endpoint that opened it.
+const SERVER_KEY: &str = "larkgate/server";
 
 impl SharedSessions {
     /// Sessions' parameters in `store`, whose entries expire by `clock`.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn WallClock>) -> Self {
-        SharedSessions { store, clock }
+        SharedSessions {
+            store,
+            clock,
+            server: None,
+        }
+    }
+
+    /// These sessions, as the virtual server `name`'s (`/mcp/NAME`).
+    pub fn of_server(mut self, name: &str) -> Self {
+        self.server = Some(name.to_owned());
+        self
     }
 }
 
@@ -457,11 +473,22 @@ impl SessionStore for SharedSessions {
         let Some(state) = session.state else {
             return Ok(None);
         };
-        Ok(Some(serde_json::from_str(&state)?))
+        let mut state: serde_json::Value = serde_json::from_str(&state)?;
+        let opened_at = state
+            .as_object_mut()
+            .and_then(|state| state.remove(SERVER_KEY));
+        if opened_at.as_ref().and_then(serde_json::Value::as_str) != self.server.as_deref() {
+            return Ok(None);
+        }
+        Ok(Some(serde_json::from_value(state)?))
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
-        let state = serde_json::to_string(state)?;
+        let mut state = serde_json::to_value(state)?;
+        if let (Some(server), Some(fields)) = (&self.server, state.as_object_mut()) {
+            fields.insert(SERVER_KEY.to_owned(), server.clone().into());
+        }
+        let state = state.to_string();
         self.store.save_session_state(session_id, &state).await?;
         Ok(())
     }

@@ -43,16 +43,10 @@ pub use dispatch::not_found;
 pub use uri_template::UriTemplate;
 pub use watching::{Subscribing, Subscription, Watched, is_under};
 
-/// The scheme and separator every federated resource URI begins with.
-pub const URI_PREFIX: &str = "larkgate://";
+pub use crate::names::{URI_PREFIX, resource_uri};
 
 /// The longest URI larkgate looks up; longer ones are not found.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
-
-/// The larkgate URI of upstream `alias`'s resource (or template) `original`.
-pub fn resource_uri(alias: &str, original: &str) -> String {
-    format!("{URI_PREFIX}{alias}/{original}")
-}
 
 /// What a completion asks to complete (see [`crate::pipeline::CallRequest::complete`]).
 #[derive(Clone, Debug)]

@@ -75,6 +75,10 @@ pub struct SessionIdentity {
     pub run: RunContext,
     /// The session's label (`cli`, `script-draft`, `script-published`, ...).
     pub label: String,
+    /// The virtual server the session's requests come through (`/mcp/NAME`): what they reach
+    /// is held to it as well as to the roles ([`crate::servers`]). `None`: `/mcp`, stdio, the
+    /// command line and script runs.
+    pub server: Option<Arc<crate::servers::VirtualServer>>,
 }
 
 /// What a handler sees of the call it serves.

@@ -11,6 +11,7 @@
 //! | [`services`] | the handles every step and handler shares |
 //! | [`typed`] | typed tools: declared Rust input and output types bound through a plan |
 //! | [`capabilities`] | the built-in capabilities (key-value store, clock) |
+//! | [`names`] | the names and URIs larkgate gives what it federates |
 //! | [`registry`] | tool names, origins, classification, MCP listings |
 //! | [`catalog`] | upstreams' resources and prompts under larkgate's names; their dispatch |
 //! | [`policy`] | roles, approval requirements, rate limits, as the operator writes them |
@@ -27,6 +28,7 @@
 //! | [`trace_context`] | W3C trace context from clients and to upstreams |
 //! | [`platform`] | the assembled platform |
 //! | [`server`] | the rmcp `ServerHandler` |
+//! | [`servers`] | virtual servers: parts of the catalogue served at `/mcp/NAME` |
 //!
 //! Modules depend on each other in one direction (a test checks there is no cycle):
 //! `platform` and `server` assemble; `pipeline` uses `access`, `approvals`, `audit`,
@@ -49,6 +51,7 @@ pub mod explain;
 pub mod failing;
 pub mod identity;
 pub mod metrics;
+pub mod names;
 pub mod observe;
 pub mod pipeline;
 pub mod platform;
@@ -57,6 +60,7 @@ pub mod ratelimit;
 pub mod registry;
 pub mod review;
 pub mod server;
+pub mod servers;
 pub mod services;
 pub mod tokens;
 pub mod trace_context;

@@ -27,6 +27,8 @@ pub struct Platform {
     pipeline: Pipeline,
     /// The calls of 2026-07-28 clients parked between rounds of questions.
     parked: Arc<crate::conversation::rounds::Desk<CallOutcome>>,
+    /// The virtual servers served beside `/mcp`.
+    servers: Arc<crate::servers::ServerTable>,
 }
 
 /// How a call ended: its output, or why it was refused.
@@ -45,12 +47,19 @@ pub struct PlatformBuilder {
     max_rate_keys: usize,
     shared_rate_limits: Option<crate::ratelimit::shared::SharedSettings>,
     registry: Registry,
+    servers: crate::servers::Servers,
 }
 
 impl PlatformBuilder {
     /// Sets the policy (default: [`Policy::default`]).
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Sets the virtual servers (default: none; `/mcp` only).
+    pub fn servers(mut self, servers: crate::servers::Servers) -> Self {
+        self.servers = servers;
         self
     }
 
@@ -137,6 +146,7 @@ impl PlatformBuilder {
             registry,
             catalog,
             parked: Arc::default(),
+            servers: Arc::new(crate::servers::ServerTable::new(self.servers)),
         }
     }
 }
@@ -161,12 +171,18 @@ impl Platform {
             max_rate_keys: DEFAULT_MAX_KEYS,
             shared_rate_limits: None,
             registry,
+            servers: crate::servers::Servers::default(),
         })
     }
 
     /// The shared services.
     pub fn services(&self) -> &Arc<Services> {
         &self.services
+    }
+
+    /// The virtual servers served beside `/mcp` ([`crate::servers`]).
+    pub fn servers(&self) -> &Arc<crate::servers::ServerTable> {
+        &self.servers
     }
 
     /// The pipeline's gating steps, in the order a call meets them.
@@ -221,8 +237,17 @@ impl Platform {
             return Vec::new();
         };
         let policy = self.services.policy();
-        self.catalog
-            .resources(|uri| policy.may_read_resource(principal, uri))
+        let server = identity.and_then(|i| i.server.as_deref());
+        let mut resources = self.catalog.resources(|uri| {
+            policy.may_read_resource(principal, uri)
+                && server.is_none_or(|s| s.serves_resource(uri))
+        });
+        if let Some(server) = server {
+            for resource in &mut resources {
+                resource.uri = server.shown_uri(&resource.uri);
+            }
+        }
+        resources
     }
 
     /// The resource templates `identity` may read through, as MCP listings.
@@ -234,8 +259,17 @@ impl Platform {
             return Vec::new();
         };
         let policy = self.services.policy();
-        self.catalog
-            .templates(|template| policy.may_read_resource(principal, template))
+        let server = identity.and_then(|i| i.server.as_deref());
+        let mut templates = self.catalog.templates(|template| {
+            policy.may_read_resource(principal, template)
+                && server.is_none_or(|s| s.serves_resource(template))
+        });
+        if let Some(server) = server {
+            for template in &mut templates {
+                template.uri_template = server.shown_uri(&template.uri_template);
+            }
+        }
+        templates
     }
 
     /// The prompts `identity` may get, as MCP listings.
@@ -244,8 +278,16 @@ impl Platform {
             return Vec::new();
         };
         let policy = self.services.policy();
-        self.catalog
-            .prompts(|name| policy.may_get_prompt(principal, name))
+        let server = identity.and_then(|i| i.server.as_deref());
+        let mut prompts = self.catalog.prompts(|name| {
+            policy.may_get_prompt(principal, name) && server.is_none_or(|s| s.serves_prompt(name))
+        });
+        if let Some(server) = server {
+            for prompt in &mut prompts {
+                prompt.name = server.shown_prompt(&prompt.name);
+            }
+        }
+        prompts
     }
 
     /// Reads resource `uri` (its larkgate URI) through the pipeline, as one call: authorized
@@ -327,8 +369,20 @@ impl Platform {
             .filter(|t| {
                 access::reachable(identity.run.kind, &t.spec)
                     && access::may_see(&self.services.policy(), &identity.run.principal, &t.spec)
+                    && identity
+                        .server
+                        .as_deref()
+                        .is_none_or(|server| server.serves_tool(&t.spec.name, &t.spec.origin))
             })
-            .map(|t| t.to_mcp())
+            .map(|t| {
+                let mut tool = t.to_mcp();
+                if let Some(server) = &identity.server {
+                    tool.name = server
+                        .shown_name(&t.spec.name, &t.spec.origin.original_name)
+                        .into();
+                }
+                tool
+            })
             .collect()
     }
 

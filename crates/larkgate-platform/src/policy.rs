@@ -105,6 +105,11 @@ impl Pattern {
     pub fn is_literal(&self) -> bool {
         !self.0.contains('*')
     }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 /// The arguments a condition reads that a tool it applies to does not take.

@@ -31,18 +31,11 @@ pub use rmcp::model::Tool as McpTool;
 /// The longest tool name.
 pub const MAX_TOOL_NAME: usize = 128;
 
-/// Separates an alias from a tool's original name in a prefixed name (`github__search`).
-pub const SEPARATOR: &str = "__";
+pub use crate::names::{SEPARATOR, prefixed_name};
 
 /// The namespace published scripts are listed under: the tool `script__<name>`, reached from
 /// Starlark as `script.<name>(...)`.
 pub const SCRIPT_NAMESPACE: &str = "script";
-
-/// The MCP-facing name of tool `original` under `alias`: `<alias>__<original>`. The name is
-/// checked when the tool is registered ([`check_tool_name`]).
-pub fn prefixed_name(alias: &str, original: &str) -> String {
-    format!("{alias}{SEPARATOR}{original}")
-}
 
 /// The MCP-facing name of published script `name`: `script__<name>`.
 pub fn script_tool_name(name: &str) -> String {

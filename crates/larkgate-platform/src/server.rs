@@ -107,6 +107,9 @@ pub struct PlatformServer {
     /// The resources this 2025-11-25 session subscribed to (by larkgate URI), each relayed
     /// by a task of its own.
     subscriptions: Subscriptions,
+    /// The virtual server this handler serves (`/mcp/NAME`), by name: its definition is read
+    /// at each request, so a reload reaches sessions already open. `None`: `/mcp`.
+    through: Option<Arc<str>>,
 }
 
 /// A session's resource subscriptions ([`PlatformServer::subscribe`]).
@@ -164,6 +167,7 @@ impl PlatformServer {
             within: Conversation::none(),
             log_level: Default::default(),
             subscriptions: Subscriptions::default(),
+            through: None,
         }
     }
 
@@ -184,6 +188,45 @@ impl PlatformServer {
             within: Conversation::none(),
             log_level: Default::default(),
             subscriptions: Subscriptions::default(),
+            through: None,
+        }
+    }
+
+    /// This handler, for the virtual server `name` (`/mcp/NAME`): each request's caller is
+    /// held to what the server serves, under the names it shows ([`crate::servers`]).
+    pub fn through(mut self, name: &str) -> Self {
+        self.through = Some(name.into());
+        self
+    }
+
+    /// The definition now of the virtual server this handler serves, if any.
+    fn served(&self) -> Option<Arc<crate::servers::VirtualServer>> {
+        let name = self.through.as_deref()?;
+        self.platform.servers().get(name)
+    }
+
+    /// The larkgate name of the tool or prompt this handler's client calls `shown`.
+    fn larkgate_name(&self, shown: &str) -> String {
+        match self.served() {
+            Some(server) => server.larkgate_name(shown),
+            None => shown.to_owned(),
+        }
+    }
+
+    /// The larkgate URI of what this handler's client reads as `shown`.
+    fn larkgate_uri(&self, shown: &str) -> String {
+        match self.served() {
+            Some(server) => server.larkgate_uri(shown),
+            None => shown.to_owned(),
+        }
+    }
+
+    /// A function giving the URI this handler's client knows a larkgate URI by.
+    fn shown_uris(&self) -> impl Fn(String) -> String + Send + Sync + 'static {
+        let server = self.served();
+        move |uri| match &server {
+            Some(server) => server.shown_uri(&uri),
+            None => uri,
         }
     }
 
@@ -202,6 +245,7 @@ impl PlatformServer {
             within: Conversation::none(),
             log_level: Default::default(),
             subscriptions: Subscriptions::default(),
+            through: None,
         }
     }
 
@@ -212,17 +256,37 @@ impl PlatformServer {
     ) -> Result<Option<Arc<SessionIdentity>>, Refusal> {
         match &self.identity {
             Identity::Bound(identity) => Ok(identity.clone()),
-            Identity::FromRequest => Ok(context
-                .extensions
-                .get::<http::request::Parts>()
-                .and_then(|parts| parts.extensions.get::<Arc<SessionIdentity>>())
-                .cloned()),
+            Identity::FromRequest => {
+                let identity = context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .and_then(|parts| parts.extensions.get::<Arc<SessionIdentity>>())
+                    .cloned();
+                let Some(name) = &self.through else {
+                    return Ok(identity);
+                };
+                let Some(server) = self.platform.servers().get(name) else {
+                    return Err(Refusal::new(
+                        Code::NotFound,
+                        format!("larkgate no longer serves a server named {name}"),
+                    )
+                    .with_hint("connect to /mcp, or to a server larkgate serves"));
+                };
+                Ok(identity.map(|identity| {
+                    Arc::new(SessionIdentity {
+                        label: format!("{} /mcp/{name}", identity.label),
+                        server: Some(server),
+                        run: identity.run.clone(),
+                    })
+                }))
+            }
             Identity::Token { token, label } => {
                 let store = self.platform.services().store.as_ref();
                 match tokens::verify(store, &token.0, larkgate_store::now_ms()).await {
                     Ok(principal) => Ok(Some(Arc::new(SessionIdentity {
                         run: RunContext::direct(principal),
                         label: label.clone(),
+                        server: None,
                     }))),
                     Err(tokens::TokenError::Invalid) => Ok(None),
                     Err(tokens::TokenError::Store(error)) => Err(Refusal::store(
@@ -344,15 +408,18 @@ impl PlatformServer {
         let Some(caller) = identity.clone() else {
             return (updated, relays);
         };
+        let shown = Arc::new(self.shown_uris());
         for uri in uris {
+            let uri = self.larkgate_uri(&uri);
             let Ok(watched) = self.platform.subscribe(identity.clone(), &uri).await else {
                 continue;
             };
             // The stream was acknowledged before this subscription was made: what changed in
             // between is unknown, so the client hears that it may have changed. (At most
             // `MAX_SUBSCRIPTIONS` URIs, so the channel has room.)
-            let _ = sender.try_send(watched.uri());
+            let _ = sender.try_send(shown(watched.uri()));
             let sender = sender.clone();
+            let shown = Arc::clone(&shown);
             let relayed = relay(
                 self.platform.clone(),
                 Arc::clone(&caller),
@@ -360,6 +427,7 @@ impl PlatformServer {
                 true,
                 move |uri| {
                     let sender = sender.clone();
+                    let uri = shown(uri);
                     async move { sender.send(uri).await.is_ok() }
                 },
             );
@@ -383,6 +451,15 @@ pub fn too_many_subscriptions() -> ErrorData {
 /// for, and every URI of larkgate's form (at most [`MAX_SUBSCRIPTIONS`]; see the module
 /// documentation).
 pub fn accepted_filter(requested: &SubscriptionFilter) -> SubscriptionFilter {
+    accepted_filter_by(requested, |uri| uri.starts_with(crate::catalog::URI_PREFIX))
+}
+
+/// [`accepted_filter`], with `ours` saying which URIs could be a federated resource's (a
+/// prefix-less virtual server's are the upstream's own).
+fn accepted_filter_by(
+    requested: &SubscriptionFilter,
+    ours: impl Fn(&str) -> bool,
+) -> SubscriptionFilter {
     let mut accepted = SubscriptionFilter::new();
     accepted.tools_list_changed = requested.tools_list_changed.filter(|wanted| *wanted);
     accepted.resources_list_changed = requested.resources_list_changed.filter(|wanted| *wanted);
@@ -395,10 +472,7 @@ pub fn accepted_filter(requested: &SubscriptionFilter) -> SubscriptionFilter {
         .resource_subscriptions
         .iter()
         .flatten()
-        .filter(|uri| {
-            uri.starts_with(crate::catalog::URI_PREFIX)
-                && uri.len() <= crate::catalog::MAX_URI_BYTES
-        })
+        .filter(|uri| ours(uri) && uri.len() <= crate::catalog::MAX_URI_BYTES)
         .cloned()
         .collect();
     uris.sort();
@@ -472,7 +546,11 @@ macro_rules! listing {
 
 impl ServerHandler for PlatformServer {
     fn get_info(&self) -> ServerConfig {
-        server_config()
+        let mut config = server_config();
+        if let Some(server) = self.served() {
+            config.instructions = server.description().map(str::to_owned);
+        }
+        config
     }
 
     /// The session's level of log messages from now on: what its calls' upstreams, and
@@ -495,10 +573,21 @@ impl ServerHandler for PlatformServer {
         let mut tools = self.platform.tool_table().changes();
         let mut resources = self.platform.catalog().resource_changes();
         let mut prompts = self.platform.catalog().prompt_changes();
+        // A virtual server's own change may change every list it serves.
+        let mut servers = self.platform.servers().changes();
+        let through = self.through.is_some();
         let peer = context.peer;
         let task = tokio::spawn(async move {
             loop {
                 let told = tokio::select! {
+                    changed = servers.changed(), if through => match changed {
+                        Ok(()) => {
+                            peer.notify_tool_list_changed().await.is_ok()
+                                && peer.notify_resource_list_changed().await.is_ok()
+                                && peer.notify_prompt_list_changed().await.is_ok()
+                        }
+                        Err(_) => false,
+                    },
                     changed = tools.changed() => match changed {
                         Ok(()) => peer.notify_tool_list_changed().await.is_ok(),
                         Err(_) => false,
@@ -524,7 +613,14 @@ impl ServerHandler for PlatformServer {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(accepted_filter(requested))
+        match self.served() {
+            Some(server) => Some(accepted_filter_by(requested, |uri| {
+                server
+                    .larkgate_uri(uri)
+                    .starts_with(crate::catalog::URI_PREFIX)
+            })),
+            None => Some(accepted_filter(requested)),
+        }
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
@@ -536,6 +632,8 @@ impl ServerHandler for PlatformServer {
         let wants_resources = accepted.resources_list_changed == Some(true);
         let wants_prompts = accepted.prompts_list_changed == Some(true);
         let sink = subscription.sink();
+        let mut servers = self.platform.servers().changes();
+        let through = self.through.is_some();
         let uris = accepted.resource_subscriptions.clone().unwrap_or_default();
         let (mut updated, _relays) = self
             .subscribe_listened(subscription.request_context(), uris)
@@ -544,6 +642,12 @@ impl ServerHandler for PlatformServer {
         loop {
             let told = tokio::select! {
                 () = subscription.cancelled() => return Ok(()),
+                changed = servers.changed(), if through => {
+                    changed.is_ok()
+                        && (!wants_tools || sink.notify_tool_list_changed().await.is_ok())
+                        && (!wants_resources || sink.notify_resource_list_changed().await.is_ok())
+                        && (!wants_prompts || sink.notify_prompt_list_changed().await.is_ok())
+                }
                 uri = updated.recv(), if wants_updates => match uri {
                     Some(uri) => sink.notify_resource_updated(uri).await.is_ok(),
                     None => {
@@ -588,13 +692,26 @@ impl ServerHandler for PlatformServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let platform = self.platform.clone();
-        let uri = request.uri;
+        let uri = self.larkgate_uri(&request.uri);
         let value = self
             .dispatch(&context, TargetKind::Resource, |identity| async move {
                 platform.read_resource(identity, &uri).await
             })
             .await?;
         let mut read: ReadResourceResult = answer_as(value)?;
+        if self.through.is_some() {
+            let shown = self.shown_uris();
+            for contents in &mut read.contents {
+                match contents {
+                    rmcp::model::ResourceContents::TextResourceContents { uri, .. }
+                    | rmcp::model::ResourceContents::BlobResourceContents { uri, .. } => {
+                        *uri = shown(std::mem::take(uri));
+                    }
+                    // A kind rmcp adds later keeps its URI as the upstream gave it.
+                    _ => {}
+                }
+            }
+        }
         // Complete, whatever revision the upstream spoke (rmcp leaves it out for 2025-11-25
         // clients); cache hints are rmcp's defaults for 2026-07-28: private, no lifetime.
         read.result_type = Some(ResultType::COMPLETE);
@@ -607,7 +724,7 @@ impl ServerHandler for PlatformServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let platform = self.platform.clone();
-        let (name, arguments) = (request.name, request.arguments);
+        let (name, arguments) = (self.larkgate_name(&request.name), request.arguments);
         let value = self
             .dispatch(&context, TargetKind::Prompt, |identity| async move {
                 platform.get_prompt(identity, &name, arguments).await
@@ -627,8 +744,12 @@ impl ServerHandler for PlatformServer {
     ) -> Result<rmcp::model::CompleteResult, ErrorData> {
         let platform = self.platform.clone();
         let (kind, target) = match request.r#ref {
-            rmcp::model::Reference::Prompt(prompt) => (TargetKind::Prompt, prompt.name),
-            rmcp::model::Reference::Resource(template) => (TargetKind::Resource, template.uri),
+            rmcp::model::Reference::Prompt(prompt) => {
+                (TargetKind::Prompt, self.larkgate_name(&prompt.name))
+            }
+            rmcp::model::Reference::Resource(template) => {
+                (TargetKind::Resource, self.larkgate_uri(&template.uri))
+            }
             _ => {
                 return Err(ErrorData::invalid_params(
                     "completion/complete: larkgate completes prompts (ref/prompt) and resource \
@@ -661,7 +782,7 @@ impl ServerHandler for PlatformServer {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let uri = request.uri;
+        let uri = self.larkgate_uri(&request.uri);
         {
             let subscriptions = self.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
             if subscriptions.contains_key(&uri) {
@@ -684,6 +805,7 @@ impl ServerHandler for PlatformServer {
         };
         let peer = context.peer.clone();
         let uri = watched.uri();
+        let shown = Arc::new(self.shown_uris());
         let relayed = relay(
             self.platform.clone(),
             identity,
@@ -691,6 +813,7 @@ impl ServerHandler for PlatformServer {
             false,
             move |uri| {
                 let peer = peer.clone();
+                let uri = shown(uri);
                 async move {
                     let updated = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
                     peer.notify_resource_updated(updated).await.is_ok()
@@ -716,17 +839,20 @@ impl ServerHandler for PlatformServer {
             .subscriptions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&request.uri);
+            .remove(&self.larkgate_uri(&request.uri));
         drop(ended);
         Ok(())
     }
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let platform = &self.platform;
+        if self.through.is_some() {
+            request.name = self.larkgate_name(&request.name).into();
+        }
         let stateless = is_stateless(&context);
         // A 2026-07-28 client's next round of a call that asked it something.
         if let Some(state) = request

@@ -100,6 +100,7 @@ impl Scripts {
                 upstream_tools: None,
             },
             label: "listing".to_owned(),
+            server: None,
         };
         self.platform
             .list(Some(&identity))

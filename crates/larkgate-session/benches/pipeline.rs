@@ -98,6 +98,7 @@ fn identity() -> Arc<SessionIdentity> {
     Arc::new(SessionIdentity {
         run: RunContext::direct(admin()),
         label: "bench".into(),
+        server: None,
     })
 }
 

@@ -99,6 +99,7 @@ pub async fn connect_in(
     let identity = Arc::new(SessionIdentity {
         run,
         label: label.to_owned(),
+        server: None,
     });
     let handler =
         PlatformServer::new(platform.clone(), Some(identity)).within(conversation.clone());

@@ -60,6 +60,10 @@
 //! alias = "weather"
 //! url = "https://weather.example/mcp"
 //! headers = { Authorization = "Bearer ${WEATHER_TOKEN}" }
+//!
+//! [[servers]]                # more endpoints: /mcp/NAME (see larkgate_platform::servers)
+//! name = "forecast"
+//! tools = ["weather__*", "kv_get"]
 //! ```
 //!
 //! Unknown keys are errors naming the key. Without a file, everything takes its default.
@@ -353,6 +357,9 @@ pub(crate) struct Config {
     /// Federated MCP servers.
     #[serde(default)]
     pub(crate) upstreams: Vec<UpstreamConfig>,
+    /// Virtual servers: parts of the catalogue served at `/mcp/NAME`.
+    #[serde(default)]
+    pub(crate) servers: Vec<larkgate_platform::servers::ServerSpec>,
     /// Trace export (off unless an endpoint is set).
     #[serde(default)]
     pub(crate) telemetry: crate::telemetry::TelemetryConfig,
@@ -430,7 +437,13 @@ impl Config {
             }
         }
         secrets::refuse_literal(&config.upstreams).map_err(anyhow::Error::msg)?;
+        config.virtual_servers().map_err(anyhow::Error::msg)?;
         Ok(config)
+    }
+
+    /// The virtual servers, checked (as [`Config::parse`] checked them already).
+    pub(crate) fn virtual_servers(&self) -> Result<larkgate_platform::servers::Servers, String> {
+        larkgate_platform::servers::Servers::new(self.servers.clone())
     }
 }
 

@@ -138,6 +138,7 @@ async fn a_call_held_on_one_replica_is_told_at_once_of_a_decision_made_through_a
     let identity = Arc::new(larkgate_platform::SessionIdentity {
         run: larkgate_platform::RunContext::direct(ada),
         label: "test".to_owned(),
+        server: None,
     });
     let platform = holding.platform.clone();
     let held = tokio::spawn(async move {

@@ -8,6 +8,9 @@
 //! answered exactly as what nobody listed (`not_found`): resources and prompts have no
 //! "visible but not callable" grant.
 //!
+//! A request through a virtual server (`/mcp/NAME`) is held to what the server serves as well
+//! ([`crate::servers`]): what it does not serve is `not_found`, as what nobody listed.
+//!
 //! A published script's run is held to the upstream tools its version was published against
 //! ([`access::within_published_tools`]): another upstream tool, reached by a name computed at
 //! run time, is `forbidden`.
@@ -48,9 +51,16 @@ impl Step for Authorize {
         let policy = self.services.policy();
         if request.kind != TargetKind::Tool {
             let target = &request.target;
+            let server = identity.server.as_deref();
             let admitted = match request.kind {
-                TargetKind::Resource => policy.may_read_resource(principal, target),
-                _ => policy.may_get_prompt(principal, target),
+                TargetKind::Resource => {
+                    policy.may_read_resource(principal, target)
+                        && server.is_none_or(|s| s.serves_resource(target))
+                }
+                _ => {
+                    policy.may_get_prompt(principal, target)
+                        && server.is_none_or(|s| s.serves_prompt(target))
+                }
             };
             let resolved = match (admitted, &request.completing, request.kind) {
                 (false, _, _) => Err(NotResolved::Missing),
@@ -80,6 +90,14 @@ impl Step for Authorize {
             return Err(Refusal::not_found(&request.tool).decided_by(format!(
                 "the roles: no role of {} lists or calls it, and no allow rule names it",
                 principal.id
+            )));
+        }
+        if let Some(server) = &identity.server
+            && !server.serves_tool(&tool.spec.name, &tool.spec.origin)
+        {
+            return Err(Refusal::not_found(&request.tool).decided_by(format!(
+                "the server {}: its patterns do not serve it",
+                server.name()
             )));
         }
         if !access::may_call(&policy, principal, &tool.spec) {

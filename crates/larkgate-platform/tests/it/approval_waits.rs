@@ -106,6 +106,7 @@ async fn identity(h: &Harness, id: &str, kind: RunKind) -> Arc<SessionIdentity> 
             ..RunContext::direct(principal)
         },
         label: "test".to_owned(),
+        server: None,
     })
 }
 

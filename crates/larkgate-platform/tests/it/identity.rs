@@ -112,6 +112,7 @@ async fn raw_client(
             upstream_tools: None,
         },
         label: "raw".into(),
+        server: None,
     });
     let handler = PlatformServer::new(h.platform.clone(), Some(identity));
     larkgate_session::serve_in_memory(handler).await.unwrap()

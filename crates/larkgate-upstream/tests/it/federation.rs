@@ -228,6 +228,7 @@ async fn upstream_failures_are_larkgate_envelopes_and_cannot_be_forged() {
                 upstream_tools: None,
             },
             label: "test".into(),
+            server: None,
         }));
     let forecast = listing
         .iter()

@@ -222,6 +222,38 @@ pub(crate) fn arguments_of(
     Some((spec.name.clone(), arguments.to_vec()))
 }
 
+/// What is valid in `[[servers]]` but almost certainly a mistake: an upstream nobody
+/// configured, a tool pattern that matches no tool.
+pub(crate) fn server_warnings(
+    servers: &[larkgate_platform::servers::ServerSpec],
+    known: &KnownTools,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for server in servers {
+        if let Some(alias) = &server.upstream
+            && !known
+                .namespaces
+                .contains(&larkgate_platform::registry::prefixed_name(alias, ""))
+        {
+            warnings.push(format!(
+                "servers.{}: no upstream has the alias {alias:?} (in the file, or added with                  `larkgate upstream add`), so the server serves none of its tools",
+                server.name
+            ));
+        }
+        for pattern in &server.tools {
+            if !known.could_match(pattern) {
+                warnings.push(format!(
+                    "servers.{}.tools: the pattern {pattern:?} matches no tool (built-in \
+                     tools, `script__*`, and `ALIAS__*` for the configured upstreams); check \
+                     its spelling",
+                    server.name
+                ));
+            }
+        }
+    }
+    warnings
+}
+
 /// The roles larkgate itself gives meaning to (its platform tools' fixed roles).
 const FIXED_ROLES: &[&str] = &[ROLE_ADMIN, ROLE_APPROVER, ROLE_AUTHOR, ROLE_PUBLISHER];
 
@@ -599,6 +631,7 @@ pub(crate) fn run(
         anyhow::bail!("{}", errors.join("\n"));
     }
     let mut all = warnings(&config.policy, &known, &principals);
+    all.extend(server_warnings(&config.servers, &known));
     all.extend(argument_warnings);
     all.extend(located.warnings());
     all.extend(admin_warnings(config, &principals, postgres.is_none()));

@@ -241,8 +241,10 @@ impl Context {
             .ratelimit
             .shared(|name| std::env::var(name).ok())
             .map_err(anyhow::Error::msg)?;
+        let servers = config.virtual_servers().map_err(anyhow::Error::msg)?;
         let mut platform = Platform::builder(store.clone(), audit.clone())?
             .policy(config.policy)
+            .servers(servers)
             .record_arguments(config.audit.record_arguments);
         if let Some(settings) = shared_rate_limits {
             platform = platform.shared_rate_limits(settings);

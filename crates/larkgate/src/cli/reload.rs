@@ -9,6 +9,8 @@
 //! - each run's limits in `[scripts]` ([`RUN_LIMITS`]), for runs that start from then on;
 //! - `[sign_in]`: the identity providers whose tokens `/mcp` accepts, the challenge and the
 //!   protected resource metadata (see [`larkgate_edge::sign_in::Providers`]);
+//! - `[[servers]]`: the virtual servers, for the next request (their sessions open are told
+//!   their lists may have changed; a server removed answers 404 from then on);
 //! - `[telemetry]`: where traces go, for the spans that start from then on (the exporter it
 //!   replaces sends what it queued; see [`crate::telemetry::Prepared`]);
 //! - the log ([`LIVE_SERVER_KEYS`]): `server.log_format` (unless `--log-format` or
@@ -49,7 +51,7 @@ pub(crate) const RUN_LIMITS: &[&str] = &[
 pub(crate) const LIVE_SERVER_KEYS: &[&str] = &["log_format", "access_log"];
 
 /// The sections a reload applies whole.
-const LIVE_SECTIONS: &[&str] = &["policy", "sign_in", "telemetry"];
+const LIVE_SECTIONS: &[&str] = &["policy", "servers", "sign_in", "telemetry"];
 
 /// The file in the data directory where `serve` writes the outcome of its last reload.
 pub(crate) const OUTCOME: &str = "reload.json";
@@ -105,6 +107,10 @@ impl Reloader {
                 self.platform
                     .services()
                     .replace_policy(config.policy.clone());
+                // Checked when the file was read.
+                if let Ok(servers) = config.virtual_servers() {
+                    self.platform.servers().replace(servers);
+                }
                 let bounds = config.scripts.bounds();
                 self.scripts.set_run_limits(bounds.limits, bounds.max_depth);
                 if changed.iter().any(|key| key == "[sign_in]") {
@@ -281,6 +287,9 @@ fn changed_keys(running: &toml::Table, new: &toml::Table) -> Vec<String> {
         .filter(|name| running.get(*name) != new.get(*name))
         .map(|name| format!("[{name}]"))
         .collect();
+    if running.get("servers") != new.get("servers") {
+        changed.push("[[servers]]".to_owned());
+    }
     let key = |table: &toml::Table, key: &str| {
         table
             .get("server")

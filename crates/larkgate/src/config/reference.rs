@@ -34,6 +34,7 @@ const TABLES: &[(&str, &str)] = &[
         "[upstreams.oauth]",
         "[[upstreams]]\n[upstreams.oauth]\n{PROBE} = 1",
     ),
+    ("[[servers]]", "[[servers]]\n{PROBE} = 1"),
     ("[sign_in]", "[sign_in]\n{PROBE} = 1"),
     ("[[sign_in.issuers]]", "[[sign_in.issuers]]\n{PROBE} = 1"),
 ];

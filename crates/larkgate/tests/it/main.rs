@@ -24,6 +24,7 @@ mod scripts;
 mod sdk_clients;
 mod serve;
 mod serve_state;
+mod servers;
 mod sign_in;
 mod stdio;
 mod tokens;

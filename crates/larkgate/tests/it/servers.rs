@@ -1,0 +1,409 @@
+//! Virtual servers (`[[servers]]`, served at `/mcp/NAME`), with the official Python SDK client
+//! (`tests/peers/virtual_servers.py`) on both revisions: what each lists and answers, that a
+//! server narrows the principal's roles and never widens them, names without prefixes mapped
+//! back, a reload told to connected clients, and the refusals of hostile names.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::serve::admin_gateway;
+use crate::upstreams::weather;
+use crate::{fails, ok, python, root};
+
+const MODES: [&str; 2] = ["legacy", "2026-07-28"];
+
+/// The peer at `url` as `weather`, two servers over it, and roles: `admin` everything, `reader`
+/// the weather tools only.
+fn config(url: &str, forecast_tools: &str) -> String {
+    format!(
+        "[[upstreams]]\nalias = \"weather\"\nurl = \"{url}\"\nallow = [\"127.0.0.1\"]\n\
+         approval = \"never\"\n\
+         [[servers]]\nname = \"forecast\"\ndescription = \"Forecasts and notes\"\n\
+         tools = [{forecast_tools}]\nprompts = [\"weather__briefing\"]\n\
+         resources = [\"larkgate://weather/weather://stations\"]\n\
+         [[servers]]\nname = \"weather\"\nupstream = \"weather\"\nprefix = false\n\
+         [policy.roles.admin]\ncall = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\n\
+         [policy.roles.reader]\ncall = [\"weather__*\"]\n"
+    )
+}
+
+const FORECAST_TOOLS: &str = "\"weather__forecast\", \"kv_get\", \"kv_set\"";
+
+/// Runs the client in `mode` at `url` as `token` through `steps`: each step's line.
+fn steps(mode: &str, url: &str, token: &str, steps: Value) -> Vec<Value> {
+    let output = Command::new(python())
+        .arg(root().join("crates/larkgate/tests/peers/virtual_servers.py"))
+        .args([mode, url, token, &steps.to_string()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{mode} {url}: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn sorted(value: &Value) -> Vec<String> {
+    let mut names: Vec<String> = value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A server lists and answers only what it serves and the caller's roles grant, under its
+/// names; everything else is refused exactly as what does not exist.
+#[test]
+fn a_virtual_server_serves_its_part_of_the_catalogue_on_both_revisions() {
+    let peer = weather();
+    let (dir, server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
+    let d = dir.path();
+    ok(d, &["principal", "add", "bob", "--roles", "reader"]);
+    let bob = ok(d, &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let forecast = format!("{}/forecast", server.url);
+    let unprefixed = format!("{}/weather", server.url);
+    for mode in MODES {
+        let said = steps(
+            mode,
+            &forecast,
+            &ada,
+            json!([
+                "lists",
+                {"call": "weather__forecast", "arguments": {"city": "Oslo"}},
+                {"call": "weather__echo", "arguments": {"value": 1}},
+                {"call": "weather__no_such_tool", "arguments": {}},
+                {"read": "larkgate://weather/weather://stations"},
+                {"read": "larkgate://weather/weather://city/Oslo"},
+                {"read": "larkgate://weather/weather://nothing"},
+                {"get": "weather__briefing", "arguments": {"city": "Lima"}},
+                {"get": "weather__haiku"},
+                {"get": "weather__no_such_prompt"},
+            ]),
+        );
+        let lists = &said[0];
+        assert_eq!(
+            sorted(&lists["tools"]),
+            ["kv_get", "kv_set", "weather__forecast"],
+            "{mode}: {lists}"
+        );
+        assert_eq!(sorted(&lists["prompts"]), ["weather__briefing"], "{mode}");
+        assert_eq!(
+            sorted(&lists["resources"]),
+            ["larkgate://weather/weather://stations"],
+            "{mode}"
+        );
+        assert_eq!(lists["templates"], json!([]), "{mode}");
+        // (The SDK's 2026-07-28 client reads no instructions: it asks for no `server/discover`.)
+        if mode == "legacy" {
+            assert_eq!(lists["instructions"], "Forecasts and notes", "{mode}");
+        }
+        assert_eq!(said[1]["is_error"], false, "{mode}: {}", said[1]);
+        // Not served, and not existing: the same answer but for the name.
+        assert_eq!(said[2]["is_error"], true, "{mode}: {}", said[2]);
+        let unserved = said[2]["text"].as_str().unwrap();
+        let missing = said[3]["text"].as_str().unwrap();
+        assert!(unserved.starts_with("not_found:"), "{mode}: {unserved}");
+        assert_eq!(
+            unserved.replace("weather__echo", "NAME"),
+            missing.replace("weather__no_such_tool", "NAME"),
+            "{mode}"
+        );
+        assert_eq!(said[4]["texts"], json!(["Oslo, Lima, Perth"]), "{mode}");
+        let (unserved, missing) = (&said[5]["error"], &said[6]["error"]);
+        assert!(unserved.is_string(), "{mode}: {}", said[5]);
+        assert_eq!(
+            unserved.as_str().unwrap().replace("city/Oslo", "X"),
+            missing.as_str().unwrap().replace("nothing", "X"),
+            "{mode}"
+        );
+        assert!(
+            said[7]["texts"][0].as_str().unwrap().contains("Lima"),
+            "{mode}"
+        );
+        let (unserved, missing) = (&said[8]["error"], &said[9]["error"]);
+        assert!(unserved.is_string(), "{mode}: {}", said[8]);
+        assert_eq!(
+            unserved.as_str().unwrap().replace("haiku", "X"),
+            missing.as_str().unwrap().replace("no_such_prompt", "X"),
+            "{mode}"
+        );
+
+        // The intersection: bob's roles grant the weather tools only.
+        let said = steps(
+            mode,
+            &forecast,
+            &bob,
+            json!(["lists", {"call": "kv_get", "arguments": {"key": "k"}}]),
+        );
+        assert_eq!(sorted(&said[0]["tools"]), ["weather__forecast"], "{mode}");
+        assert_eq!(said[0]["prompts"], json!([]), "{mode}");
+        assert!(
+            said[1]["text"].as_str().unwrap().starts_with("not_found:"),
+            "{mode}: {}",
+            said[1]
+        );
+
+        // One upstream, under its own names and URIs.
+        let said = steps(
+            mode,
+            &unprefixed,
+            &ada,
+            json!([
+                "lists",
+                {"call": "forecast", "arguments": {"city": "Lima"}},
+                {"call": "weather__forecast", "arguments": {"city": "Lima"}},
+                {"call": "kv_get", "arguments": {"key": "k"}},
+                {"read": "weather://stations"},
+                {"read": "weather://city/Lima"},
+                {"read": "larkgate://weather/weather://stations"},
+                {"get": "briefing", "arguments": {"city": "Perth"}},
+                {"complete": "prompt", "ref": "briefing", "argument": "city", "value": "O"},
+                {"complete": "resource", "ref": "weather://city/{name}", "argument": "name", "value": "L"},
+            ]),
+        );
+        let lists = &said[0];
+        let tools = sorted(&lists["tools"]);
+        assert!(
+            tools.contains(&"forecast".to_owned()) && tools.contains(&"echo".to_owned()),
+            "{mode}: {lists}"
+        );
+        assert!(
+            tools.iter().all(|name| !name.contains("__")) && !tools.contains(&"kv_get".into()),
+            "{mode}: {lists}"
+        );
+        assert_eq!(sorted(&lists["prompts"]), ["briefing", "haiku"], "{mode}");
+        assert_eq!(
+            sorted(&lists["resources"]),
+            ["weather://stations"],
+            "{mode}"
+        );
+        assert_eq!(
+            sorted(&lists["templates"]),
+            ["weather://city/{name}"],
+            "{mode}"
+        );
+        assert_eq!(lists["instructions"], Value::Null, "{mode}");
+        assert_eq!(said[1]["is_error"], false, "{mode}: {}", said[1]);
+        for refused in &said[2..4] {
+            assert!(
+                refused["text"].as_str().unwrap().starts_with("not_found:"),
+                "{mode}: {refused}"
+            );
+        }
+        assert_eq!(said[4]["uris"], json!(["weather://stations"]), "{mode}");
+        assert_eq!(said[5]["texts"], json!(["sunny in Lima"]), "{mode}");
+        assert!(said[6]["error"].is_string(), "{mode}: {}", said[6]);
+        assert!(
+            said[7]["texts"][0].as_str().unwrap().contains("Perth"),
+            "{mode}"
+        );
+        assert_eq!(said[8]["values"], json!(["Oslo", "Osaka"]), "{mode}");
+        assert_eq!(said[9]["values"], json!(["Lima"]), "{mode}");
+    }
+
+    // /mcp still serves everything, under larkgate's names.
+    let said = steps("legacy", &server.url, &ada, json!(["lists"]));
+    let tools = sorted(&said[0]["tools"]);
+    assert!(tools.contains(&"weather__echo".into()) && tools.contains(&"kv_delete".into()));
+
+    // The audit names the server each call came through, under larkgate's names.
+    let audit: Vec<Value> = ok(d, &["audit", "tail", "-n", "1000", "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let through = |session: &str, tool: &str| {
+        audit
+            .iter()
+            .filter(|r| r["kind"] == "outcome" && r["session"] == session && r["tool"] == tool)
+            .count()
+    };
+    assert_eq!(through("http /mcp/forecast", "weather__forecast"), 2);
+    assert_eq!(through("http /mcp/weather", "weather__forecast"), 2);
+    assert!(server.stop().success());
+}
+
+/// A name no server has is answered 404, saying which there are; a 2025-11-25 session belongs
+/// to the endpoint that opened it.
+#[test]
+fn a_session_belongs_to_its_server_and_an_unknown_server_is_named_as_such() {
+    let peer = weather();
+    let (_dir, server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
+    let http = reqwest::blocking::Client::new();
+    let post = |url: &str, session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(url)
+            .bearer_auth(&ada)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send().unwrap()
+    };
+    for path in ["nope", "Forecast", "forecast%2F..", "..%2Fmcp"] {
+        let answer = post(
+            &format!("{}/{path}", server.url),
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+        );
+        assert_eq!(answer.status(), 404, "{path}");
+        let text = answer.text().unwrap();
+        assert!(
+            text.contains("no server is named") && text.contains("/mcp/forecast, /mcp/weather"),
+            "{path}: {text}"
+        );
+    }
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    let opened = post(&format!("{}/forecast", server.url), None, initialize);
+    assert_eq!(opened.status(), 200);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let elsewhere = post(
+        &format!("{}/weather", server.url),
+        Some(&session),
+        list.clone(),
+    );
+    assert_eq!(elsewhere.status(), 404, "{}", elsewhere.text().unwrap());
+    let at_mcp = post(&server.url, Some(&session), list.clone());
+    assert_eq!(at_mcp.status(), 404, "{}", at_mcp.text().unwrap());
+    let own = post(&format!("{}/forecast", server.url), Some(&session), list);
+    assert_eq!(own.status(), 200);
+    assert!(server.stop().success());
+}
+
+/// A reload that changes a server reaches its connected clients: they are told their tool
+/// list changed and list the new set; a server removed is not found from then on.
+#[test]
+fn a_reload_that_changes_a_server_tells_its_clients() {
+    let peer = weather();
+    let (dir, server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
+    let d = dir.path();
+    let forecast = format!("{}/forecast", server.url);
+    for (mode, added) in MODES.iter().zip(["weather__echo", "weather__slow"]) {
+        let mut client = Command::new(python())
+            .arg(root().join("crates/larkgate/tests/peers/virtual_servers.py"))
+            .args([*mode, &forecast, &ada, r#"["changes"]"#])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+        let listening = lines.next().expect("the client listens").unwrap();
+        assert_eq!(listening, r#"{"listening": true}"#);
+        let tools = format!("{FORECAST_TOOLS}, \"weather__echo\", \"{added}\"");
+        std::fs::write(crate::config_path(d), config(&peer.url, &tools)).unwrap();
+        let said = ok(d, &["reload"]);
+        assert!(said.contains("servers"), "{said}");
+        let told: Value = serde_json::from_str(&lines.next().expect("told").unwrap()).unwrap();
+        assert!(client.wait().unwrap().success(), "{mode}");
+        let tools = sorted(&told["tools"]);
+        assert!(
+            tools.contains(&added.to_owned()) && tools.contains(&"weather__echo".to_owned()),
+            "{mode}: {told}"
+        );
+    }
+    // Removed: not found, naming the one left.
+    std::fs::write(
+        crate::config_path(d),
+        config(&peer.url, FORECAST_TOOLS).replace(
+            "[[servers]]\nname = \"weather\"\nupstream = \"weather\"\nprefix = false\n",
+            "",
+        ),
+    )
+    .unwrap();
+    ok(d, &["reload"]);
+    let answer = reqwest::blocking::Client::new()
+        .post(format!("{}/weather", server.url))
+        .bearer_auth(&ada)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 404);
+    let text = answer.text().unwrap();
+    assert!(
+        text.contains("MCP is at /mcp, and at /mcp/forecast") && !text.contains("/mcp/weather"),
+        "{text}"
+    );
+    assert!(server.stop().success());
+}
+
+/// `check` warns of a server over an upstream nobody configured, and of a pattern that
+/// matches no tool.
+#[test]
+fn check_warns_of_a_server_that_would_serve_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        crate::config_path(dir.path()),
+        "[[servers]]\nname = \"gh\"\nupstream = \"github\"\n\
+         [[servers]]\nname = \"kv\"\ntools = [\"kv_gett\", \"kv_set\"]\n",
+    )
+    .unwrap();
+    let output = crate::larkgate_in(dir.path(), &["check"]);
+    assert!(output.status.success());
+    let said = crate::stderr(&output);
+    assert!(
+        said.contains("warning: servers.gh: no upstream has the alias \"github\""),
+        "{said}"
+    );
+    assert!(
+        said.contains("warning: servers.kv.tools: the pattern \"kv_gett\" matches no tool")
+            && !said.contains("\"kv_set\" matches"),
+        "{said}"
+    );
+}
+
+/// Servers that could not work are refused when the file is read, saying what to write.
+#[test]
+fn hostile_or_colliding_servers_are_refused_with_what_to_write() {
+    for (servers, refused) in [
+        (
+            "[[servers]]\nname = \"../mcp\"\ntools = [\"kv_get\"]\n",
+            "servers: \"../mcp\" cannot be a server's name: it must start with a lowercase letter",
+        ),
+        (
+            "[[servers]]\nname = \"a/b\"\ntools = [\"kv_get\"]\n",
+            "use lowercase letters, digits, - and _ only",
+        ),
+        (
+            "[[servers]]\nname = \"mix\"\nprefix = false\ntools = [\"a__*\", \"b__*\"]\n",
+            "servers.mix: prefix = false shows names as one upstream has them",
+        ),
+        (
+            "[[servers]]\nname = \"mix\"\nupstream = \"a\"\nprefix = false\n\
+             tools = [\"a__x\", \"kv_get\"]\n",
+            "\"kv_get\" do not: drop `upstream` to serve several sources",
+        ),
+        (
+            "[[servers]]\nname = \"twice\"\ntools = [\"kv_get\"]\n\
+             [[servers]]\nname = \"twice\"\ntools = [\"kv_set\"]\n",
+            "two entries are named \"twice\"",
+        ),
+        (
+            "[[servers]]\nname = \"x\"\ntools = [\"kv_get\"]\nroute = \"/\"\n",
+            "unknown field `route`",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(crate::config_path(dir.path()), servers).unwrap();
+        let said = fails(dir.path(), &["check"]);
+        assert!(said.contains(refused), "{servers}: {said}");
+    }
+}
