@@ -265,7 +265,7 @@ impl PlatformServer {
                 let Some(name) = &self.through else {
                     return Ok(identity);
                 };
-                let Some(server) = self.platform.servers().get(name) else {
+                let Some(server) = self.served() else {
                     return Err(Refusal::new(
                         Code::NotFound,
                         format!("larkgate no longer serves a server named {name}"),
@@ -895,24 +895,15 @@ impl ServerHandler for PlatformServer {
         }
         let waiting = may_wait.then(|| waiting(&context, request.request_state, &conversation));
         let call = self.observed(&context, |identity| async move {
-            match (identity.as_ref().map(|i| i.run.kind), waiting) {
-                (Some(RunKind::Direct), Some(waiting)) => {
-                    platform
-                        .call_waiting(
-                            identity,
-                            &request.name,
-                            request.arguments,
-                            waiting,
-                            conversation,
-                        )
-                        .await
-                }
-                _ => {
-                    platform
-                        .call_in(identity, &request.name, request.arguments, conversation)
-                        .await
-                }
-            }
+            run_call(
+                platform,
+                identity,
+                &request.name,
+                request.arguments,
+                waiting,
+                conversation,
+            )
+            .await
         });
         // What the call says (an upstream's progress) is sent in this task, before its answer.
         Ok(answer_of(outbox.carry(&context.peer, call).await))
@@ -961,18 +952,7 @@ impl PlatformServer {
         let platform = self.platform.clone();
         let (name, arguments) = (request.name, request.arguments);
         let call = async move {
-            match (identity.as_ref().map(|i| i.run.kind), waiting) {
-                (Some(RunKind::Direct), Some(waiting)) => {
-                    platform
-                        .call_waiting(identity, &name, arguments, waiting, conversation)
-                        .await
-                }
-                _ => {
-                    platform
-                        .call_in(identity, &name, arguments, conversation)
-                        .await
-                }
-            }
+            run_call(&platform, identity, &name, arguments, waiting, conversation).await
         };
         let rounds = rounds::Rounds::start(outbox, cancel, call.instrument(span));
         self.rounds(rounds, caller, context).await
@@ -1071,6 +1051,31 @@ impl PlatformServer {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Runs a client's call in `conversation`: held for an approval's decision as `waiting` says,
+/// when the caller's own (a direct session's; a script's run never waits), else through the
+/// pipeline at once.
+async fn run_call(
+    platform: &Platform,
+    identity: Option<Arc<SessionIdentity>>,
+    name: &str,
+    arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    waiting: Option<Waiting>,
+    conversation: Conversation,
+) -> crate::platform::CallOutcome {
+    match (identity.as_ref().map(|i| i.run.kind), waiting) {
+        (Some(RunKind::Direct), Some(waiting)) => {
+            platform
+                .call_waiting(identity, name, arguments, waiting, conversation)
+                .await
+        }
+        _ => {
+            platform
+                .call_in(identity, name, arguments, conversation)
+                .await
         }
     }
 }

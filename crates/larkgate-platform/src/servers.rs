@@ -314,16 +314,6 @@ impl Servers {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<VirtualServer>> {
         self.by_name.values()
     }
-
-    /// How many there are.
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
 }
 
 /// The servers in force, replaced whole by a reload; each replacement that changes them counts

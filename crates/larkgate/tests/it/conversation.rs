@@ -1689,21 +1689,36 @@ fn a_2026_07_28_call_that_waited_for_its_approver_is_then_asked_its_upstream_s_q
         )
     };
 
-    // The first round waits for a decision; bob approves while it waits.
+    // The first round waits for a decision; bob approves as the request comes, which
+    // `approvals list --watch` tells once it is watching.
+    use std::io::BufRead;
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(&d)
+        .args(["approvals", "list", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut told = std::io::BufReader::new(watch.stderr.take().unwrap()).lines();
+    while !told
+        .next()
+        .expect("the watch says it is watching")
+        .unwrap()
+        .contains("watching for new requests")
+    {}
+    let requests = std::io::BufReader::new(watch.stdout.take().unwrap());
     let approver = {
         let d = d.clone();
         std::thread::spawn(move || {
-            // The request is made as the round starts: bounded by the wait's 30 s.
-            let mut looked = 0;
-            let id = loop {
-                let pending = crate::ok(&d, &["approvals", "list"]);
-                if pending.contains("weather__pick") {
-                    break pending.split_whitespace().next().unwrap().to_owned();
-                }
-                looked += 1;
-                assert!(looked < 600, "no request for weather__pick came: {pending}");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            };
+            let id = requests
+                .lines()
+                .map(Result::unwrap)
+                .find(|line| line.contains("weather__pick"))
+                .expect("a request for weather__pick came")
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_owned();
             crate::ok(&d, &["--as", "bob", "approvals", "approve", &id])
         })
     };
@@ -1721,6 +1736,9 @@ fn a_2026_07_28_call_that_waited_for_its_approver_is_then_asked_its_upstream_s_q
         let state = round["requestState"].as_str().unwrap().to_owned();
         round = pick(Some((&state, serde_json::json!({}))));
     }
+    // (Ended either way: a request that never came fails the approver, not a hang.)
+    let _ = watch.kill();
+    let _ = watch.wait();
     let approved = approver.join().unwrap();
     assert!(
         approved.contains("ada may call weather__pick once"),
