@@ -29,6 +29,7 @@
 //! | [`platform`] | the assembled platform |
 //! | [`server`] | the rmcp `ServerHandler` |
 //! | [`servers`] | virtual servers: parts of the catalogue served at `/mcp/NAME` |
+//! | [`search`] | tool search: a virtual server's `find_tools` and `call_tool`, ranked by BM25 |
 //!
 //! Modules depend on each other in one direction (a test checks there is no cycle):
 //! `platform` and `server` assemble; `pipeline` uses `access`, `approvals`, `audit`,
@@ -59,6 +60,7 @@ pub mod policy;
 pub mod ratelimit;
 pub mod registry;
 pub mod review;
+pub mod search;
 pub mod server;
 pub mod servers;
 pub mod services;

@@ -29,6 +29,8 @@ pub struct Platform {
     parked: Arc<crate::conversation::rounds::Desk<CallOutcome>>,
     /// The virtual servers served beside `/mcp`.
     servers: Arc<crate::servers::ServerTable>,
+    /// The tools' documents for tool search, for the registry's current version.
+    documents: Arc<crate::search::Documents>,
 }
 
 /// How a call ended: its output, or why it was refused.
@@ -147,6 +149,7 @@ impl PlatformBuilder {
             catalog,
             parked: Arc::default(),
             servers: Arc::new(crate::servers::ServerTable::new(self.servers)),
+            documents: Arc::default(),
         }
     }
 }
@@ -358,32 +361,105 @@ impl Platform {
             .may_read_resource(&identity.run.principal, uri)
     }
 
-    /// The tools `identity` may see, as MCP listings.
+    /// The tools `identity` may see, as MCP listings: every one, or, through a server with
+    /// tool search, the search's own tools and the server's pinned ones ([`crate::search`]).
     pub fn list(&self, identity: Option<&SessionIdentity>) -> Vec<rmcp::model::Tool> {
+        let Some(server) = identity
+            .and_then(|i| i.server.as_deref())
+            .filter(|s| s.tool_search())
+        else {
+            return self.visible(identity, |_| true);
+        };
+        let pinned = self.visible(identity, |name| server.pins(name));
+        let search = crate::search::search_tools();
+        search
+            .into_iter()
+            .chain(
+                pinned
+                    .into_iter()
+                    .filter(|tool| !crate::search::is_search_tool(&tool.name)),
+            )
+            .collect()
+    }
+
+    /// The answer to a `find_tools` call with `arguments` through a server with tool search:
+    /// the best matches among every tool `identity` may see there.
+    pub fn find_tools(
+        &self,
+        identity: Option<&SessionIdentity>,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> CallOutcome {
+        let Some(identity) = identity else {
+            return Err(Refusal::new(
+                crate::envelope::Code::Unauthenticated,
+                "this call is not authenticated",
+            ));
+        };
+        let query = crate::search::Query::from_arguments(arguments)?;
+        let registry = self.registry.snapshot();
+        let documents = self.documents.of(&registry);
+        let policy = self.services.policy();
+        let (tools, documents): (Vec<_>, Vec<_>) = registry
+            .iter()
+            .filter(|t| {
+                Self::sees(identity, &policy, t)
+                    && !crate::search::is_search_tool(&Self::shown_name(identity, t))
+            })
+            .filter_map(|t| Some((t, documents.get(&t.spec.name)?)))
+            .unzip();
+        Ok(crate::search::find(&documents, &query, |position| {
+            Self::shown(identity, tools[position])
+        }))
+    }
+
+    /// The tools `identity` may see whose larkgate names `which` admits, as MCP listings under
+    /// the names its server shows.
+    fn visible(
+        &self,
+        identity: Option<&SessionIdentity>,
+        which: impl Fn(&str) -> bool,
+    ) -> Vec<rmcp::model::Tool> {
         let Some(identity) = identity else {
             return Vec::new();
         };
+        let policy = self.services.policy();
         self.registry
             .snapshot()
             .iter()
-            .filter(|t| {
-                access::reachable(identity.run.kind, &t.spec)
-                    && access::may_see(&self.services.policy(), &identity.run.principal, &t.spec)
-                    && identity
-                        .server
-                        .as_deref()
-                        .is_none_or(|server| server.serves_tool(&t.spec.name, &t.spec.origin))
-            })
-            .map(|t| {
-                let mut tool = t.to_mcp();
-                if let Some(server) = &identity.server {
-                    tool.name = server
-                        .shown_name(&t.spec.name, &t.spec.origin.original_name)
-                        .into();
-                }
-                tool
-            })
+            .filter(|t| which(&t.spec.name) && Self::sees(identity, &policy, t))
+            .map(|t| Self::shown(identity, t))
             .collect()
+    }
+
+    /// Whether `identity` may see tool `t` (through its server, if any).
+    fn sees(
+        identity: &SessionIdentity,
+        policy: &Policy,
+        t: &crate::registry::RegisteredTool,
+    ) -> bool {
+        access::reachable(identity.run.kind, &t.spec)
+            && access::may_see(policy, &identity.run.principal, &t.spec)
+            && identity
+                .server
+                .as_deref()
+                .is_none_or(|server| server.serves_tool(&t.spec.name, &t.spec.origin))
+    }
+
+    /// The name `identity`'s server shows tool `t` by.
+    fn shown_name(identity: &SessionIdentity, t: &crate::registry::RegisteredTool) -> String {
+        match &identity.server {
+            Some(server) => server.shown_name(&t.spec.name, &t.spec.origin.original_name),
+            None => t.spec.name.clone(),
+        }
+    }
+
+    /// Tool `t` as `identity`'s server lists it.
+    fn shown(identity: &SessionIdentity, t: &crate::registry::RegisteredTool) -> rmcp::model::Tool {
+        let mut tool = t.to_mcp();
+        if identity.server.is_some() {
+            tool.name = Self::shown_name(identity, t).into();
+        }
+        tool
     }
 
     /// Runs one call through the pipeline.

@@ -850,6 +850,26 @@ impl ServerHandler for PlatformServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let platform = &self.platform;
+        // Through a server with tool search, its two tools ([`crate::search`]): a search is
+        // answered here, as a listing is; a `call_tool` is the call it names from here on.
+        if self.served().is_some_and(|server| server.tool_search()) {
+            if request.name == crate::search::FIND_TOOLS {
+                let arguments = request.arguments;
+                let found = self.observed(&context, |identity| async move {
+                    platform.find_tools(identity.as_deref(), arguments.as_ref())
+                });
+                return Ok(answer_of(found.await));
+            }
+            if request.name == crate::search::CALL_TOOL {
+                match crate::search::unwrap_call(request.arguments.take()) {
+                    Ok((name, arguments)) => {
+                        request.name = name.into();
+                        request.arguments = arguments;
+                    }
+                    Err(refusal) => return Ok(noted(Exchange::of(&context), Err(refusal))),
+                }
+            }
+        }
         if self.through.is_some() {
             request.name = self.larkgate_name(&request.name).into();
         }

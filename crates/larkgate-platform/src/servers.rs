@@ -85,6 +85,13 @@ pub struct ServerSpec {
     /// only): as the upstream has them (`search`).
     #[serde(default = "prefixed_by_default")]
     pub prefix: bool,
+    /// Whether its tool listing is the two tools of a search ([`crate::search`]),
+    /// `find_tools` and `call_tool`, and the pinned tools, rather than every tool it serves.
+    #[serde(default)]
+    pub tool_search: bool,
+    /// Tool patterns (larkgate names) of the tools a searched server still lists.
+    #[serde(default)]
+    pub pinned: Vec<Pattern>,
 }
 
 fn prefixed_by_default() -> bool {
@@ -101,6 +108,8 @@ pub struct VirtualServer {
     prompts: Vec<Pattern>,
     resources: Vec<UriPattern>,
     prefix: bool,
+    tool_search: bool,
+    pinned: Vec<Pattern>,
 }
 
 impl VirtualServer {
@@ -131,6 +140,7 @@ impl VirtualServer {
                 let outside = tools
                     .iter()
                     .chain(&prompts)
+                    .chain(&spec.pinned)
                     .map(Pattern::as_str)
                     .filter(|pattern| !pattern.starts_with(&tool_prefix))
                     .chain(
@@ -164,6 +174,12 @@ impl VirtualServer {
             }
             None => {}
         }
+        if !spec.pinned.is_empty() && !spec.tool_search {
+            return Err(at(
+                "pinned names the tools a searched server still lists, and this server lists \
+                 all it serves: write tool_search = true, or remove pinned",
+            ));
+        }
         Ok(VirtualServer {
             name,
             description: spec.description,
@@ -172,7 +188,20 @@ impl VirtualServer {
             prompts,
             resources,
             prefix: spec.prefix,
+            tool_search: spec.tool_search,
+            pinned: spec.pinned,
         })
+    }
+
+    /// Whether its clients search its tools ([`crate::search`]) rather than list them all.
+    pub fn tool_search(&self) -> bool {
+        self.tool_search
+    }
+
+    /// Whether a searched server lists the tool larkgate names `name` beside the search's
+    /// own (it must also serve it).
+    pub fn pins(&self, name: &str) -> bool {
+        self.pinned.iter().any(|pattern| pattern.matches(name))
     }
 
     /// Its name: it is served at `/mcp/NAME`.

@@ -236,18 +236,21 @@ pub(crate) fn server_warnings(
                 .contains(&larkgate_platform::registry::prefixed_name(alias, ""))
         {
             warnings.push(format!(
-                "servers.{}: no upstream has the alias {alias:?} (in the file, or added with                  `larkgate upstream add`), so the server serves none of its tools",
+                "servers.{}: no upstream has the alias {alias:?} (in the file, or added with \
+                 `larkgate upstream add`), so the server serves none of its tools",
                 server.name
             ));
         }
-        for pattern in &server.tools {
-            if !known.could_match(pattern) {
-                warnings.push(format!(
-                    "servers.{}.tools: the pattern {pattern:?} matches no tool (built-in \
-                     tools, `script__*`, and `ALIAS__*` for the configured upstreams); check \
-                     its spelling",
-                    server.name
-                ));
+        for (key, patterns) in [("tools", &server.tools), ("pinned", &server.pinned)] {
+            for pattern in patterns {
+                if !known.could_match(pattern) {
+                    warnings.push(format!(
+                        "servers.{}.{key}: the pattern {pattern:?} matches no tool (built-in \
+                         tools, `script__*`, and `ALIAS__*` for the configured upstreams); \
+                         check its spelling",
+                        server.name
+                    ));
+                }
             }
         }
     }

@@ -50,6 +50,22 @@ fn steps(mode: &str, url: &str, token: &str, steps: Value) -> Vec<Value> {
         .collect()
 }
 
+/// The data directory's audit records, oldest first.
+fn audit(dir: &std::path::Path) -> Vec<Value> {
+    ok(dir, &["audit", "tail", "-n", "1000", "--json"])
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// How many of `audit`'s outcome records are of calls of `tool` in `session`.
+fn outcomes(audit: &[Value], session: &str, tool: &str) -> usize {
+    audit
+        .iter()
+        .filter(|r| r["kind"] == "outcome" && r["session"] == session && r["tool"] == tool)
+        .count()
+}
+
 fn sorted(value: &Value) -> Vec<String> {
     let mut names: Vec<String> = value
         .as_array()
@@ -219,16 +235,8 @@ fn a_virtual_server_serves_its_part_of_the_catalogue_on_both_revisions() {
     assert!(tools.contains(&"weather__echo".into()) && tools.contains(&"kv_delete".into()));
 
     // The audit names the server each call came through, under larkgate's names.
-    let audit: Vec<Value> = ok(d, &["audit", "tail", "-n", "1000", "--json"])
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect();
-    let through = |session: &str, tool: &str| {
-        audit
-            .iter()
-            .filter(|r| r["kind"] == "outcome" && r["session"] == session && r["tool"] == tool)
-            .count()
-    };
+    let audit = audit(d);
+    let through = |session: &str, tool: &str| outcomes(&audit, session, tool);
     assert_eq!(through("http /mcp/forecast", "weather__forecast"), 2);
     assert_eq!(through("http /mcp/weather", "weather__forecast"), 2);
     assert!(server.stop().success());
@@ -353,19 +361,24 @@ fn check_warns_of_a_server_that_would_serve_nothing() {
     std::fs::write(
         crate::config_path(dir.path()),
         "[[servers]]\nname = \"gh\"\nupstream = \"github\"\n\
-         [[servers]]\nname = \"kv\"\ntools = [\"kv_gett\", \"kv_set\"]\n",
+         [[servers]]\nname = \"kv\"\ntools = [\"kv_gett\", \"kv_set\"]\n\
+         tool_search = true\npinned = [\"kv_sett\"]\n",
     )
     .unwrap();
     let output = crate::larkgate_in(dir.path(), &["check"]);
     assert!(output.status.success());
     let said = crate::stderr(&output);
     assert!(
-        said.contains("warning: servers.gh: no upstream has the alias \"github\""),
+        said.contains(
+            "warning: servers.gh: no upstream has the alias \"github\" (in the file, or added \
+             with `larkgate upstream add`)"
+        ),
         "{said}"
     );
     assert!(
         said.contains("warning: servers.kv.tools: the pattern \"kv_gett\" matches no tool")
-            && !said.contains("\"kv_set\" matches"),
+            && !said.contains("\"kv_set\" matches")
+            && said.contains("warning: servers.kv.pinned: the pattern \"kv_sett\" matches no tool"),
         "{said}"
     );
 }
@@ -400,10 +413,187 @@ fn hostile_or_colliding_servers_are_refused_with_what_to_write() {
             "[[servers]]\nname = \"x\"\ntools = [\"kv_get\"]\nroute = \"/\"\n",
             "unknown field `route`",
         ),
+        (
+            "[[servers]]\nname = \"x\"\ntools = [\"kv_*\"]\npinned = [\"kv_get\"]\n",
+            "servers.x: pinned names the tools a searched server still lists",
+        ),
+        (
+            "[[servers]]\nname = \"x\"\nupstream = \"a\"\ntool_search = true\n\
+             pinned = [\"kv_get\"]\n",
+            "\"kv_get\" do not: drop `upstream` to serve several sources",
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(crate::config_path(dir.path()), servers).unwrap();
         let said = fails(dir.path(), &["check"]);
         assert!(said.contains(refused), "{servers}: {said}");
     }
+}
+
+/// Tool search (`tool_search = true`): a searched server lists `find_tools`, `call_tool` and
+/// its pinned tools; `find_tools` finds what the caller may call there; `call_tool` is a call
+/// of the tool it names, through the same pipeline (the audit names that tool and the server,
+/// never `call_tool`), refused as a direct call would be; a published script called through it
+/// reaches tools the server does not serve. Both revisions, with the Python SDK.
+#[test]
+fn a_searched_server_finds_tools_and_calls_them_through_the_pipeline_on_both_revisions() {
+    let peer = weather();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        format!(
+            "[[upstreams]]\nalias = \"weather\"\nurl = \"{}\"\nallow = [\"127.0.0.1\"]\n\
+             approval = \"never\"\n\
+             [[servers]]\nname = \"search\"\ntools = [\"weather__*\", \"kv_*\"]\n\
+             tool_search = true\npinned = [\"kv_get\"]\n\
+             [[servers]]\nname = \"scripts\"\ntools = [\"script__*\"]\ntool_search = true\n\
+             [policy.roles.admin]\ncall = [\"*\"]\n\
+             [policy.roles.reader]\ncall = [\"weather__*\"]\n",
+            peer.url
+        ),
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "ada", "--roles", "admin"]);
+    ok(d, &["principal", "add", "bob", "--roles", "reader"]);
+    let token = |who: &str| {
+        ok(d, &["token", "create", "--principal", who])
+            .trim()
+            .to_owned()
+    };
+    let (ada, bob) = (token("ada"), token("bob"));
+    std::fs::write(
+        d.join("trip.star"),
+        "def main(*, city: str):\n    \"\"\"Plans a trip to a city.\"\"\"\n    \
+         return weather.forecast(city = city, days = 2)\n",
+    )
+    .unwrap();
+    ok(d, &["--as", "ada", "script", "save", "trip", "trip.star"]);
+    ok(d, &["--as", "ada", "script", "publish", "trip"]);
+    let server = crate::serve::Server::start(d);
+    let search = format!("{}/search", server.url);
+    let scripts = format!("{}/scripts", server.url);
+    let found = |said: &Value| -> Vec<String> {
+        assert_eq!(said["is_error"], false, "{said}");
+        let answer: Value = serde_json::from_str(said["text"].as_str().unwrap()).unwrap();
+        answer["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let refused = |said: &Value, code: &str| {
+        assert_eq!(said["is_error"], true, "{said}");
+        let text = said["text"].as_str().unwrap().to_owned();
+        assert!(text.starts_with(&format!("{code}:")), "{text}");
+        text
+    };
+    for mode in MODES {
+        let said = steps(
+            mode,
+            &search,
+            &ada,
+            json!([
+                "lists",
+                {"call": "find_tools", "arguments": {"query": "weather forecast for a city", "limit": 3}},
+                {"call": "call_tool", "arguments": {"name": "weather__forecast", "arguments": {"city": "Oslo"}}},
+                {"call": "call_tool", "arguments": {"name": "weather__no_such_tool"}},
+                {"call": "call_tool", "arguments": {"name": 5}},
+                {"call": "find_tools", "arguments": {"query": "the"}},
+                {"call": "call_tool", "arguments": {"name": "kv_set", "arguments": {"key": "k", "value": "v"}}},
+            ]),
+        );
+        assert_eq!(
+            said[0]["tools"],
+            json!(["find_tools", "call_tool", "kv_get"]),
+            "{mode}"
+        );
+        assert_eq!(found(&said[1])[0], "weather__forecast", "{mode}");
+        assert_eq!(said[2]["is_error"], false, "{mode}: {}", said[2]);
+        assert!(
+            said[2]["text"].as_str().unwrap().contains("sunny in Oslo"),
+            "{mode}: {}",
+            said[2]
+        );
+        refused(&said[3], "not_found");
+        assert!(refused(&said[4], "invalid_arguments").contains("name must be a string"));
+        assert!(refused(&said[5], "invalid_arguments").contains("no words to search by"));
+        assert_eq!(said[6]["is_error"], false, "{mode}: {}", said[6]);
+
+        // bob may call the weather tools only: he finds no others, and a call of another
+        // through call_tool is refused as his direct call of it is at /mcp.
+        let said = steps(
+            mode,
+            &search,
+            &bob,
+            json!([
+                "lists",
+                {"call": "find_tools", "arguments": {"query": "read or write a value by key", "limit": 20}},
+                {"call": "call_tool", "arguments": {"name": "kv_set", "arguments": {"key": "k", "value": "v"}}},
+            ]),
+        );
+        assert_eq!(
+            said[0]["tools"],
+            json!(["find_tools", "call_tool"]),
+            "{mode}"
+        );
+        let names = found(&said[1]);
+        assert!(
+            names.iter().all(|name| name.starts_with("weather__")),
+            "{mode}: {names:?}"
+        );
+        let through_search = refused(&said[2], "not_found");
+        let direct = steps(
+            mode,
+            &server.url,
+            &bob,
+            json!([{"call": "kv_set", "arguments": {"key": "k", "value": "v"}}]),
+        );
+        assert_eq!(through_search, refused(&direct[0], "not_found"), "{mode}");
+
+        // A published script, found and called through a server that serves scripts only,
+        // calls a tool that server does not serve.
+        let said = steps(
+            mode,
+            &scripts,
+            &ada,
+            json!([
+                {"call": "find_tools", "arguments": {"query": "plan a trip"}},
+                {"call": "call_tool", "arguments": {"name": "script__trip", "arguments": {"city": "Rome"}}},
+            ]),
+        );
+        assert_eq!(found(&said[0]), ["script__trip"], "{mode}");
+        assert_eq!(said[1]["is_error"], false, "{mode}: {}", said[1]);
+        assert!(
+            said[1]["text"]
+                .as_str()
+                .unwrap()
+                .contains("sunny in Rome for 2 day(s)"),
+            "{mode}: {}",
+            said[1]
+        );
+    }
+
+    // The audit records the calls under the tools' own names and the server they came
+    // through; a search is not recorded, and nothing is recorded as call_tool.
+    let audit = audit(d);
+    let outcomes = |session: &str, tool: &str| outcomes(&audit, session, tool);
+    assert_eq!(outcomes("http /mcp/search", "weather__forecast"), 2);
+    assert_eq!(outcomes("http /mcp/search", "kv_set"), 2);
+    assert_eq!(outcomes("http /mcp/scripts", "script__trip"), 2);
+    assert!(
+        audit
+            .iter()
+            .all(|r| r["tool"] != "call_tool" && r["tool"] != "find_tools"),
+        "a search tool was recorded"
+    );
+    let refusals = audit
+        .iter()
+        .filter(|r| {
+            r["session"] == "http /mcp/search" && r["tool"] == "kv_set" && r["principal"] == "bob"
+        })
+        .count();
+    assert_eq!(refusals, 2, "bob's refused calls are recorded");
+    assert!(server.stop().success());
 }
