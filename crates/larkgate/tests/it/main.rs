@@ -5,6 +5,7 @@ mod backup;
 mod capabilities;
 mod check;
 mod command_upstreams;
+mod conformance;
 mod console;
 mod content;
 mod conversation;
