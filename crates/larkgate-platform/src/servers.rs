@@ -289,7 +289,7 @@ impl VirtualServer {
 }
 
 /// Whether `name` can be a server's name; why not, if not.
-fn check_name(name: &str) -> Result<(), &'static str> {
+pub fn check_name(name: &str) -> Result<(), &'static str> {
     let mut chars = name.chars();
     if !chars.next().is_some_and(|c| c.is_ascii_lowercase()) {
         return Err("it must start with a lowercase letter");

@@ -6,7 +6,8 @@
 //! The token comes from `LARKGATE_TOKEN` or `--token-file` (never a flag, which would show in
 //! process listings and shell history). The server is `--url`, else the one a running `larkgate
 //! serve` announces in its data directory (`serve.url`, read with the same checks as
-//! `larkgate stdio`'s relay: loopback only), else `http://127.0.0.1:8940/mcp`. Every message
+//! `larkgate stdio`'s relay: loopback only), else `http://127.0.0.1:8940/mcp`; `--server NAME`
+//! connects to that larkgate's virtual server `NAME` (`/mcp/NAME`) instead. Every message
 //! it prints says what failed in larkgate's words: a refused token with the server's own
 //! message, nothing listening, a broken connection; never a library's error chain.
 
@@ -36,6 +37,10 @@ pub(crate) struct Args {
     /// Speak the 2025-11-25 revision (sessions) instead of 2026-07-28.
     #[arg(long, global = true)]
     legacy: bool,
+    /// A virtual server of that larkgate (a `[[servers]]` entry): connect to its endpoint,
+    /// `/mcp/NAME`, instead of `/mcp`.
+    #[arg(long, global = true, value_name = "NAME")]
+    server: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -66,16 +71,38 @@ enum Command {
 }
 
 /// The URL to connect to: `--url`, else what a running `serve` on `data_dir` announces,
-/// else [`DEFAULT_URL`].
+/// else [`DEFAULT_URL`]; with `--server NAME`, that endpoint's `/NAME`.
 fn server_url(args: &Args, data_dir: &std::path::Path) -> anyhow::Result<String> {
-    if let Some(url) = &args.url {
-        return Ok(url.clone());
+    let url = match &args.url {
+        Some(url) => url.clone(),
+        None => match super::endpoint::read(data_dir) {
+            Ok(url) => url.to_string(),
+            Err(super::endpoint::EndpointError::Missing(_)) => DEFAULT_URL.to_owned(),
+            Err(error) => bail!("{error}; pass --url to name the server"),
+        },
+    };
+    let Some(name) = &args.server else {
+        return Ok(url);
+    };
+    if let Err(why) = larkgate_platform::servers::check_name(name) {
+        bail!("--server {name:?}: {why} (a server is named as in its [[servers]] entry)");
     }
-    match super::endpoint::read(data_dir) {
-        Ok(url) => Ok(url.to_string()),
-        Err(super::endpoint::EndpointError::Missing(_)) => Ok(DEFAULT_URL.to_owned()),
-        Err(error) => bail!("{error}; pass --url to name the server"),
+    Ok(with_server(&url, name))
+}
+
+/// The endpoint of virtual server `name` beside the MCP endpoint `url`: `url`'s path and
+/// `/NAME`, its query kept.
+fn with_server(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let mut joined = format!("{}/{name}", base.trim_end_matches('/'));
+    if let Some(query) = query {
+        joined.push('?');
+        joined.push_str(query);
     }
+    joined
 }
 
 async fn connect(url: &str, args: &Args, token: &str) -> anyhow::Result<UpstreamClient> {

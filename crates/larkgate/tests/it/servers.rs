@@ -247,7 +247,8 @@ fn a_virtual_server_serves_its_part_of_the_catalogue_on_both_revisions() {
 #[test]
 fn a_session_belongs_to_its_server_and_an_unknown_server_is_named_as_such() {
     let peer = weather();
-    let (_dir, server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
+    let (dir, server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
+    let d = dir.path();
     let http = reqwest::blocking::Client::new();
     let post = |url: &str, session: Option<&str>, body: Value| {
         let mut request = http
@@ -294,6 +295,46 @@ fn a_session_belongs_to_its_server_and_an_unknown_server_is_named_as_such() {
     assert_eq!(at_mcp.status(), 404, "{}", at_mcp.text().unwrap());
     let own = post(&format!("{}/forecast", server.url), Some(&session), list);
     assert_eq!(own.status(), 200);
+
+    // `larkgate client --server NAME` connects to a server of the running serve.
+    let client = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_larkgate"))
+            .current_dir(d)
+            .env("LARKGATE_TOKEN", &ada)
+            .arg("client")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let listed = client(&["--server", "forecast", "list"]);
+    assert!(listed.status.success(), "{}", crate::stderr(&listed));
+    let listed = crate::stdout(&listed);
+    assert!(
+        listed.contains("weather__forecast") && !listed.contains("weather__echo"),
+        "{listed}"
+    );
+    let called = client(&[
+        "call",
+        "forecast",
+        "--arg",
+        "city=Oslo",
+        "--server",
+        "weather",
+    ]);
+    assert!(called.status.success(), "{}", crate::stderr(&called));
+    assert!(crate::stdout(&called).contains("sunny in Oslo"));
+    for (name, said) in [
+        ("nope", "no server is named"),
+        (
+            "../mcp",
+            "--server \"../mcp\": it must start with a lowercase letter",
+        ),
+    ] {
+        let refused = client(&["--server", name, "list"]);
+        assert!(!refused.status.success(), "{name}");
+        let stderr = crate::stderr(&refused);
+        assert!(stderr.contains(said), "{name}: {stderr}");
+    }
     assert!(server.stop().success());
 }
 
