@@ -161,12 +161,19 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
         return refusal.into_response();
     }
     let presented = token.is_some();
+    // The virtual server the request is made to (`/mcp/NAME`), a protected resource of its own.
+    let server = request
+        .uri()
+        .path()
+        .strip_prefix("/mcp/")
+        .filter(|name| larkgate_platform::servers::check_name(name).is_ok())
+        .map(str::to_owned);
     let sign_in = auth.sign_in.as_ref().and_then(Providers::current);
     let principal = match (token, &sign_in) {
         // larkgate's own tokens are told apart by their prefix; anything else is an access
         // token when an identity provider is configured.
         (Some(token), Some(sign_in)) if !token.trim().starts_with(tokens::TOKEN_PREFIX) => sign_in
-            .verify(auth.store.as_ref(), &token)
+            .verify(auth.store.as_ref(), &token, server.as_deref())
             .await
             .map_err(EdgeError::SignIn),
         (Some(token), _) => verify_token(auth.store.as_ref(), &token).await,
@@ -199,7 +206,7 @@ pub async fn authenticate(State(auth): State<Auth>, mut request: Request, next: 
             if let (Some(sign_in), Some(challenge)) = (&sign_in, challenge) {
                 response.headers_mut().insert(
                     header::WWW_AUTHENTICATE,
-                    metadata::www_authenticate(sign_in, challenge),
+                    metadata::www_authenticate(sign_in, challenge, server.as_deref()),
                 );
             }
             return response;

@@ -59,10 +59,11 @@ pub fn beside_mcp(
     app: Router,
     sign_in: &Providers,
     public_url: &str,
+    servers: Arc<larkgate_platform::servers::ServerTable>,
     console: Arc<Console>,
 ) -> Router {
     let console = console::router(console);
-    app.merge(metadata(sign_in, public_url))
+    app.merge(metadata(sign_in, public_url, servers))
         .merge(console.layer(from_fn(access::observe)))
         .fallback(|| async { not_found() })
 }
@@ -82,18 +83,43 @@ fn not_found() -> Response {
 /// The protected resource metadata (RFC 9728) at each path a client looks for it, without a
 /// token and without the `Origin` check of `/mcp`: it is public, and browser clients read it.
 /// Without providers in force, these paths are not found, as any other.
-fn metadata(sign_in: &Providers, public_url: &str) -> Router {
+/// Each virtual server's own document is at the same paths with `/NAME` added, while the
+/// server exists.
+fn metadata(
+    sign_in: &Providers,
+    public_url: &str,
+    servers: Arc<larkgate_platform::servers::ServerTable>,
+) -> Router {
     let mut router = Router::new();
     for path in sign_in::metadata::paths(public_url) {
-        let sign_in = sign_in.clone();
+        let providers = sign_in.clone();
         router = router.route(
             &path,
             axum::routing::any(move |method: axum::http::Method| async move {
-                match sign_in.current() {
-                    Some(current) => sign_in::metadata::serve(current, method).await,
+                match providers.current() {
+                    Some(current) => sign_in::metadata::serve(current, method, None).await,
                     None => not_found(),
                 }
             }),
+        );
+        // The root's document has no server's beside it: a server's path has `/mcp` in it.
+        if path == sign_in::metadata::WELL_KNOWN {
+            continue;
+        }
+        let (sign_in, servers) = (sign_in.clone(), Arc::clone(&servers));
+        router = router.route(
+            &format!("{path}/{{name}}"),
+            axum::routing::any(
+                move |method: axum::http::Method,
+                      axum::extract::Path(name): axum::extract::Path<String>| async move {
+                    match (sign_in.current(), servers.get(&name)) {
+                        (Some(current), Some(_)) => {
+                            sign_in::metadata::serve(current, method, Some(&name)).await
+                        }
+                        _ => not_found(),
+                    }
+                },
+            ),
         );
     }
     router
@@ -213,6 +239,7 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         auth.clone(),
         Arc::clone(&policy),
     );
+    let platform_servers = &Arc::clone(platform.servers());
     // The admin console, for browsers (its own Origin rules: see `crate::console`).
     let console = Console::new(
         platform,
@@ -222,7 +249,13 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         auth,
         public_url.starts_with("https://"),
     );
-    let router = beside_mcp(app, sign_in, &public_url, console);
+    let router = beside_mcp(
+        app,
+        sign_in,
+        &public_url,
+        Arc::clone(platform_servers),
+        console,
+    );
     Ok(Edge {
         router,
         sessions,

@@ -233,7 +233,14 @@ impl SignIn {
 
     /// The principal `token` signs in as, with its roles as they are now: the store's and
     /// those its groups and scopes map to.
-    pub async fn verify(&self, store: &dyn Store, token: &str) -> Result<Principal, Rejection> {
+    /// (`server`: the virtual server the request is made to, whose own resource URL is an
+    /// audience accepted beside the issuer's: see [`metadata`].)
+    pub async fn verify(
+        &self,
+        store: &dyn Store,
+        token: &str,
+        server: Option<&str>,
+    ) -> Result<Principal, Rejection> {
         let token = token.trim();
         if token.len() > MAX_TOKEN_BYTES {
             return Err(Rejection::invalid("it is longer than any access token"));
@@ -289,7 +296,11 @@ impl SignIn {
         }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&issuer.config.issuer]);
-        validation.set_audience(&[&issuer.audience]);
+        let server_audience = server.map(|name| metadata::server_resource(&self.resource, name));
+        match &server_audience {
+            Some(own) => validation.set_audience(&[issuer.audience.as_str(), own.as_str()]),
+            None => validation.set_audience(&[&issuer.audience]),
+        }
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         validation.leeway = issuer.config.leeway_seconds;
         validation.validate_nbf = true;

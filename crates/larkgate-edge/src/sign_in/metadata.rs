@@ -8,6 +8,12 @@
 //! that gets no `resource_metadata` tries the well-known URIs: the one with the resource's
 //! path inserted (`/.well-known/oauth-protected-resource/mcp`) and then the root's; both are
 //! served. The document names nothing secret, so any page may read it (CORS `*`).
+//!
+//! Each virtual server (`/mcp/NAME`) is a protected resource of its own, as RFC 9728 §3.3 asks
+//! of a client that connects to it: its document, at the path with `/mcp/NAME` inserted, names
+//! `/mcp/NAME` as the resource, and a refusal at `/mcp/NAME` points there. A token for it (its
+//! `aud` the server's URL) is accepted there and nowhere else; a token for `/mcp` is accepted
+//! at every server, which is no wider than the principal's own roles.
 
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -17,10 +23,16 @@ use super::SignIn;
 /// The well-known path's prefix (RFC 9728 §3).
 pub const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 
-/// The metadata document for `sign_in`.
-pub fn document(sign_in: &SignIn) -> serde_json::Value {
+/// The metadata document for `sign_in`'s resource (`/mcp`), or, with `server`, for that
+/// virtual server's (`/mcp/NAME`): a protected resource of its own, whose tokens may name it
+/// as their audience ([`SignIn::verify`]).
+pub fn document(sign_in: &SignIn, server: Option<&str>) -> serde_json::Value {
+    let resource = match server {
+        Some(name) => server_resource(sign_in.resource(), name),
+        None => sign_in.resource().to_owned(),
+    };
     let mut document = serde_json::json!({
-        "resource": sign_in.resource(),
+        "resource": resource,
         "authorization_servers": sign_in.issuers().collect::<Vec<_>>(),
         "bearer_methods_supported": ["header"],
         "resource_name": "larkgate",
@@ -30,6 +42,12 @@ pub fn document(sign_in: &SignIn) -> serde_json::Value {
         document["scopes_supported"] = scopes.into();
     }
     document
+}
+
+/// The resource identifier of virtual server `name` of the larkgate whose resource (`/mcp`'s
+/// URL) is `resource`: its endpoint, `/mcp/NAME`.
+pub fn server_resource(resource: &str, name: &str) -> String {
+    format!("{}/{name}", resource.trim_end_matches('/'))
 }
 
 /// The URL of the metadata document for the resource `resource`: the well-known prefix
@@ -75,10 +93,18 @@ pub enum Challenge {
 
 /// The `WWW-Authenticate` value for `challenge`: the realm, the metadata's URL and, where
 /// scopes are required, the scopes to ask for.
-pub fn www_authenticate(sign_in: &SignIn, challenge: Challenge) -> HeaderValue {
+pub fn www_authenticate(
+    sign_in: &SignIn,
+    challenge: Challenge,
+    server: Option<&str>,
+) -> HeaderValue {
+    let resource = match server {
+        Some(name) => server_resource(sign_in.resource(), name),
+        None => sign_in.resource().to_owned(),
+    };
     let mut value = format!(
         "Bearer realm=\"larkgate\", resource_metadata=\"{}\"",
-        url(sign_in.resource())
+        url(&resource)
     );
     match challenge {
         Challenge::Missing => {}
@@ -94,12 +120,17 @@ pub fn www_authenticate(sign_in: &SignIn, challenge: Challenge) -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static("Bearer realm=\"larkgate\""))
 }
 
-/// Serves the document: GET (and HEAD), and the CORS preflight a browser client sends.
-pub async fn serve(sign_in: std::sync::Arc<SignIn>, method: Method) -> Response {
+/// Serves the document (of virtual server `server`, when given): GET (and HEAD), and the
+/// CORS preflight a browser client sends.
+pub async fn serve(
+    sign_in: std::sync::Arc<SignIn>,
+    method: Method,
+    server: Option<&str>,
+) -> Response {
     let mut response = if method == Method::GET || method == Method::HEAD {
         (
             [(header::CONTENT_TYPE, "application/json")],
-            document(&sign_in).to_string(),
+            document(&sign_in, server).to_string(),
         )
             .into_response()
     } else if method == Method::OPTIONS {
@@ -155,7 +186,7 @@ mod tests {
         )
         .unwrap();
         let sign_in = SignIn::new(&config, "https://mcp.example.com/mcp").unwrap();
-        let document = document(&sign_in);
+        let document = super::document(&sign_in, None);
         assert_eq!(document["resource"], "https://mcp.example.com/mcp");
         assert_eq!(
             document["authorization_servers"],
@@ -166,14 +197,26 @@ mod tests {
             serde_json::json!(["larkgate.admin", "mcp"])
         );
         assert_eq!(
-            www_authenticate(&sign_in, Challenge::Invalid),
+            www_authenticate(&sign_in, Challenge::Invalid, None),
             "Bearer realm=\"larkgate\", resource_metadata=\"https://mcp.example.com/.well-known/\
              oauth-protected-resource/mcp\", error=\"invalid_token\", scope=\"mcp\""
         );
         assert_eq!(
-            www_authenticate(&sign_in, Challenge::Missing),
+            www_authenticate(&sign_in, Challenge::Missing, None),
             "Bearer realm=\"larkgate\", resource_metadata=\"https://mcp.example.com/.well-known/\
              oauth-protected-resource/mcp\", scope=\"mcp\""
+        );
+        // A virtual server is a resource of its own, its document where RFC 9728 puts it.
+        let triage = super::document(&sign_in, Some("triage"));
+        assert_eq!(triage["resource"], "https://mcp.example.com/mcp/triage");
+        assert_eq!(
+            triage["authorization_servers"],
+            document["authorization_servers"]
+        );
+        assert_eq!(
+            www_authenticate(&sign_in, Challenge::Missing, Some("triage")),
+            "Bearer realm=\"larkgate\", resource_metadata=\"https://mcp.example.com/.well-known/\
+             oauth-protected-resource/mcp/triage\", scope=\"mcp\""
         );
     }
 }

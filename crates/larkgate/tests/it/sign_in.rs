@@ -807,3 +807,64 @@ fn check_refuses_an_hmac_algorithm_and_a_plain_http_provider_with_what_to_write(
     .unwrap();
     ok(d, &["check"]);
 }
+
+/// A virtual server (`/mcp/NAME`) is a protected resource of its own (RFC 9728 §3.3): its
+/// metadata names it as the resource, at the path with `/mcp/NAME` inserted, and a refusal
+/// there points to it. A token for the server is accepted there and not at `/mcp`; a token for
+/// `/mcp` is accepted at every server; a token for another server is refused.
+#[test]
+fn a_virtual_server_is_a_protected_resource_of_its_own() {
+    let provider = Provider::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        format!(
+            "{}\n[[servers]]\nname = \"triage\"\ntools = [\"clock_now\"]\n\
+             [[servers]]\nname = \"ops\"\ntools = [\"clock_now\"]\n",
+            sign_in_config(&provider.issuer)
+        ),
+    )
+    .unwrap();
+    ada_and_root(d, "author");
+    let server = Server::start(d);
+    let url = server.url.clone();
+    let triage = format!("{url}/triage");
+    let well_known = url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp");
+
+    let http = reqwest::blocking::Client::new();
+    let document: serde_json::Value = http
+        .get(format!("{well_known}/triage"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(document["resource"], triage.as_str(), "{document}");
+    assert_eq!(
+        document["authorization_servers"],
+        serde_json::json!([provider.issuer])
+    );
+    for missing in ["nope", "Triage"] {
+        let answer = http.get(format!("{well_known}/{missing}")).send().unwrap();
+        assert_eq!(answer.status(), 404, "{missing}");
+    }
+    let (status, challenge, _) = call(&triage, None, "clock_now");
+    assert_eq!(status, 401);
+    assert!(
+        challenge.contains(&format!("resource_metadata=\"{well_known}/triage\"")),
+        "{challenge}"
+    );
+
+    let for_triage = provider.token("ada", &[("aud", &triage)]);
+    assert_eq!(call(&triage, Some(&for_triage), "clock_now").0, 200);
+    refused(&url, &for_triage, 401, "issued for another audience");
+    refused(
+        &format!("{url}/ops"),
+        &for_triage,
+        401,
+        "issued for another audience",
+    );
+    let for_larkgate = provider.token("ada", &[("aud", &url)]);
+    assert_eq!(call(&triage, Some(&for_larkgate), "clock_now").0, 200);
+    assert_eq!(call(&url, Some(&for_larkgate), "clock_now").0, 200);
+}
