@@ -12,6 +12,7 @@
 //! | `/admin/scripts`, `/admin/scripts/NAME` | `admin` | drafts and versions; a draft's source, its diff from the latest version, its review run's intended writes and pins; publish |
 //! | `/admin/runs`, `/admin/runs/ID` | `admin` | run records, filtered; one run whole |
 //! | `/admin/upstreams` | `admin` | each upstream's status and cause; quarantined tools with their definitions' diff and the scripts they suspend; approve |
+//! | `/admin/servers` | `admin` | the virtual servers: each one's endpoint, patterns, tool search, and what it serves the signed-in admin |
 //! | `/admin/tokens` | `admin` | principals and tokens; create a token (shown once), revoke one |
 //!
 //! ## Threat model
@@ -41,6 +42,7 @@ mod audit;
 mod guard;
 mod runs;
 mod scripts;
+mod servers;
 pub mod session;
 mod sign_in;
 mod tokens;
@@ -108,6 +110,7 @@ impl Console {
             ("runs.html", include_str!("console/runs.html")),
             ("run.html", include_str!("console/run.html")),
             ("upstreams.html", include_str!("console/upstreams.html")),
+            ("servers.html", include_str!("console/servers.html")),
             ("refused.html", include_str!("console/refused.html")),
         ] {
             templates
@@ -220,6 +223,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/admin/runs", get(runs::runs))
         .route("/admin/runs/{id}", get(runs::run))
         .route("/admin/upstreams", get(upstreams::upstreams))
+        .route("/admin/servers", get(servers::servers))
         .route(
             "/admin/upstreams/{alias}/approve",
             post(upstreams::approve_tools),

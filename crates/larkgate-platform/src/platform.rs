@@ -382,6 +382,12 @@ impl Platform {
             .collect()
     }
 
+    /// Every tool `identity` may call through its server (with tool search: what its
+    /// searches rank), as MCP listings under the names the server shows.
+    pub fn served_tools(&self, identity: &SessionIdentity) -> Vec<rmcp::model::Tool> {
+        self.visible(Some(identity), |_| true)
+    }
+
     /// The answer to a `find_tools` call with `arguments` through a server with tool search:
     /// the best matches among every tool `identity` may see there.
     pub fn find_tools(

@@ -193,6 +193,27 @@ impl VirtualServer {
         })
     }
 
+    /// What it is, as the operator wrote it, for people to read (the console).
+    pub fn view(&self) -> ServerView {
+        let strings =
+            |patterns: &[Pattern]| patterns.iter().map(|p| p.as_str().to_owned()).collect();
+        ServerView {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            upstream: self.upstream.clone(),
+            prefix: self.prefix,
+            tools: strings(&self.tools),
+            prompts: strings(&self.prompts),
+            resources: self
+                .resources
+                .iter()
+                .map(|p| p.as_str().to_owned())
+                .collect(),
+            tool_search: self.tool_search,
+            pinned: strings(&self.pinned),
+        }
+    }
+
     /// Whether its clients search its tools ([`crate::search`]) rather than list them all.
     pub fn tool_search(&self) -> bool {
         self.tool_search
@@ -286,6 +307,29 @@ impl VirtualServer {
             None => shown.to_owned(),
         }
     }
+}
+
+/// A server as the operator wrote it: [`VirtualServer::view`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ServerView {
+    /// Its name (`/mcp/NAME`).
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// The one upstream it mounts, if it does.
+    pub upstream: Option<String>,
+    /// Whether names keep larkgate's prefixes.
+    pub prefix: bool,
+    /// Its tool patterns.
+    pub tools: Vec<String>,
+    /// Its prompt patterns.
+    pub prompts: Vec<String>,
+    /// Its resource patterns.
+    pub resources: Vec<String>,
+    /// Whether its clients search its tools.
+    pub tool_search: bool,
+    /// The tools a searched server still lists.
+    pub pinned: Vec<String>,
 }
 
 /// Whether `name` can be a server's name; why not, if not.

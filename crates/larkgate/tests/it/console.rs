@@ -532,3 +532,39 @@ fn a_held_call_from_the_python_sdk_completes_when_approved_in_the_console() {
     assert!(used.contains(&id) && used.contains("wes"), "{used}");
     drop(server);
 }
+
+/// The servers page shows each virtual server with its endpoint, patterns and tool search, and
+/// what it serves the signed-in admin.
+#[test]
+fn the_servers_page_shows_each_virtual_server_and_what_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        crate::config_path(d),
+        format!(
+            "{POLICY}\n[[servers]]\nname = \"kv\"\ndescription = \"The key-value store\"\n\
+             tools = [\"kv_*\"]\n\
+             [[servers]]\nname = \"search\"\ntools = [\"*\"]\ntool_search = true\n\
+             pinned = [\"kv_get\"]\n"
+        ),
+    )
+    .unwrap();
+    ok(d, &["principal", "add", "root", "--roles", "admin"]);
+    let root = token(d, "root");
+    let server = Server::start(d);
+    let (status, page) = crate::serve::console_page(&server.url, &root, "/admin/servers");
+    assert_eq!(status, 200, "{page}");
+    for shown in [
+        "<h2><code>/mcp/kv</code></h2>",
+        "<dd>The key-value store</dd>",
+        "<dt>Tools</dt><dd><code>kv_*</code> </dd>",
+        "<dt>Serves you</dt><dd>4 tools, 0 prompts, 0 resources</dd>",
+        "<h2><code>/mcp/search</code> <span class=\"status\">tool search</span></h2>",
+        "<dt>Pinned</dt><dd><code>kv_get</code> </dd>",
+        "<dd>19 tools (listed: 3, the search's and the pinned), 0 prompts",
+        "href=\"/admin/servers\" aria-current=\"page\"",
+    ] {
+        assert!(page.contains(shown), "{shown} is not on the page: {page}");
+    }
+    assert!(server.stop().success());
+}

@@ -1,0 +1,48 @@
+//! The servers page: each virtual server (`[[servers]]`) with its endpoint, its patterns and
+//! tool search, and what it serves the signed-in admin now (the same listing and search a
+//! client of the server with the admin's token gets).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use minijinja::context;
+use minijinja::value::Serde;
+
+use larkgate_platform::{RunContext, SessionIdentity};
+
+use super::guard::admin;
+use super::{Console, frame};
+
+pub(super) async fn servers(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    let signed = match admin(&console, &headers).await {
+        Ok(signed) => signed,
+        Err(response) => return *response,
+    };
+    let platform = &console.platform;
+    let shown: Vec<_> = platform
+        .servers()
+        .load()
+        .iter()
+        .map(|server| {
+            let identity = SessionIdentity {
+                run: RunContext::direct(signed.principal.clone()),
+                label: "console".to_owned(),
+                server: Some(Arc::clone(server)),
+            };
+            context! {
+                server => Serde(server.view()),
+                listed => platform.list(Some(&identity)).len(),
+                served => platform.served_tools(&identity).len(),
+                prompts => platform.list_prompts(Some(&identity)).len(),
+                resources => platform.list_resources(Some(&identity)).len(),
+            }
+        })
+        .collect();
+    console.render(
+        StatusCode::OK,
+        "servers.html",
+        context! { servers => shown, ..frame(&signed, "servers") },
+    )
+}
