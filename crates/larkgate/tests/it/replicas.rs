@@ -821,3 +821,48 @@ fn an_upstream_added_beside_one_replica_is_served_by_the_others() {
         }
     });
 }
+
+/// A 2025-11-25 session opened at a virtual server on replica 1 is restored by replica 2 only
+/// at that server: the database keeps which endpoint opened it, so neither `/mcp` nor another
+/// server continues it, on a replica that has never held it; and a session of `/mcp` is not
+/// continued at a server.
+#[test]
+fn a_session_of_a_virtual_server_continues_on_another_replica_only_at_that_server() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let (dirs, ada) = replicas(&schema);
+    for dir in &dirs[..2] {
+        let config = std::fs::read_to_string(config_path(dir.path())).unwrap();
+        std::fs::write(
+            config_path(dir.path()),
+            format!(
+                "{config}[[servers]]\nname = \"clock\"\ntools = [\"clock_now\"]\n\
+                 [[servers]]\nname = \"kv\"\ntools = [\"kv_*\"]\n"
+            ),
+        )
+        .unwrap();
+    }
+    let servers: Vec<Server> = dirs[..2].iter().map(|d| Server::start(d.path())).collect();
+    let at = |replica: usize, path: &str| format!("{}{path}", servers[replica].url);
+
+    let session = open_session(&at(0, "/clock"), &ada).unwrap();
+    // Elsewhere on replica 2 first, so that its own server is the first to restore it there.
+    for (path, id) in [("", 1), ("/kv", 2)] {
+        let (status, body) = clock_now(&at(1, path), &ada, &session, id);
+        assert_eq!(status, 404, "/mcp{path}: {body}");
+    }
+    let (status, body) = clock_now(&at(1, "/clock"), &ada, &session, 3);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"isError\":false"), "{body}");
+    for (path, id) in [("", 4), ("/kv", 5)] {
+        let (status, body) = clock_now(&at(1, path), &ada, &session, id);
+        assert_eq!(status, 404, "/mcp{path} once held: {body}");
+    }
+
+    let of_mcp = open_session(&at(0, ""), &ada).unwrap();
+    let (status, body) = clock_now(&at(1, "/clock"), &ada, &of_mcp, 6);
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = clock_now(&at(1, ""), &ada, &of_mcp, 7);
+    assert_eq!(status, 200, "{body}");
+    drop(servers);
+}
