@@ -231,7 +231,7 @@ async fn command(args: &Args, client: &UpstreamClient, out: &mut impl Write) -> 
                     .as_ref()
                     .and_then(|m| m.get(larkgate_platform::registry::SIGNATURE_META_KEY))
                     .and_then(|s| s.as_str())
-                    .map_or_else(|| format!("{}(...)", tool.name), str::to_owned);
+                    .map_or_else(|| larkgate_platform::search::signature(tool), str::to_owned);
                 let description = tool.description.as_deref().unwrap_or("");
                 let first = description
                     .split_inclusive(". ")

@@ -336,8 +336,10 @@ fn a_session_belongs_to_its_server_and_an_unknown_server_is_named_as_such() {
     let listed = client(&["--server", "forecast", "list"]);
     assert!(listed.status.success(), "{}", crate::stderr(&listed));
     let listed = crate::stdout(&listed);
+    // An upstream's tool is shown with the signature its input schema gives it.
     assert!(
-        listed.contains("weather__forecast") && !listed.contains("weather__echo"),
+        listed.contains("weather__forecast(city: string, days?: integer)")
+            && !listed.contains("weather__echo"),
         "{listed}"
     );
     let called = client(&[
