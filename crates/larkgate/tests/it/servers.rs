@@ -142,7 +142,8 @@ fn a_virtual_server_serves_its_part_of_the_catalogue_on_both_revisions() {
             "{mode}"
         );
         assert_eq!(lists["templates"], json!([]), "{mode}");
-        // (The SDK's 2026-07-28 client reads no instructions: it asks for no `server/discover`.)
+        // (The SDK's 2026-07-28 client reads no instructions: it asks for no `server/discover`;
+        // a raw `server/discover` is told them in the next test.)
         if mode != "2026-07-28" {
             assert_eq!(lists["instructions"], "Forecasts and notes", "{mode}");
         }
@@ -322,6 +323,31 @@ fn a_session_belongs_to_its_server_and_an_unknown_server_is_named_as_such() {
     assert_eq!(at_mcp.status(), 404, "{}", at_mcp.text().unwrap());
     let own = post(&format!("{}/forecast", server.url), Some(&session), list);
     assert_eq!(own.status(), 200);
+
+    // A 2026-07-28 client's `server/discover` at a server is told the server's description.
+    let discover = |url: &str| -> Value {
+        http.post(url)
+            .bearer_auth(&ada)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": 9, "method": "server/discover", "params": {
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                          "io.modelcontextprotocol/clientCapabilities": {}}}}),
+            )
+            .send()
+            .unwrap()
+            .json()
+            .unwrap()
+    };
+    let told = discover(&format!("{}/forecast", server.url));
+    assert_eq!(
+        told["result"]["instructions"], "Forecasts and notes",
+        "{told}"
+    );
+    let told = discover(&server.url);
+    assert!(told["result"]["instructions"].is_null(), "{told}");
 
     // `larkgate client --server NAME` connects to a server of the running serve.
     let client = |args: &[&str]| {
