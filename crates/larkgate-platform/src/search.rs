@@ -161,14 +161,8 @@ impl Query {
         };
         let empty = JsonObject::new();
         let arguments = arguments.unwrap_or(&empty);
-        if let Some(unknown) = arguments
-            .keys()
-            .find(|k| !matches!(k.as_str(), "query" | "limit"))
-        {
-            let unknown = crate::bounded::cut(unknown, 64);
-            return Err(invalid(format!(
-                "{FIND_TOOLS} takes query and limit, not {unknown:?}"
-            )));
+        if let Some(unexpected) = unexpected(arguments, FIND_TOOLS, ["query", "limit"]) {
+            return Err(invalid(unexpected));
         }
         let text = match arguments.get("query") {
             Some(Value::String(text)) => text,
@@ -354,6 +348,17 @@ fn type_of(schema: &Value) -> String {
     }
 }
 
+/// What is wrong with `arguments` of `tool`, which takes the two keys `takes`, when it has
+/// another: the first such key, cut to a bound.
+fn unexpected(arguments: &JsonObject, tool: &str, takes: [&str; 2]) -> Option<String> {
+    let unknown = arguments.keys().find(|k| !takes.contains(&k.as_str()))?;
+    let unknown = crate::bounded::cut(unknown, 64);
+    Some(format!(
+        "{tool} takes {} and {}, not {unknown:?}",
+        takes[0], takes[1]
+    ))
+}
+
 /// The call a `call_tool` call stands for: its tool's name and arguments, or what is wrong
 /// with it.
 pub fn unwrap_call(arguments: Option<JsonObject>) -> Result<(String, Option<JsonObject>), Refusal> {
@@ -364,14 +369,8 @@ pub fn unwrap_call(arguments: Option<JsonObject>) -> Result<(String, Option<Json
         ))
     };
     let mut arguments = arguments.unwrap_or_default();
-    if let Some(unknown) = arguments
-        .keys()
-        .find(|k| !matches!(k.as_str(), "name" | "arguments"))
-    {
-        let unknown = crate::bounded::cut(unknown, 64);
-        return Err(invalid(format!(
-            "{CALL_TOOL} takes name and arguments, not {unknown:?}"
-        )));
+    if let Some(unexpected) = unexpected(&arguments, CALL_TOOL, ["name", "arguments"]) {
+        return Err(invalid(unexpected));
     }
     let name = match arguments.remove("name") {
         Some(Value::String(name)) => name,
@@ -432,6 +431,19 @@ mod tests {
             );
             assert!(refusal.hint.as_deref().is_some_and(|h| h.contains("query")));
         }
+        // A caller's key of any size is repeated cut to a bound, with the hash of the whole.
+        let mut long = JsonObject::new();
+        long.insert("k".repeat(5000), json!(1));
+        long.insert("query".into(), json!("issues"));
+        let refusal = Query::from_arguments(Some(&long)).unwrap_err();
+        assert!(
+            refusal.message.contains("(cut: 5000 bytes, sha256 "),
+            "{}",
+            refusal.message
+        );
+        assert!(refusal.message.len() < 300, "{}", refusal.message);
+        let refusal = unwrap_call(Some(long)).unwrap_err();
+        assert!(refusal.message.len() < 300, "{}", refusal.message);
         let query = Query::from_arguments(arguments(json!({"query": "issues"})).as_ref()).unwrap();
         assert_eq!(query.limit, DEFAULT_LIMIT);
         let query =
