@@ -309,7 +309,13 @@ impl SignIn {
             &key.decoding,
             &validation,
         )
-        .map_err(|error| Rejection::Invalid(explain(&error, &issuer.audience)))?
+        .map_err(|error| {
+            let accepted = match &server_audience {
+                Some(own) => format!("{} or {own}", issuer.audience),
+                None => issuer.audience.clone(),
+            };
+            Rejection::Invalid(explain(&error, &accepted))
+        })?
         .claims;
         let mapped = mapping::map(&issuer.config, &claims)?;
         let stored = store.principal(&mapped.principal).await.map_err(|error| {
@@ -412,7 +418,7 @@ fn named_algorithm(named: KeyAlgorithm) -> Option<Algorithm> {
     })
 }
 
-/// Why `error` refused a token, in words its bearer can act on.
+/// Why `error` refused a token, in words its bearer can act on (`audience`: what is accepted).
 fn explain(error: &jsonwebtoken::errors::Error, audience: &str) -> String {
     use jsonwebtoken::errors::ErrorKind;
     match error.kind() {
