@@ -239,7 +239,7 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         auth.clone(),
         Arc::clone(&policy),
     );
-    let platform_servers = &Arc::clone(platform.servers());
+    let servers = Arc::clone(platform.servers());
     // The admin console, for browsers (its own Origin rules: see `crate::console`).
     let console = Console::new(
         platform,
@@ -249,13 +249,7 @@ pub fn assemble(parts: EdgeParts<'_>) -> Result<Edge, String> {
         auth,
         public_url.starts_with("https://"),
     );
-    let router = beside_mcp(
-        app,
-        sign_in,
-        &public_url,
-        Arc::clone(platform_servers),
-        console,
-    );
+    let router = beside_mcp(app, sign_in, &public_url, servers, console);
     Ok(Edge {
         router,
         sessions,

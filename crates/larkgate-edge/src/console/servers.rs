@@ -31,10 +31,17 @@ pub(super) async fn servers(State(console): State<Arc<Console>>, headers: Header
                 label: "console".to_owned(),
                 server: Some(Arc::clone(server)),
             };
+            let served = platform.served_tools(&identity).len();
+            // Without tool search, a server lists what it serves.
+            let listed = if server.tool_search() {
+                platform.list(Some(&identity)).len()
+            } else {
+                served
+            };
             context! {
                 server => Serde(server.view()),
-                listed => platform.list(Some(&identity)).len(),
-                served => platform.served_tools(&identity).len(),
+                listed,
+                served,
                 prompts => platform.list_prompts(Some(&identity)).len(),
                 resources => platform.list_resources(Some(&identity)).len(),
             }
