@@ -113,6 +113,19 @@ pub struct AuditEntry {
     pub detail: Option<String>,
 }
 
+impl AuditEntry {
+    /// An event of `kind` under `principal`, saying `detail`.
+    pub fn event(principal: &str, kind: EventKind, detail: String) -> Self {
+        AuditEntry {
+            kind: Some(AuditKind::Event),
+            principal: principal.to_owned(),
+            code: Some(kind.into()),
+            detail: Some(detail),
+            ..AuditEntry::default()
+        }
+    }
+}
+
 /// Why a record could not be written. A call whose intent cannot be written does not run.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {

@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod added_servers;
 pub mod approvals;
 pub mod audit;
 pub mod bounded;

@@ -59,8 +59,8 @@ use crate::policy::{Pattern, UriPattern};
 /// The longest server name.
 pub const MAX_NAME: usize = 32;
 
-/// One `[[servers]]` entry as the operator wrote it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+/// One `[[servers]]` entry as the operator wrote it (and as a stored server is kept).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSpec {
     /// The path segment it is served under: `/mcp/NAME`.
@@ -310,7 +310,7 @@ impl VirtualServer {
 }
 
 /// A server as the operator wrote it: [`VirtualServer::view`].
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct ServerView {
     /// Its name (`/mcp/NAME`).
     pub name: String,
@@ -389,13 +389,31 @@ impl Servers {
     }
 }
 
-/// The servers in force, replaced whole by a reload; each replacement that changes them counts
-/// one change, which sessions of virtual servers watch to tell their clients that their lists
-/// may have changed ([`ServerTable::changes`]).
+/// The servers in force: the configuration file's (replaced whole by a reload) and those added
+/// at run time (kept in the store, [`stored`], and followed with [`ServerTable::follow`]).
+/// Each replacement that changes them counts one change, which sessions of virtual servers
+/// watch to tell their clients that their lists may have changed ([`ServerTable::changes`]).
+///
+/// A stored server named like one of the configuration file is not served: the file's is
+/// (the file is what the operator reviews and deploys; `server_add` refuses such a name, so
+/// this happens only when the file gains the name later). [`ServerTable::entries`] shows it as
+/// shadowed, and following logs it.
 #[derive(Debug)]
 pub struct ServerTable {
     current: arc_swap::ArcSwap<Servers>,
     changes: tokio::sync::watch::Sender<u64>,
+    sources: std::sync::Mutex<Sources>,
+    /// One [`ServerTable::follow`] at a time, so an older reading never replaces a newer one.
+    following: tokio::sync::Mutex<()>,
+}
+
+/// What the servers in force are made of.
+#[derive(Debug, Default)]
+struct Sources {
+    configured: Servers,
+    stored: Vec<Stored>,
+    /// The store's server revision last followed.
+    revision: Option<i64>,
 }
 
 impl Default for ServerTable {
@@ -405,11 +423,16 @@ impl Default for ServerTable {
 }
 
 impl ServerTable {
-    /// A table serving `servers`.
+    /// A table serving `servers` (the configuration file's).
     pub fn new(servers: Servers) -> Self {
         ServerTable {
-            current: arc_swap::ArcSwap::from_pointee(servers),
+            current: arc_swap::ArcSwap::from_pointee(servers.clone()),
             changes: tokio::sync::watch::Sender::new(0),
+            sources: std::sync::Mutex::new(Sources {
+                configured: servers,
+                ..Sources::default()
+            }),
+            following: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -423,8 +446,99 @@ impl ServerTable {
         self.current.load().get(name).cloned()
     }
 
-    /// Serves `servers` from the next request on; counts a change when they differ.
-    pub fn replace(&self, servers: Servers) {
+    /// Serves `servers` as the configuration file's from the next request on (a reload),
+    /// beside the stored ones.
+    pub fn configure(&self, servers: Servers) {
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        sources.configured = servers;
+        self.apply(&sources);
+    }
+
+    /// Whether the configuration file has a server named `name`.
+    pub fn configured(&self, name: &str) -> bool {
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        sources.configured.get(name).is_some()
+    }
+
+    /// Follows the store: serves the servers added, replaced or removed there since the last
+    /// time (by this process or any other sharing the store). Does nothing when the store's
+    /// server revision has not moved. A stored server that cannot be read or checked is not
+    /// served, and logged. Fails only when the store cannot be read.
+    pub async fn follow(&self, store: &dyn larkgate_store::ServerStore) -> Result<(), String> {
+        let _one = self.following.lock().await;
+        let unreadable =
+            |e: larkgate_store::StoreError| format!("the stored servers cannot be read: {e}");
+        let revision = store.servers_revision().await.map_err(unreadable)?;
+        let followed = self
+            .sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .revision;
+        if followed == Some(revision) {
+            return Ok(());
+        }
+        let records = store.servers().await.map_err(unreadable)?;
+        let stored = records
+            .into_iter()
+            .filter_map(|record| match Stored::read(record) {
+                Ok(server) => Some(server),
+                Err((name, why)) => {
+                    tracing::error!(
+                        server = %name,
+                        %why,
+                        "a stored server cannot be served; remove it with `larkgate server \
+                         remove` and add it again"
+                    );
+                    None
+                }
+            })
+            .collect();
+        let mut sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        sources.stored = stored;
+        sources.revision = Some(revision);
+        for shadowed in sources
+            .stored
+            .iter()
+            .filter(|s| sources.configured.get(s.server.name()).is_some())
+        {
+            tracing::error!(
+                server = %shadowed.server.name(),
+                "a server added at run time has the name of one in the configuration file, \
+                 which is served; remove one of them"
+            );
+        }
+        self.apply(&sources);
+        Ok(())
+    }
+
+    /// Every server, the configuration file's first, with where it comes from.
+    pub fn entries(&self) -> Vec<ServerEntry> {
+        let sources = self.sources.lock().unwrap_or_else(|p| p.into_inner());
+        let configured = sources.configured.iter().map(|server| ServerEntry {
+            server: server.view(),
+            added: None,
+            shadowed: false,
+        });
+        let stored = sources.stored.iter().map(|stored| ServerEntry {
+            server: stored.server.view(),
+            added: Some(Added {
+                by: stored.added_by.clone(),
+                at_ms: stored.added_at_ms,
+            }),
+            shadowed: sources.configured.get(stored.server.name()).is_some(),
+        });
+        configured.chain(stored).collect()
+    }
+
+    /// Serves what `sources` make, counting a change when it differs from what is served.
+    fn apply(&self, sources: &Sources) {
+        let mut servers = sources.configured.clone();
+        for stored in &sources.stored {
+            servers
+                .by_name
+                .entry(stored.server.name().to_owned())
+                .or_insert_with(|| Arc::clone(&stored.server));
+        }
         let changed = *self.current.load_full() != servers;
         self.current.store(Arc::new(servers));
         if changed {
@@ -436,6 +550,54 @@ impl ServerTable {
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
     }
+}
+
+/// A stored server, checked.
+#[derive(Clone, Debug)]
+struct Stored {
+    server: Arc<VirtualServer>,
+    added_by: String,
+    added_at_ms: i64,
+}
+
+impl Stored {
+    /// `record` read and checked; its name and why not, if it cannot be served.
+    fn read(record: larkgate_store::ServerRecord) -> Result<Stored, (String, String)> {
+        let name = record.name;
+        let spec: ServerSpec = serde_json::from_str(&record.spec)
+            .map_err(|e| (name.clone(), format!("its definition does not read: {e}")))?;
+        if spec.name != name {
+            return Err((name, "its definition names another server".to_owned()));
+        }
+        let server = VirtualServer::new(spec).map_err(|why| (name.clone(), why))?;
+        Ok(Stored {
+            server: Arc::new(server),
+            added_by: record.added_by,
+            added_at_ms: record.added_at_ms,
+        })
+    }
+}
+
+/// One server as [`ServerTable::entries`] shows it.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct ServerEntry {
+    /// What it serves.
+    #[serde(flatten)]
+    pub server: ServerView,
+    /// Who added it and when, for a server added at run time; `null` for one of the
+    /// configuration file.
+    pub added: Option<Added>,
+    /// Whether it is not served because the configuration file has a server of its name.
+    pub shadowed: bool,
+}
+
+/// Who added a server at run time, and when.
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct Added {
+    /// The principal.
+    pub by: String,
+    /// When (Unix ms).
+    pub at_ms: i64,
 }
 
 #[cfg(test)]

@@ -264,3 +264,24 @@ where
             })
     }
 }
+
+/// An admin's tool for a running platform's tool table: a platform tool for the `admin` role,
+/// reachable from a person's own session only (never from a script run, whatever roles it was
+/// published with). `what` names the kind of tool in an error about its shape.
+pub fn admin_tool<I, O>(
+    what: &'static str,
+    info: CapabilityInfo,
+    handler: HandlerFn<I, O>,
+) -> std::result::Result<(ToolSpec, Arc<dyn ToolHandler>), RegistryError>
+where
+    I: DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + JsonSchema + Send + 'static,
+{
+    Ok(TypedCapability::new(
+        Declared::new(info).map_err(RegistryError::shape(what))?,
+        handler,
+    )
+    .platform(crate::access::ADMINS)
+    .people_only()
+    .into_tool())
+}

@@ -32,8 +32,8 @@ pub use model::{
     ApprovalStatus, Asked, AuditHead, AuditKind, AuditQuery, AuditRecord, BackupOrigin, CallChain,
     Draft, ForwardedAudit, IssuerBinding, KvQuery, NewSession, PendingCapReached, PendingCaps,
     PinStatus, Principal, PrincipalKind, Publication, Resolution, Run, RunQuery, RunStats,
-    RunStatus, ScriptPin, ScriptVersion, SessionCapReached, SharedSession, TokenRecord, ToolPin,
-    UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
+    RunStatus, ScriptPin, ScriptVersion, ServerRecord, ServerSave, SessionCapReached,
+    SharedSession, TokenRecord, ToolPin, UpstreamCredentials, UpstreamRecord, UpstreamStatusRecord,
 };
 pub use postgres::{PostgresSettings, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, DATABASE_FILE, SqliteStore, Synchronous};
@@ -162,6 +162,8 @@ pub enum Change {
     Scripts,
     /// Upstreams, or the pins (and quarantines) of their tools.
     Upstreams,
+    /// Virtual servers added, replaced or removed at run time.
+    Servers,
     /// An approval was decided or withdrawn.
     Approvals,
     /// Anything may have changed (changes could not be followed for a while): read again
@@ -175,6 +177,7 @@ impl Change {
         match table {
             "script_versions" => Some(Change::Scripts),
             "upstreams" | "upstream_pins" => Some(Change::Upstreams),
+            "servers" => Some(Change::Servers),
             "approvals" => Some(Change::Approvals),
             _ => None,
         }
@@ -286,6 +289,7 @@ pub trait Store:
     + ApprovalStore
     + ScriptStore
     + UpstreamStore
+    + ServerStore
     + SessionStore
     + AuditStore
     + std::fmt::Debug
@@ -461,6 +465,21 @@ pub trait UpstreamStore: Send + Sync {
     /// Forgets an upstream's credentials; `false` if it had none. Removing a stored upstream
     /// forgets them too.
     async fn remove_upstream_credentials(&self, alias: &str) -> Result<bool>;
+}
+
+/// Virtual servers added at run time (`larkgate server add`, the `server_add` tool), beside
+/// those of the configuration file.
+#[async_trait::async_trait]
+pub trait ServerStore: Send + Sync {
+    /// Adds a server, or replaces a stored one's definition, as `mode` says.
+    async fn save_server(&self, server: ServerRecord, mode: ServerSave) -> Result<()>;
+    /// Every stored server, by name.
+    async fn servers(&self) -> Result<Vec<ServerRecord>>;
+    /// Removes a stored server; `false` if there was none.
+    async fn remove_server(&self, name: &str) -> Result<bool>;
+    /// A number that moves whenever a stored server is added, replaced or removed (by any
+    /// process): a running gateway compares it to notice changes made beside it.
+    async fn servers_revision(&self) -> Result<i64>;
 }
 
 /// 2025-11-25 sessions that several replicas serve.

@@ -3,9 +3,11 @@
 use serde::{Deserialize, Serialize};
 
 mod scripts;
+mod servers;
 mod upstreams;
 
 pub use scripts::*;
+pub use servers::*;
 pub use upstreams::*;
 
 /// What kind of party a principal is.

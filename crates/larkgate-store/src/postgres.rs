@@ -38,6 +38,7 @@ mod kv;
 mod migrations;
 mod principals;
 mod scripts;
+mod servers;
 mod sessions;
 pub mod settings;
 /// Test schemas on a test server, for this crate's tests and the crates above (the `testing`

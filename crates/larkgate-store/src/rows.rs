@@ -12,8 +12,8 @@ use larkgate_wire::{Code, RunKind};
 use crate::{
     Approval, ApprovalDetails, ApprovalStatus, AuditHead, AuditKind, AuditRecord, CallChain, Draft,
     ForwardedAudit, IssuerBinding, PinStatus, Principal, PrincipalKind, Result, Run, RunStats,
-    RunStatus, ScriptVersion, SharedSession, StoreError, TokenRecord, ToolPin, UpstreamRecord,
-    UpstreamStatusRecord, split_roles,
+    RunStatus, ScriptVersion, ServerRecord, SharedSession, StoreError, TokenRecord, ToolPin,
+    UpstreamRecord, UpstreamStatusRecord, split_roles,
 };
 
 /// A value both databases read into the same Rust type.
@@ -196,6 +196,17 @@ pub(crate) fn upstream(row: &impl Columns) -> Result<UpstreamRecord> {
     Ok(UpstreamRecord {
         alias: row.get(0)?,
         config: row.get(1)?,
+        added_by: row.get(2)?,
+        added_at_ms: row.get(3)?,
+    })
+}
+
+pub(crate) const SERVER_COLUMNS: &str = "name, spec, added_by, added_at_ms";
+
+pub(crate) fn server(row: &impl Columns) -> Result<ServerRecord> {
+    Ok(ServerRecord {
+        name: row.get(0)?,
+        spec: row.get(1)?,
         added_by: row.get(2)?,
         added_at_ms: row.get(3)?,
     })

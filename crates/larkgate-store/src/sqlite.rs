@@ -21,6 +21,7 @@ mod kv;
 mod migrations;
 mod principals;
 mod scripts;
+mod servers;
 mod sessions;
 mod upstreams;
 

@@ -21,12 +21,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use larkgate_platform::access::ADMINS;
 use larkgate_platform::registry::{RegistryError, ToolHandler, ToolSpec};
-use larkgate_platform::typed::{Annotations, CapabilityInfo, Declared, HandlerFn, TypedCapability};
+use larkgate_platform::typed::{Annotations, CapabilityInfo};
 use larkgate_platform::{CallContext, Code, Refusal};
 use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::config::UpstreamConfig;
@@ -108,21 +106,6 @@ fn failed(detail: String) -> Refusal {
 /// A tool as the tool table takes it.
 type Tool = (ToolSpec, Arc<dyn ToolHandler>);
 
-/// An admin-only tool, reachable from a person's own session only.
-fn admin_tool<I, O>(info: CapabilityInfo, handler: HandlerFn<I, O>) -> Result<Tool, RegistryError>
-where
-    I: DeserializeOwned + JsonSchema + Send + 'static,
-    O: Serialize + JsonSchema + Send + 'static,
-{
-    Ok(TypedCapability::new(
-        Declared::new(info).map_err(RegistryError::shape("upstream tool"))?,
-        handler,
-    )
-    .platform(ADMINS)
-    .people_only()
-    .into_tool())
-}
-
 /// The four tools, bound to `federation` (served by `larkgate serve` and `larkgate stdio`).
 pub fn tools(
     federation: &Arc<Federation>,
@@ -131,7 +114,8 @@ pub fn tools(
 ) -> Result<Vec<Tool>, RegistryError> {
     let mut tools = Vec::new();
     let f = Arc::clone(federation);
-    tools.push(admin_tool(
+    tools.push(larkgate_platform::typed::admin_tool(
+        "upstream tool",
         CapabilityInfo::new(
             "upstream_list",
             "List upstreams",
@@ -149,7 +133,8 @@ pub fn tools(
         }),
     )?);
     let f = Arc::clone(federation);
-    tools.push(admin_tool(
+    tools.push(larkgate_platform::typed::admin_tool(
+        "upstream tool",
         CapabilityInfo::new(
             "upstream_add",
             "Add an upstream",
@@ -199,7 +184,8 @@ pub fn tools(
         }),
     )?);
     let f = Arc::clone(federation);
-    tools.push(admin_tool(
+    tools.push(larkgate_platform::typed::admin_tool(
+        "upstream tool",
         CapabilityInfo::new(
             "upstream_review",
             "Review quarantined upstream tools",
@@ -235,7 +221,8 @@ pub fn tools(
         }),
     )?);
     let f = Arc::clone(federation);
-    tools.push(admin_tool(
+    tools.push(larkgate_platform::typed::admin_tool(
+        "upstream tool",
         CapabilityInfo::new(
             "upstream_remove",
             "Remove an upstream",

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use larkgate_platform::Platform;
 use larkgate_platform::audit::{AuditEntry, EventKind};
 use larkgate_platform::registry::script_tool_name;
-use larkgate_store::{AuditKind, PinStatus, UpstreamRecord, now_ms};
+use larkgate_store::{PinStatus, UpstreamRecord, now_ms};
 use serde::Serialize;
 
 use crate::config::UpstreamConfig;
@@ -291,12 +291,6 @@ fn event(platform: &Platform, actor: &str, kind: EventKind, detail: String) -> R
     platform
         .services()
         .audit
-        .record_event(AuditEntry {
-            kind: Some(AuditKind::Event),
-            principal: actor.to_owned(),
-            code: Some(kind.into()),
-            detail: Some(detail),
-            ..AuditEntry::default()
-        })
+        .record_event(AuditEntry::event(actor, kind, detail))
         .map_err(|e| format!("the audit log could not be written: {e}"))
 }

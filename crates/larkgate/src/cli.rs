@@ -19,6 +19,7 @@ mod run;
 mod runs;
 mod script;
 mod serve;
+mod server;
 mod stdio;
 mod token;
 mod upstream;
@@ -158,6 +159,9 @@ enum Command {
     /// Federate third-party MCP servers: add, list, review changed tools, remove.
     #[command(subcommand)]
     Upstream(upstream::Command),
+    /// Virtual servers (/mcp/NAME) added at run time: add, list, remove.
+    #[command(subcommand)]
+    Server(server::Command),
     /// Serve MCP over Streamable HTTP at /mcp (bearer tokens; the first start prints one).
     Serve(serve::Args),
     /// A small MCP client for a running server: list its tools, call one (token from
@@ -278,7 +282,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
             | Command::Audit(_)
             | Command::Runs(_)
             | Command::Backup { .. }
-            | Command::Upstream(_) => true,
+            | Command::Upstream(_)
+            | Command::Server(_) => true,
             // So do the script commands that only read.
             Command::Script(command) => command.reads_only(),
             _ => false,
@@ -291,6 +296,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Approvals(command) => command.run(&context, out).await,
                 Command::Runs(command) => command.run(&context, out).await,
                 Command::Upstream(command) => command.run(&context, out).await,
+                Command::Server(command) => command.run(&context, out).await,
                 Command::Backup { file } => {
                     backup::backup(&context.config, &context.data_dir, &file, out).await
                 }
@@ -336,6 +342,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 | Command::Approvals(_)
                 | Command::Runs(_)
                 | Command::Upstream(_)
+                | Command::Server(_)
                 | Command::Audit(_) => Ok(()),
                 Command::Call(args) => call::run(args, &context, out).await,
                 Command::Policy(command) => policy::run(command, &context, out).await,

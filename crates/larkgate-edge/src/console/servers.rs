@@ -1,6 +1,7 @@
-//! The servers page: each virtual server (`[[servers]]`) with its endpoint, its patterns and
-//! tool search, and what it serves the signed-in admin now (the same listing and search a
-//! client of the server with the admin's token gets).
+//! The servers page: each virtual server (`[[servers]]`, and those added at run time, with who
+//! added them) with its endpoint, its patterns and tool search, and what it serves the
+//! signed-in admin now (the same listing and search a client of the server with the admin's
+//! token gets).
 
 use std::sync::Arc;
 
@@ -21,29 +22,38 @@ pub(super) async fn servers(State(console): State<Arc<Console>>, headers: Header
         Err(response) => return *response,
     };
     let platform = &console.platform;
-    let shown: Vec<_> = platform
-        .servers()
-        .load()
-        .iter()
-        .map(|server| {
-            let identity = SessionIdentity {
-                run: RunContext::direct(signed.principal.clone()),
-                label: "console".to_owned(),
-                server: Some(Arc::clone(server)),
-            };
-            let served = platform.served_tools(&identity).len();
-            // Without tool search, a server lists what it serves.
-            let listed = if server.tool_search() {
-                platform.list(Some(&identity)).len()
-            } else {
-                served
-            };
+    let table = platform.servers();
+    let shown: Vec<_> = table
+        .entries()
+        .into_iter()
+        .map(|entry| {
+            // A stored server shadowed by the configuration file's serves nothing of its own.
+            let served_by = table.get(&entry.server.name).filter(|_| !entry.shadowed);
+            let counts = served_by.map(|server| {
+                let identity = SessionIdentity {
+                    run: RunContext::direct(signed.principal.clone()),
+                    label: "console".to_owned(),
+                    server: Some(Arc::clone(&server)),
+                };
+                let served = platform.served_tools(&identity).len();
+                // Without tool search, a server lists what it serves.
+                let listed = if server.tool_search() {
+                    platform.list(Some(&identity)).len()
+                } else {
+                    served
+                };
+                context! {
+                    listed,
+                    served,
+                    prompts => platform.list_prompts(Some(&identity)).len(),
+                    resources => platform.list_resources(Some(&identity)).len(),
+                }
+            });
             context! {
-                server => Serde(server.view()),
-                listed,
-                served,
-                prompts => platform.list_prompts(Some(&identity)).len(),
-                resources => platform.list_resources(Some(&identity)).len(),
+                server => Serde(&entry.server),
+                added => Serde(&entry.added),
+                shadowed => entry.shadowed,
+                counts,
             }
         })
         .collect();

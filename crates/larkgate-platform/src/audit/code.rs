@@ -63,11 +63,15 @@ pub enum EventKind {
     Elicitation,
     /// An upstream asked the client of a call for sampling during the call.
     Sampling,
+    /// An admin added a virtual server at run time, or replaced one (`larkgate server add`).
+    ServerAdded,
+    /// An admin removed a virtual server added at run time.
+    ServerRemoved,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 19] = [
+    pub const ALL: [EventKind; 21] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -87,6 +91,8 @@ impl EventKind {
         EventKind::Withdrawn,
         EventKind::Elicitation,
         EventKind::Sampling,
+        EventKind::ServerAdded,
+        EventKind::ServerRemoved,
     ];
 
     /// The name recorded in the chain.
@@ -111,6 +117,8 @@ impl EventKind {
             EventKind::Withdrawn => "withdrawn",
             EventKind::Elicitation => "elicitation",
             EventKind::Sampling => "sampling",
+            EventKind::ServerAdded => "server_added",
+            EventKind::ServerRemoved => "server_removed",
         }
     }
 }

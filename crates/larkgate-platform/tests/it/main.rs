@@ -18,4 +18,5 @@ mod pipeline;
 mod rules;
 mod search;
 mod shared_rate_limits;
+mod stored_servers;
 mod tokens;

@@ -222,6 +222,29 @@ const MIGRATIONS: &[&str] = &[
     CREATE TRIGGER approvals_notify AFTER UPDATE OF status ON approvals FOR EACH ROW
         WHEN (OLD.status = 'pending' AND NEW.status <> 'pending')
         EXECUTE FUNCTION larkgate_notify_change();"#,
+    // 8: virtual servers added at run time; a revision that moves with each row changed, and a
+    // notification on `larkgate_changes`, for every process serving from this database.
+    r#"CREATE TABLE servers (
+        name TEXT COLLATE "C" PRIMARY KEY,
+        spec TEXT NOT NULL,
+        added_by TEXT NOT NULL,
+        added_at_ms BIGINT NOT NULL
+    );
+    CREATE TABLE server_revision (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        revision BIGINT NOT NULL
+    );
+    INSERT INTO server_revision (id, revision) VALUES (1, 0);
+    CREATE FUNCTION larkgate_servers_changed() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT AS $$
+        BEGIN
+            UPDATE server_revision SET revision = revision + 1;
+            RETURN NULL;
+        END $$;
+    CREATE TRIGGER servers_changed AFTER INSERT OR UPDATE OR DELETE ON servers
+        FOR EACH ROW EXECUTE FUNCTION larkgate_servers_changed();
+    CREATE TRIGGER servers_notify AFTER INSERT OR UPDATE OR DELETE ON servers
+        FOR EACH STATEMENT EXECUTE FUNCTION larkgate_notify_change();"#,
 ];
 
 /// The newest schema version this larkgate knows.

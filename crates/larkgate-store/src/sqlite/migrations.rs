@@ -280,6 +280,26 @@ const MIGRATIONS: &[&str] = &[
         audit_seq INTEGER NOT NULL,
         audit_hash TEXT NOT NULL
     ) STRICT;",
+    // 18: virtual servers added at run time, and a revision that moves with each change, for
+    // a running gateway to notice changes made beside it. (Written to be applied again over
+    // itself, as the steps before it are.)
+    "CREATE TABLE IF NOT EXISTS servers (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        added_by TEXT NOT NULL,
+        added_at_ms INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE IF NOT EXISTS server_revision (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        revision INTEGER NOT NULL
+    ) STRICT;
+    INSERT OR IGNORE INTO server_revision (id, revision) VALUES (1, 0);
+    CREATE TRIGGER IF NOT EXISTS servers_inserted AFTER INSERT ON servers
+        BEGIN UPDATE server_revision SET revision = revision + 1; END;
+    CREATE TRIGGER IF NOT EXISTS servers_updated AFTER UPDATE ON servers
+        BEGIN UPDATE server_revision SET revision = revision + 1; END;
+    CREATE TRIGGER IF NOT EXISTS servers_deleted AFTER DELETE ON servers
+        BEGIN UPDATE server_revision SET revision = revision + 1; END;",
 ];
 
 /// Applies every migration the database has not seen, each in its own transaction.

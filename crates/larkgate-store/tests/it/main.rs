@@ -12,6 +12,7 @@ mod locks;
 mod postgres;
 mod principals;
 mod scripts;
+mod servers;
 mod sessions;
 mod upstreams;
 

@@ -535,6 +535,8 @@ async fn changes_made_anywhere_are_told_and_a_reconnection_says_everything() {
     assert_eq!(next_change(&mut changes, 10).await, Some(Change::Scripts));
     schema.execute("DELETE FROM upstream_pins").await;
     assert_eq!(next_change(&mut changes, 10).await, Some(Change::Upstreams));
+    schema.execute("DELETE FROM servers").await;
+    assert_eq!(next_change(&mut changes, 10).await, Some(Change::Servers));
     // Other tables, and another schema's changes, are not told.
     schema.execute("DELETE FROM kv").await;
     let elsewhere = TestSchema::create().await;

@@ -29,7 +29,7 @@ use anyhow::{Context as _, bail};
 use larkgate_platform::audit::{AuditLog, AuditOptions, KnownHead, verify_against};
 use larkgate_store::{
     ApprovalQuery, ApprovalStore, AuditStore, BackupOrigin, DATABASE_FILE, PrincipalStore,
-    ScriptStore, SqliteStore, UpstreamStore, now_ms,
+    ScriptStore, ServerStore, SqliteStore, UpstreamStore, now_ms,
 };
 
 /// The name the journal's segments start with in a data directory.
@@ -214,6 +214,7 @@ struct Counts {
     scripts: usize,
     approvals: usize,
     upstreams: usize,
+    servers: usize,
 }
 
 impl Counts {
@@ -231,6 +232,7 @@ impl Counts {
                 .await?
                 .len(),
             upstreams: store.upstreams().await?.len(),
+            servers: store.servers().await?.len(),
         })
     }
 }
@@ -240,8 +242,13 @@ impl std::fmt::Display for Counts {
         write!(
             f,
             "{} principals, {} tokens, {} published scripts, {} approvals, {} upstreams added \
-             with `upstream add`",
-            self.principals, self.tokens, self.scripts, self.approvals, self.upstreams
+             with `upstream add`, {} servers added with `server add`",
+            self.principals,
+            self.tokens,
+            self.scripts,
+            self.approvals,
+            self.upstreams,
+            self.servers
         )
     }
 }

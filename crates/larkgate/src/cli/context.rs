@@ -114,6 +114,25 @@ pub(crate) async fn open_store(
 }
 
 impl StoreContext {
+    /// When a change this command makes to the store reaches the gateways serving from it.
+    pub(crate) fn takes_effect(&self) -> &'static str {
+        if self.log.is_none() {
+            "the running larkgate follows within a second"
+        } else if self.store.shared_by_replicas() {
+            "every larkgate serving from this database follows within a second"
+        } else {
+            "larkgate serves it from its next start"
+        }
+    }
+
+    /// A platform on the command's store whose audit events go where the command's do
+    /// (forwarded to a running gateway that owns the chain, or into the chain).
+    pub(crate) fn platform(&self) -> anyhow::Result<Platform> {
+        Ok(Platform::builder(self.store.clone(), self.events.clone())?
+            .policy(self.config.policy.clone())
+            .build())
+    }
+
     pub(crate) async fn open(options: &Options) -> anyhow::Result<Self> {
         let located = crate::config::Located::find(
             options.config.as_deref(),
@@ -265,6 +284,15 @@ impl Context {
             listen,
             Arc::new(SystemResolver),
         )?)?;
+        // And virtual servers: those added at run time are served from the first request.
+        platform
+            .tool_table()
+            .add(larkgate_platform::added_servers::tools::tools(&platform)?)?;
+        platform
+            .servers()
+            .follow(store.as_ref())
+            .await
+            .map_err(anyhow::Error::msg)?;
         let command = WorkerCommand {
             address_space: config.scripts.address_space(),
             ..WorkerCommand::current_exe()?

@@ -109,7 +109,7 @@ impl Reloader {
                     .replace_policy(config.policy.clone());
                 // Checked when the file was read.
                 if let Ok(servers) = config.virtual_servers() {
-                    self.platform.servers().replace(servers);
+                    self.platform.servers().configure(servers);
                 }
                 let bounds = config.scripts.bounds();
                 self.scripts.set_run_limits(bounds.limits, bounds.max_depth);

@@ -335,6 +335,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
     bootstrap(context, &public_url, out).await?;
     let maintenance = context.federation.maintain().await;
     let following = follow_changes(context);
+    let following_servers = follow_servers(context);
     let metrics = Arc::new(Scrape::new(context, Arc::clone(&edge.sessions)));
     let ops = ops_routes(metrics);
     let end_streams = edge.end_streams;
@@ -433,6 +434,7 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
         ops_server.abort();
     }
     maintenance.abort();
+    following_servers.abort();
     if let Some(following) = following {
         following.abort();
     }
@@ -442,8 +444,8 @@ pub(crate) async fn run(args: Args, context: &Context, out: &mut impl Write) -> 
 }
 
 /// Follows what other processes sharing the store commit (on PostgreSQL: other replicas, and
-/// operators' commands elsewhere): a script published or an upstream, pin or quarantine
-/// changed through any of them is served here as soon as the database tells of it, and this
+/// operators' commands elsewhere): a script published, a virtual server or an upstream, pin
+/// or quarantine changed through any of them is served here as soon as the database tells of it, and this
 /// replica's clients are told (`notifications/tools/list_changed`). `None` for stores that do
 /// not tell of changes.
 fn follow_changes(context: &Context) -> Option<tokio::task::JoinHandle<()>> {
@@ -452,6 +454,7 @@ fn follow_changes(context: &Context) -> Option<tokio::task::JoinHandle<()>> {
     let mut changes = context.store.watch_changes()?;
     let scripts = Arc::clone(&context.scripts);
     let federation = Arc::clone(&context.federation);
+    let (platform, store) = (context.platform.clone(), Arc::clone(&context.store));
     Some(tokio::spawn(async move {
         loop {
             let change = match changes.recv().await {
@@ -470,8 +473,38 @@ fn follow_changes(context: &Context) -> Option<tokio::task::JoinHandle<()>> {
             {
                 tracing::warn!(%error, "upstream changes could not be followed");
             }
+            if matches!(change, Change::Servers | Change::Everything)
+                && let Err(error) = platform.servers().follow(store.as_ref()).await
+            {
+                tracing::warn!(%error, "virtual server changes could not be followed");
+            }
         }
     }))
+}
+
+/// Follows the virtual servers added, replaced or removed in the store beside this process
+/// (`larkgate server add` on the host, the `server_add` tool through another replica) every
+/// second, until aborted; stores that tell of changes are also followed at once
+/// ([`follow_changes`]).
+fn follow_servers(context: &Context) -> tokio::task::JoinHandle<()> {
+    let (platform, store) = (context.platform.clone(), Arc::clone(&context.store));
+    tokio::spawn(async move {
+        let mut failing = larkgate_platform::failing::Failing::default();
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            failing.note(
+                platform.servers().follow(store.as_ref()).await,
+                |error, failed| {
+                    tracing::warn!(
+                        %error,
+                        failed_attempts_since_last_logged = failed,
+                        "virtual server changes could not be followed"
+                    );
+                },
+                || tracing::info!("virtual server changes are followed again"),
+            );
+        }
+    })
 }
 
 /// Connections the operational listener keeps open at once.

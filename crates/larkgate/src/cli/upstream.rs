@@ -18,7 +18,6 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
-use larkgate_platform::Platform;
 use larkgate_upstream::SystemResolver;
 use larkgate_upstream::client::Revisions;
 use larkgate_upstream::config::{LimitsConfig, OAuthConfig, UpstreamConfig};
@@ -337,7 +336,7 @@ impl Command {
                     require_admin(&context.actor, "approve a changed tool")?;
                 }
                 let reviewed = manage::review(
-                    &platform(context)?,
+                    &context.platform()?,
                     &name,
                     tool.as_deref(),
                     approving,
@@ -366,7 +365,7 @@ impl Command {
                 }
                 if approving {
                     let count = reviewed.iter().filter(|t| t.approved).count();
-                    writeln!(out, "approved {count}; {}", takes_effect(context))?;
+                    writeln!(out, "approved {count}; {}", context.takes_effect())?;
                 } else {
                     writeln!(
                         out,
@@ -378,21 +377,21 @@ impl Command {
             Command::Login { name } => {
                 require_admin(&context.actor, "sign in to an upstream")?;
                 let config = configured(context, &name).await?;
-                sign_in(&platform(context)?, context, &config, out).await?;
+                sign_in(&context.platform()?, context, &config, out).await?;
                 writeln!(
                     out,
                     "signed in to {name}; the tokens are stored sealed; {}",
-                    takes_effect(context)
+                    context.takes_effect()
                 )?;
                 Ok(())
             }
             Command::Remove { name } => {
                 require_admin(&context.actor, "remove an upstream")?;
-                if manage::remove(&platform(context)?, &name, &context.actor.id).await? {
+                if manage::remove(&context.platform()?, &name, &context.actor.id).await? {
                     writeln!(
                         out,
                         "removed {name} and its pins; {}",
-                        takes_effect(context)
+                        context.takes_effect()
                     )?;
                     Ok(())
                 } else if context.config.upstreams.iter().any(|u| u.alias == name) {
@@ -419,25 +418,6 @@ async fn configured(context: &StoreContext, name: &str) -> Result<UpstreamConfig
         .with_context(|| format!("the stored configuration of {name:?} cannot be read"))
 }
 
-/// When a change to the store reaches the gateway.
-fn takes_effect(context: &StoreContext) -> &'static str {
-    if context.log.is_none() {
-        "the running larkgate follows within a second"
-    } else {
-        "larkgate serves it from its next start"
-    }
-}
-
-/// A platform on the command's store whose audit events go where the command's do (forwarded
-/// to a running gateway that owns the chain, or into the chain).
-fn platform(context: &StoreContext) -> Result<Platform> {
-    Ok(
-        Platform::builder(context.store.clone(), context.events.clone())?
-            .policy(context.config.policy.clone())
-            .build(),
-    )
-}
-
 /// Every upstream's status, and whether it is a running gateway's view (else connected here).
 async fn statuses(context: &StoreContext) -> Result<(Vec<UpstreamStatus>, bool)> {
     if context.log.is_none() {
@@ -449,7 +429,7 @@ async fn statuses(context: &StoreContext) -> Result<(Vec<UpstreamStatus>, bool)>
         return Ok((statuses, true));
     }
     let federation = Federation::start(
-        &platform(context)?,
+        &context.platform()?,
         context.config.upstreams.clone(),
         Arc::new(SystemResolver),
         None,

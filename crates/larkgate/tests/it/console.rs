@@ -533,8 +533,9 @@ fn a_held_call_from_the_python_sdk_completes_when_approved_in_the_console() {
     drop(server);
 }
 
-/// The servers page shows each virtual server with its endpoint, patterns and tool search, and
-/// what it serves the signed-in admin.
+/// The servers page shows each virtual server (the file's, and one added with `server add`,
+/// saying by whom) with its endpoint, patterns and tool search, and what it serves the
+/// signed-in admin.
 #[test]
 fn the_servers_page_shows_each_virtual_server_and_what_it_serves() {
     let dir = tempfile::tempdir().unwrap();
@@ -550,6 +551,7 @@ fn the_servers_page_shows_each_virtual_server_and_what_it_serves() {
     )
     .unwrap();
     ok(d, &["principal", "add", "root", "--roles", "admin"]);
+    ok(d, &["server", "add", "notes", "--tool", "kv_get"]);
     let root = token(d, "root");
     let server = Server::start(d);
     let (status, page) = crate::serve::console_page(&server.url, &root, "/admin/servers");
@@ -561,7 +563,11 @@ fn the_servers_page_shows_each_virtual_server_and_what_it_serves() {
         "<dt>Serves you</dt><dd>4 tools, 0 prompts, 0 resources</dd>",
         "<h2><code>/mcp/search</code> <span class=\"status\">tool search</span></h2>",
         "<dt>Pinned</dt><dd><code>kv_get</code> </dd>",
-        "<dd>19 tools (listed: 3, the search's and the pinned), 0 prompts",
+        "<dd>22 tools (listed: 3, the search's and the pinned), 0 prompts",
+        "<dt>From</dt><dd>the configuration file</dd>",
+        "<h2><code>/mcp/notes</code></h2>",
+        "<dt>From</dt><dd>added by <code>operator</code> at run time</dd>",
+        "<dt>Serves you</dt><dd>1 tools, 0 prompts, 0 resources</dd>",
         "href=\"/admin/servers\" aria-current=\"page\"",
     ] {
         assert!(page.contains(shown), "{shown} is not on the page: {page}");

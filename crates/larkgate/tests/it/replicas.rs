@@ -866,3 +866,69 @@ fn a_session_of_a_virtual_server_continues_on_another_replica_only_at_that_serve
     assert_eq!(status, 200, "{body}");
     drop(servers);
 }
+
+/// A virtual server added with `server_add` through replica 1 is served by replica 2 (which
+/// follows the database's notifications), lists what its patterns choose there, and a removal
+/// through replica 2 reaches replica 1: its endpoint answers 404 from then on.
+/// ("Promptly": see [`FOLLOWED_WITHIN`].)
+#[test]
+fn a_virtual_server_added_through_one_replica_is_served_and_removed_by_all() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let (dirs, ada) = replicas(&schema);
+    let servers: Vec<Server> = dirs[..2].iter().map(|d| Server::start(d.path())).collect();
+    let at = |replica: usize, path: &str| format!("{}{path}", servers[replica].url);
+    assert_eq!(open_session(&at(1, "/clock"), &ada).unwrap_err().0, 404);
+    let call = |replica: usize, tool: &'static str, arguments: serde_json::Value| {
+        let url = servers[replica].url.clone();
+        let token = ada.clone();
+        runtime.block_on(async move {
+            let admin = client(&url, &token, Revisions::Latest).await.unwrap();
+            let result = admin
+                .call_tool(tool, arguments.as_object().unwrap().clone())
+                .await
+                .unwrap();
+            assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
+            result.structured_content.expect("structured content")
+        })
+    };
+    let saved = call(
+        0,
+        "server_add",
+        serde_json::json!({"name": "clock", "tools": "clock_*", "description": "Time"}),
+    );
+    assert_eq!(saved["path"], "/mcp/clock", "{saved}");
+    assert_eq!(saved["tools_served"], 1, "{saved}");
+    let added = std::time::Instant::now();
+    let session = loop {
+        match open_session(&at(1, "/clock"), &ada) {
+            Ok(session) => break session,
+            Err((404, _)) => {
+                assert!(
+                    added.elapsed() < FOLLOWED_WITHIN,
+                    "replica 2 did not serve the server within {FOLLOWED_WITHIN:?}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    let (status, body) = clock_now(&at(1, "/clock"), &ada, &session, 2);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"isError\":false"), "{body}");
+    let listed = call(1, "server_list", serde_json::json!({}));
+    let stored = &listed["servers"][0];
+    assert_eq!(stored["name"], "clock", "{listed}");
+    assert_eq!(stored["added"]["by"], "ada", "{listed}");
+
+    call(1, "server_remove", serde_json::json!({"name": "clock"}));
+    let removed = std::time::Instant::now();
+    while open_session(&at(0, "/clock"), &ada).map_err(|(status, _)| status) != Err(404) {
+        assert!(
+            removed.elapsed() < FOLLOWED_WITHIN,
+            "replica 1 still serves the server {FOLLOWED_WITHIN:?} after it was removed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(servers);
+}

@@ -699,3 +699,265 @@ fn a_searched_server_finds_tools_and_calls_them_through_the_pipeline_on_both_rev
     assert_eq!(refusals, MODES.len(), "bob's refused calls are recorded");
     assert!(server.stop().success());
 }
+
+/// A virtual server added at run time (the `server_add` tool, `larkgate server add` beside the
+/// running serve) is served at once at `/mcp/NAME`, still narrowed by each caller's roles; a
+/// replacement reaches its connected clients (`list_changed`) on both revisions and the
+/// TypeScript SDK; a removal answers 404; every change is an audit event under its admin; a
+/// name the configuration file takes later is served as the file says; hostile or mistaken
+/// requests are refused saying what to write. The stored server survives a restart.
+/// ("At once": beside the serve, the change is followed within a second; the clients wait for
+/// the notification, never for a time.)
+#[test]
+fn a_server_added_at_run_time_is_served_at_once_and_its_changes_reach_its_clients() {
+    let peer = weather();
+    let (dir, mut server, ada) = admin_gateway(&config(&peer.url, FORECAST_TOOLS));
+    let d = dir.path();
+    ok(d, &["principal", "add", "bob", "--roles", "reader"]);
+    let bob = ok(d, &["token", "create", "--principal", "bob"])
+        .trim()
+        .to_owned();
+    let call = |token: &str, tool: &str, arguments: Value| -> Value {
+        let said = steps(
+            "legacy",
+            &server.url,
+            token,
+            json!([{"call": tool, "arguments": arguments}]),
+        );
+        said[0].clone()
+    };
+    let added = call(
+        &ada,
+        "server_add",
+        json!({"name": "notes", "description": "Notes", "tools": "kv_get kv_set nope_*"}),
+    );
+    assert_eq!(added["is_error"], false, "{added}");
+    let saved: Value = serde_json::from_str(added["text"].as_str().unwrap()).unwrap();
+    assert_eq!(saved["path"], "/mcp/notes", "{saved}");
+    assert_eq!(saved["tools_served"], 2, "{saved}");
+    assert!(
+        saved["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("\"nope_*\" matches no tool now"),
+        "{saved}"
+    );
+    // Served at once, to each caller only what their roles grant too.
+    let notes = format!("{}/notes", server.url);
+    let said = steps("typescript", &notes, &ada, json!(["lists"]));
+    assert_eq!(
+        sorted(&said[0]["tools"]),
+        ["kv_get", "kv_set"],
+        "{}",
+        said[0]
+    );
+    let said = steps("legacy", &notes, &bob, json!(["lists"]));
+    assert_eq!(
+        sorted(&said[0]["tools"]),
+        Vec::<String>::new(),
+        "{}",
+        said[0]
+    );
+    assert_eq!(said[0]["instructions"], "Notes", "{}", said[0]);
+
+    // Replaced beside the running serve: each connected client is told, and lists the new set.
+    for (mode, tool) in MODES
+        .iter()
+        .zip(["weather__echo", "weather__slow", "weather__huge"])
+    {
+        let mut client = client(mode, &notes, &ada, r#"["changes"]"#)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+        let listening: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        assert_eq!(listening, json!({"listening": true}), "{mode}");
+        let said = ok(
+            d,
+            &[
+                "server",
+                "add",
+                "notes",
+                "--tool",
+                "kv_get",
+                "--tool",
+                tool,
+                "--replace",
+            ],
+        );
+        assert!(
+            said.contains("replaced server notes, served at /mcp/notes")
+                && said.contains("follows within a second"),
+            "{said}"
+        );
+        let told: Value = serde_json::from_str(&lines.next().expect("told").unwrap()).unwrap();
+        assert!(client.wait().unwrap().success(), "{mode}");
+        assert_eq!(sorted(&told["tools"]), ["kv_get", tool], "{mode}: {told}");
+    }
+
+    // Hostile or mistaken requests, each refused saying what was wrong.
+    let long = "x".repeat(2001);
+    let many: Vec<String> = (0..101).map(|i| format!("kv_{i}")).collect();
+    let many = many.join(" ");
+    for (arguments, refused) in [
+        (
+            json!({"name": "notes", "tools": "kv_get"}),
+            "was added already; pass replace",
+        ),
+        (
+            json!({"name": "forecast", "tools": "kv_get"}),
+            "configured in the configuration file",
+        ),
+        (
+            json!({"name": "../mcp", "tools": "kv_get"}),
+            "cannot be a server's name",
+        ),
+        (
+            json!({"name": "Mcp", "tools": "kv_get"}),
+            "must start with a lowercase letter",
+        ),
+        (
+            json!({"name": "mix", "prefix": false, "tools": "a__*"}),
+            "prefix = false shows names",
+        ),
+        (
+            json!({"name": "fresh", "tools": "kv_get", "replace": true}),
+            "no server \"fresh\" added at run time to replace",
+        ),
+        (json!({"name": "empty"}), "it serves nothing"),
+        (
+            json!({"name": "long", "tools": "kv_get", "description": long}),
+            "longer than 2000 characters",
+        ),
+        (
+            json!({"name": "many", "tools": many}),
+            "more than 100; use `*`",
+        ),
+        (
+            json!({"name": "x", "tools": "kv_get k/v"}),
+            "\"k/v\" is not a tool pattern",
+        ),
+        (
+            json!({"name": "x", "tools": ["kv_get"]}),
+            "argument `tools` must be str | None, got list",
+        ),
+        (
+            json!({"name": "x", "tools": "kv_get", "route": "/"}),
+            "route",
+        ),
+    ] {
+        let said = call(&ada, "server_add", arguments.clone());
+        assert_eq!(said["is_error"], true, "{arguments}: {said}");
+        assert!(
+            said["text"].as_str().unwrap().contains(refused),
+            "{arguments}: {said}"
+        );
+    }
+    // A reader cannot change servers at all.
+    let said = call(&bob, "server_add", json!({"name": "mine", "tools": "*"}));
+    assert_eq!(said["is_error"], true, "{said}");
+    let said = call(&ada, "server_remove", json!({"name": "forecast"}));
+    assert!(
+        said["text"].as_str().unwrap().contains("removed there"),
+        "{said}"
+    );
+
+    // Listed, with where each comes from.
+    let said = call(&ada, "server_list", json!({}));
+    let listed: Value = serde_json::from_str(said["text"].as_str().unwrap()).unwrap();
+    let names: Vec<(&str, bool)> = listed["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["added"].is_null()))
+        .collect();
+    assert_eq!(
+        names,
+        [("forecast", true), ("weather", true), ("notes", false)],
+        "{listed}"
+    );
+
+    // The configuration file gains the name: its server is served, the stored one shadowed.
+    let mut file = std::fs::read_to_string(crate::config_path(d)).unwrap();
+    file.push_str("[[servers]]\nname = \"notes\"\ntools = [\"kv_set\"]\n");
+    std::fs::write(crate::config_path(d), &file).unwrap();
+    ok(d, &["reload"]);
+    let said = steps("legacy", &notes, &ada, json!(["lists"]));
+    assert_eq!(sorted(&said[0]["tools"]), ["kv_set"], "{}", said[0]);
+    let listed = ok(d, &["server", "list"]);
+    assert!(
+        listed.contains("/mcp/notes  (added by operator) not served: the configuration file has"),
+        "{listed}"
+    );
+    std::fs::write(
+        crate::config_path(d),
+        file.replace("[[servers]]\nname = \"notes\"\ntools = [\"kv_set\"]\n", ""),
+    )
+    .unwrap();
+    ok(d, &["reload"]);
+
+    // Kept across a restart.
+    assert!(server.stop().success());
+    server = crate::serve::Server::start(d);
+    let notes = format!("{}/notes", server.url);
+    let said = steps("legacy", &notes, &ada, json!(["lists"]));
+    assert_eq!(
+        sorted(&said[0]["tools"]),
+        ["kv_get", "weather__huge"],
+        "{}",
+        said[0]
+    );
+
+    // Removed: not found from then on.
+    let said = ok(d, &["server", "remove", "notes"]);
+    assert!(said.contains("removed server notes"), "{said}");
+    let said = fails(d, &["server", "remove", "notes"]);
+    assert!(said.contains("there is no server \"notes\""), "{said}");
+    // The serve beside the command follows within a second; wait for that, bounded generously
+    // for a busy machine.
+    let removed = std::time::Instant::now();
+    loop {
+        let answer = reqwest::blocking::Client::new()
+            .post(&notes)
+            .bearer_auth(&ada)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+            .send()
+            .unwrap();
+        if answer.status() == 404 {
+            break;
+        }
+        assert!(
+            removed.elapsed() < std::time::Duration::from_secs(20),
+            "/mcp/notes still answers {} after it was removed",
+            answer.status()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    // Every change, under the admin who made it.
+    let events: Vec<(String, String)> = audit(d)
+        .iter()
+        .filter(|r| r["code"] == "server_added" || r["code"] == "server_removed")
+        .map(|r| {
+            (
+                r["code"].as_str().unwrap().to_owned(),
+                r["principal"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // (`larkgate server ...` acts as the operator unless `--as` names another admin.)
+    let expected: Vec<(String, String)> = [
+        ("server_added", "ada"),
+        ("server_added", "operator"),
+        ("server_added", "operator"),
+        ("server_added", "operator"),
+        ("server_removed", "operator"),
+    ]
+    .iter()
+    .map(|(code, by)| (code.to_string(), by.to_string()))
+    .collect();
+    assert_eq!(events, expected);
+    assert!(server.stop().success());
+}

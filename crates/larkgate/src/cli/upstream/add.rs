@@ -11,7 +11,6 @@ use larkgate_upstream::SystemResolver;
 use larkgate_upstream::config::{Grant, OAuthConfig, UpstreamConfig};
 use larkgate_upstream::manage;
 
-use super::{platform, takes_effect};
 use crate::cli::context::StoreContext;
 
 /// Signs in to OAuth upstream `config` as the command's admin, printing the URL to open.
@@ -105,7 +104,7 @@ pub(super) async fn add(
         .iter()
         .map(|u| u.alias.clone())
         .collect();
-    let platform = platform(context)?;
+    let platform = context.platform()?;
     // A person signs in before the server is asked for its tools; nothing of the upstream is
     // kept when that or the connection fails.
     if config.oauth.is_some() {
@@ -170,7 +169,7 @@ pub(super) async fn add(
     writeln!(
         out,
         "saved; its tool definitions are pinned; {}",
-        takes_effect(context)
+        context.takes_effect()
     )?;
     Ok(())
 }
