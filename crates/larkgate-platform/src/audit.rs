@@ -64,10 +64,12 @@
 //! | `audit/replica.rs` | the data directory's name in the chain |
 //! | `audit/segments.rs` | the journal's segment files, and what holds when the disk fails |
 //! | `audit/chain.rs` | the hash every record carries, and [`verify`] |
+//! | `audit/checkpoint.rs` | signed checkpoints of the chain's head, and their keys |
 //! | `audit/forwarding.rs` | [`ForwardingAudit`]: events from processes that do not own the chain |
 //! | `audit/code.rs` | [`AuditCode`]: what a record's code says, typed |
 
 mod chain;
+pub mod checkpoint;
 mod code;
 mod forwarding;
 mod journal;
@@ -79,7 +81,9 @@ use larkgate_store::{AuditKind, StoreError};
 use larkgate_caller::RunKind;
 use serde::{Deserialize, Serialize};
 
-pub use chain::{GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against};
+pub use chain::{
+    GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against, verify_trusting,
+};
 pub use code::{AuditCode, EventKind};
 pub use forwarding::ForwardingAudit;
 pub use journal::{AuditLog, AuditOptions, FlushStep, held_by, holder};
@@ -180,6 +184,11 @@ pub trait AuditSink: Send + Sync + std::fmt::Debug {
     fn catch_up(&self) -> futures::future::BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+
+    /// Told the version ([`crate::policy::Policy::version`]) of the policy in force, at start
+    /// and at each reload, for the checkpoints that name it. Nothing to do for a sink that
+    /// signs none.
+    fn policy_in_force(&self, _version: &str) {}
 
     /// Returns once the intent `seq` (as [`AuditSink::append`] returned it) is in the store,
     /// when the sink is configured to store intents before their calls run

@@ -127,7 +127,10 @@ impl PlatformBuilder {
                 }
             }),
             store: self.store,
-            policy: arc_swap::ArcSwap::from_pointee(self.policy),
+            policy: {
+                self.audit.policy_in_force(&self.policy.version());
+                arc_swap::ArcSwap::from_pointee(self.policy)
+            },
             audit: self.audit,
             limits: self.limits,
             record_arguments: self.record_arguments,

@@ -726,6 +726,17 @@ pub struct Policy {
     judging: judging::Cell,
 }
 
+impl Policy {
+    /// Its version: the SHA-256, in hex, of the policy as JSON (what a checkpoint names as the
+    /// policy in force).
+    pub fn version(&self) -> String {
+        use sha2::Digest;
+        // Serializing maps, strings and numbers cannot fail.
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(sha2::Sha256::digest(&bytes))
+    }
+}
+
 impl Default for Policy {
     /// The default policy: `admin` may list and call every tool, and list and read or get every
     /// resource and prompt; nothing else is granted.

@@ -74,6 +74,7 @@ impl Services {
     /// Serves `policy` from the next call on (it is validated already, as every policy is when
     /// it is read). The rate limits' budgets of each rule in both policies are kept.
     pub fn replace_policy(&self, policy: Policy) {
+        self.audit.policy_in_force(&policy.version());
         let limiter = self.limiter().reconfigured(&policy.rate_limits);
         self.limiter.store(Arc::new(limiter));
         self.policy.store(Arc::new(policy));

@@ -20,6 +20,7 @@ mod runs;
 mod script;
 mod serve;
 mod server;
+mod signing;
 mod stdio;
 mod token;
 mod upstream;
@@ -305,7 +306,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Command::Audit(command) => {
                     audit::note_running_owner(&context);
-                    audit::run(command, context.store.as_ref(), out).await
+                    audit::run(command, &context, out).await
                 }
                 _ => Ok(()),
             };

@@ -113,6 +113,35 @@ pub(crate) struct AuditConfig {
     /// replica's disk; a store round trip per call).
     #[serde(default)]
     pub(crate) store_intents: bool,
+    /// Sign checkpoints of the chain (default true).
+    checkpoints: Option<bool>,
+    /// A checkpoint after this many records (default 1,000).
+    checkpoint_records: Option<u64>,
+    /// A checkpoint this long after the first record since the last one, when fewer came
+    /// (default 60).
+    checkpoint_seconds: Option<u64>,
+}
+
+impl AuditConfig {
+    /// When checkpoints are signed (`None`: they are not), or what is wrong with the keys.
+    pub(crate) fn checkpoints(&self) -> Result<Option<(u64, std::time::Duration)>, String> {
+        use larkgate_platform::audit::checkpoint::{DEFAULT_EVERY, DEFAULT_EVERY_RECORDS};
+        if self.checkpoints == Some(false) {
+            return Ok(None);
+        }
+        let records = self.checkpoint_records.unwrap_or(DEFAULT_EVERY_RECORDS);
+        let every = self
+            .checkpoint_seconds
+            .map_or(DEFAULT_EVERY, std::time::Duration::from_secs);
+        if records == 0 || every.is_zero() {
+            return Err(
+                "audit.checkpoint_records and audit.checkpoint_seconds must be at least 1 \
+                 (write checkpoints = false to sign none)"
+                    .to_owned(),
+            );
+        }
+        Ok(Some((records, every)))
+    }
 }
 
 /// Script runs: limits (each absent one takes its default) and workers.
@@ -438,6 +467,7 @@ impl Config {
         }
         secrets::refuse_literal(&config.upstreams).map_err(anyhow::Error::msg)?;
         config.virtual_servers().map_err(anyhow::Error::msg)?;
+        config.audit.checkpoints().map_err(anyhow::Error::msg)?;
         Ok(config)
     }
 

@@ -3,6 +3,9 @@
 
 use larkgate_store::{AuditKind, AuditQuery, Store, StoreError};
 
+use super::EventKind;
+use super::checkpoint::Checkpoint;
+
 pub use larkgate_store::{GENESIS_HASH, record_hash};
 
 /// What [`verify`] found.
@@ -19,6 +22,13 @@ pub struct VerifyReport {
     pub known_head_mismatch: Option<String>,
     /// Intents with no outcome (a call still running, or one whose outcome was lost).
     pub intents_without_outcome: Vec<u64>,
+    /// How many signed checkpoints were checked ([`super::checkpoint`]).
+    pub checkpoints: u64,
+    /// The keys that signed them, in the order first seen.
+    pub signing_keys: Vec<String>,
+    /// The first checkpoint that does not hold, and why: a bad signature, a key not trusted,
+    /// or a signed head the chain no longer has (a rewrite).
+    pub bad_checkpoint: Option<(u64, String)>,
 }
 
 impl VerifyReport {
@@ -27,6 +37,7 @@ impl VerifyReport {
         self.first_broken.is_none()
             && self.head_mismatch.is_none()
             && self.known_head_mismatch.is_none()
+            && self.bad_checkpoint.is_none()
     }
 }
 
@@ -74,6 +85,20 @@ pub async fn verify_against(
     store: &dyn Store,
     known: Option<&KnownHead>,
 ) -> Result<VerifyReport, StoreError> {
+    verify_trusting(store, known, &[]).await
+}
+
+/// [`verify_against`], and every checkpoint's signature checked: under the key it names, and,
+/// when `trusted` keys are given, only keys among them or announced (`next_key`) by a
+/// checkpoint one of them signed.
+pub async fn verify_trusting(
+    store: &dyn Store,
+    known: Option<&KnownHead>,
+    trusted: &[String],
+) -> Result<VerifyReport, StoreError> {
+    let mut accepted: Vec<String> = trusted.iter().map(|k| k.trim().to_owned()).collect();
+    // (the checkpoint's record, the position it signed, the hash it signed there)
+    let mut claims: Vec<(u64, u64, String)> = Vec::new();
     let mut report = VerifyReport::default();
     let mut prev_hash = GENESIS_HASH.to_owned();
     let mut expected_seq = 1;
@@ -122,6 +147,24 @@ pub async fn verify_against(
                     record.seq
                 ));
             }
+            if record.kind == AuditKind::Event
+                && record.code.as_deref() == Some(EventKind::Checkpoint.as_str())
+            {
+                report.checkpoints += 1;
+                let checked = checked_checkpoint(record, trusted, &mut accepted);
+                match checked {
+                    Ok(checkpoint) => {
+                        if !report.signing_keys.contains(&checkpoint.key) {
+                            report.signing_keys.push(checkpoint.key.clone());
+                        }
+                        claims.push((record.seq, checkpoint.seq, checkpoint.hash));
+                    }
+                    Err(why) if report.bad_checkpoint.is_none() => {
+                        report.bad_checkpoint = Some((record.seq, why));
+                    }
+                    Err(_) => {}
+                }
+            }
             match record.kind {
                 AuditKind::Intent => {
                     open_intents.insert(record.seq);
@@ -165,5 +208,73 @@ pub async fn verify_against(
         _ => {}
     }
     report.intents_without_outcome = open_intents.into_iter().collect();
+    // Each signed head must still be in the chain as it was signed.
+    for (at, seq, hash) in claims {
+        if report.bad_checkpoint.is_some() {
+            break;
+        }
+        let signed = store
+            .audit_records(AuditQuery {
+                after_seq: seq.checked_sub(1),
+                limit: Some(1),
+                ..Default::default()
+            })
+            .await?;
+        let holds = signed
+            .first()
+            .is_some_and(|record| record.seq == seq && record.hash == hash);
+        if !holds {
+            report.bad_checkpoint = Some((
+                at,
+                format!(
+                    "it signed record {seq} with a hash the chain no longer has there: the \
+                     chain was rewritten at or before record {seq}"
+                ),
+            ));
+        }
+    }
     Ok(report)
+}
+
+/// The checkpoint `record` holds, checked on its own: it reads, its signature verifies, it
+/// is its replica's and signs an earlier position, and (with `trusted` keys) its key is
+/// accepted; a rotation it announces is accepted from then on.
+fn checked_checkpoint(
+    record: &larkgate_store::AuditRecord,
+    trusted: &[String],
+    accepted: &mut Vec<String>,
+) -> Result<Checkpoint, String> {
+    let checkpoint: Checkpoint = record
+        .detail
+        .as_deref()
+        .and_then(|detail| serde_json::from_str(detail).ok())
+        .ok_or_else(|| "it does not read as a checkpoint".to_owned())?;
+    checkpoint.verify()?;
+    if record.replica.as_deref() != Some(checkpoint.replica.as_str()) {
+        return Err(format!(
+            "it was signed for replica {:?} but chained by another",
+            checkpoint.replica
+        ));
+    }
+    if checkpoint.seq >= record.seq {
+        return Err(format!(
+            "it signs record {}, which is not before it",
+            checkpoint.seq
+        ));
+    }
+    if !trusted.is_empty() {
+        if !accepted.contains(&checkpoint.key) {
+            return Err(format!(
+                "it was signed by {}, a key you did not give (--key) and none of yours \
+                 announced",
+                checkpoint.key
+            ));
+        }
+        if let Some(next) = &checkpoint.next_key
+            && !accepted.contains(next)
+        {
+            accepted.push(next.clone());
+        }
+    }
+    Ok(checkpoint)
 }

@@ -67,11 +67,13 @@ pub enum EventKind {
     ServerAdded,
     /// An admin removed a virtual server added at run time.
     ServerRemoved,
+    /// A replica signed the chain's head ([`super::checkpoint`]).
+    Checkpoint,
 }
 
 impl EventKind {
     /// Every kind.
-    pub const ALL: [EventKind; 21] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::Approved,
         EventKind::Denied,
         EventKind::Token,
@@ -93,6 +95,7 @@ impl EventKind {
         EventKind::Sampling,
         EventKind::ServerAdded,
         EventKind::ServerRemoved,
+        EventKind::Checkpoint,
     ];
 
     /// The name recorded in the chain.
@@ -119,6 +122,7 @@ impl EventKind {
             EventKind::Sampling => "sampling",
             EventKind::ServerAdded => "server_added",
             EventKind::ServerRemoved => "server_removed",
+            EventKind::Checkpoint => "checkpoint",
         }
     }
 }

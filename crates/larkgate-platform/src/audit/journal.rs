@@ -15,10 +15,11 @@ use std::time::Duration;
 use larkgate_store::{AuditKind, AuditRecord, JournaledAudit, Store, now_ms};
 use tokio::sync::Notify;
 
+use super::checkpoint::{CHECKPOINT_PRINCIPAL, Checkpoint, Checkpoints};
 use super::forwarding::{as_event, unreadable};
 use super::replica;
 use super::segments::{self, Segments, Written};
-use super::{AuditEntry, AuditError, AuditSink};
+use super::{AuditEntry, AuditError, AuditSink, EventKind};
 
 /// Held (an exclusive file lock) by the one process that journals in a data directory.
 const LOCK: &str = "audit.lock";
@@ -106,6 +107,22 @@ pub struct AuditLog {
     wake: Arc<Notify>,
     /// Serializes flushes (the background task and explicit [`AuditLog::flush`] calls).
     flushing: tokio::sync::Mutex<()>,
+    /// Signed checkpoints, once [`AuditLog::set_checkpoints`] turned them on.
+    checkpointing: Mutex<Option<Checkpointing>>,
+    /// SHA-256 of the policy in force, for checkpoints ([`AuditSink::policy_in_force`]).
+    policy: Mutex<String>,
+}
+
+/// Where this replica is between two checkpoints.
+#[derive(Debug)]
+struct Checkpointing {
+    config: Checkpoints,
+    /// Records this replica chained since its last checkpoint (its checkpoints not counted).
+    chained: u64,
+    /// When it last checkpointed (or turned checkpoints on).
+    since: std::time::Instant,
+    /// The position its last checkpoint signed.
+    signed_through: u64,
 }
 
 /// The process that holds the audit log in `dir`, as it wrote into the lock file when it took
@@ -201,6 +218,8 @@ impl AuditLog {
             _claim: claim,
             wake: Arc::new(Notify::new()),
             flushing: tokio::sync::Mutex::new(()),
+            checkpointing: Mutex::new(None),
+            policy: Mutex::new(String::new()),
         });
         // Entries other processes forwarded while nobody owned the chain are chained now,
         // before anything this process appends.
@@ -251,11 +270,98 @@ impl AuditLog {
         &self.replica
     }
 
+    /// Signs checkpoints from now on ([`super::checkpoint`]): after every
+    /// `checkpoints.every_records` records this replica chains, or `checkpoints.every` after
+    /// the first record since the last one.
+    pub fn set_checkpoints(&self, checkpoints: Checkpoints) {
+        *self.checkpointing.lock().unwrap_or_else(|p| p.into_inner()) = Some(Checkpointing {
+            config: checkpoints,
+            chained: 0,
+            since: std::time::Instant::now(),
+            signed_through: 0,
+        });
+    }
+
+    /// The public key this replica signs checkpoints with, when it does.
+    pub fn signing_key(&self) -> Option<String> {
+        self.checkpointing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|c| c.config.signer.public_key().to_owned())
+    }
+
     /// Journals the entries other processes forwarded, then chains every journaled record
-    /// into the store now. On failure the records stay (in the journal, and pending here) for
-    /// the next flush, which the background task makes on its own.
+    /// into the store now, and signs a checkpoint when one is due. On failure the records
+    /// stay (in the journal, and pending here) for the next flush, which the background task
+    /// makes on its own.
     pub async fn flush(&self) -> Result<(), AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
+        let chained = self.chain_pending().await?;
+        if self.checkpoint_if_due(chained).await? {
+            // Chained at once, so that a flush leaves the checkpoint in the store too.
+            self.chain_pending().await?;
+        }
+        Ok(())
+    }
+
+    /// Counts `chained` records and, when a checkpoint is due, signs the chain's head and
+    /// journals the checkpoint; whether it did.
+    async fn checkpoint_if_due(&self, chained: u64) -> Result<bool, AuditError> {
+        let due = {
+            let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(state) = state.as_mut() else {
+                return Ok(false);
+            };
+            state.chained += chained;
+            state.chained >= state.config.every_records
+                || (state.chained > 0 && state.since.elapsed() >= state.config.every)
+        };
+        if !due {
+            return Ok(false);
+        }
+        let Some(head) = self.store.audit_head().await? else {
+            return Ok(false);
+        };
+        let policy = self
+            .policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let checkpoint = {
+            let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(state) = state.as_mut() else {
+                return Ok(false);
+            };
+            state.chained = 0;
+            state.since = std::time::Instant::now();
+            if head.seq <= state.signed_through {
+                return Ok(false);
+            }
+            state.signed_through = head.seq;
+            state.config.signer.sign(Checkpoint {
+                seq: head.seq,
+                hash: head.hash,
+                at_ms: now_ms(),
+                replica: self.replica.clone(),
+                policy,
+                key: String::new(),
+                next_key: None,
+                signature: String::new(),
+            })
+        };
+        let detail = serde_json::to_string(&checkpoint).map_err(std::io::Error::other)?;
+        self.append(AuditEntry::event(
+            CHECKPOINT_PRINCIPAL,
+            EventKind::Checkpoint,
+            detail,
+        ))?;
+        Ok(true)
+    }
+
+    /// [`AuditLog::flush`]'s moving of records: how many of them (checkpoints not counted)
+    /// it chained.
+    async fn chain_pending(&self) -> Result<u64, AuditError> {
         let forwarded = self.store.forwarded_audit(ADOPT_BATCH).await?;
         let batch = {
             let mut chain = self.lock();
@@ -268,7 +374,7 @@ impl AuditLog {
             }
             step(&self.options, FlushStep::Adopted);
             if chain.pending.is_empty() {
-                return Ok(());
+                return Ok(0);
             }
             // Later records go to a new segment, so the closed ones hold only records of this
             // batch or earlier ones. Without a descriptor or space for a new segment the live
@@ -280,6 +386,10 @@ impl AuditLog {
             std::mem::take(&mut chain.pending)
         };
         let stored_through = batch.last().and_then(|e| e.record.local_seq).unwrap_or(0);
+        let counted = batch
+            .iter()
+            .filter(|e| e.record.code.as_deref() != Some(EventKind::Checkpoint.as_str()))
+            .count() as u64;
         let adopted: Vec<i64> = batch.iter().filter_map(|e| e.adopted).collect();
         let stored = self.store.chain_audit(&self.replica, batch.clone()).await;
         let mut chain = self.lock();
@@ -296,7 +406,7 @@ impl AuditLog {
             chain.adopted.remove(id);
         }
         step(&self.options, FlushStep::Released);
-        Ok(())
+        Ok(counted)
     }
 
     /// Numbers and journals one record (the chain is locked by the caller); the store chains
@@ -392,6 +502,10 @@ impl AuditSink for AuditLog {
             self.wake.notify_one();
         }
         Ok(seq)
+    }
+
+    fn policy_in_force(&self, version: &str) {
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = version.to_owned();
     }
 
     fn catch_up(&self) -> futures::future::BoxFuture<'_, ()> {

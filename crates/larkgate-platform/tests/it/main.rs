@@ -9,6 +9,7 @@ mod audit_faults;
 mod audit_of_calls;
 mod capabilities;
 mod catalogue;
+mod checkpoints;
 mod envelopes;
 mod harness;
 mod identity;

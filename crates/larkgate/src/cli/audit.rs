@@ -3,7 +3,8 @@
 use std::io::Write;
 
 use anyhow::bail;
-use larkgate_platform::audit::verify_against;
+use larkgate_platform::audit::checkpoint::decode_key;
+use larkgate_platform::audit::verify_trusting;
 use larkgate_platform::capabilities::rfc3339_from_ms;
 use larkgate_store::{AuditQuery, AuditRecord, Store};
 
@@ -19,7 +20,14 @@ pub(crate) enum Command {
         /// was deleted and whose head was rolled back does not.
         #[arg(long, value_name = "SEQ:HASH")]
         head: Option<larkgate_platform::audit::KnownHead>,
+        /// A public key you hold (as `larkgate audit key` printed it; repeatable): every
+        /// checkpoint must be signed by one of them, or by a key one of them announced.
+        #[arg(long = "key", value_name = "KEY")]
+        keys: Vec<String>,
     },
+    /// Print the public key this data directory signs checkpoints with, to keep where the
+    /// database's keeper cannot change it.
+    Key,
     /// Show the last records.
     Tail {
         /// How many.
@@ -80,18 +88,44 @@ pub(crate) fn note_running_owner(context: &StoreContext) {
 
 pub(crate) async fn run(
     command: Command,
-    store: &dyn Store,
+    context: &StoreContext,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
+    let store: &dyn Store = context.store.as_ref();
     // Records appended by a running larkgate are moved into the store by its own flusher
     // (see [`open_log`]).
     match command {
-        Command::Verify { head } => {
+        Command::Key => match super::signing::load(&context.data_dir)? {
+            Some(signer) => writeln!(out, "{}", signer.public_key())?,
+            None => bail!(
+                "{} has no audit signing key yet: `larkgate serve` makes one at its first \
+                     start (unless [audit] checkpoints = false)",
+                context.data_dir.display()
+            ),
+        },
+        Command::Verify { head, keys } => {
+            for key in &keys {
+                decode_key(key).map_err(anyhow::Error::msg)?;
+            }
             // A backup (or a store restored from one) holds the head it recorded then.
             let origin = store.backup_origin().await?;
             let head = head.or_else(|| origin.as_ref().map(super::backup::known));
-            let report = verify_against(store, head.as_ref()).await?;
+            let report = verify_trusting(store, head.as_ref(), &keys).await?;
             writeln!(out, "checked {} records", report.records)?;
+            if report.checkpoints > 0 {
+                writeln!(
+                    out,
+                    "checked {} signed checkpoints, signed by {}{}",
+                    report.checkpoints,
+                    report.signing_keys.join(", "),
+                    if keys.is_empty() {
+                        " (the keys they name: pass --key with the keys you hold to check \
+                         that these are yours)"
+                    } else {
+                        " (keys you gave, or announced by them)"
+                    }
+                )?;
+            }
             if !report.intents_without_outcome.is_empty() {
                 writeln!(
                     out,
@@ -107,6 +141,9 @@ pub(crate) async fn run(
             }
             if let Some(why) = &report.known_head_mismatch {
                 writeln!(out, "BROKEN against the recorded head: {why}")?;
+            }
+            if let Some((seq, why)) = &report.bad_checkpoint {
+                writeln!(out, "BROKEN checkpoint at record {seq}: {why}")?;
             }
             if !report.intact() {
                 bail!("the audit chain is broken");

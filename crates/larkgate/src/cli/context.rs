@@ -240,6 +240,16 @@ impl Context {
                 data_dir.display()
             );
         };
+        // Signed checkpoints, by this data directory's key (made at its first start).
+        if let Some((every_records, every)) =
+            config.audit.checkpoints().map_err(anyhow::Error::msg)?
+        {
+            audit.set_checkpoints(larkgate_platform::audit::checkpoint::Checkpoints {
+                signer: super::signing::load_or_create(&data_dir)?,
+                every_records,
+                every,
+            });
+        }
         // A rule whose condition reads an argument its tool does not take would refuse every
         // call of it: refused here as `larkgate check` refuses it.
         let outside = match super::check::has_conditions(&config.policy) {

@@ -110,3 +110,111 @@ fn verify_detects_deleted_last_records() {
         "{text}"
     );
 }
+
+/// Checkpoints are signed with the data directory's key, made at the first command that
+/// chains calls (said on stderr, the file its owner's only); `audit key` prints its public half;
+/// `audit verify --key` checks every checkpoint against the keys given and names one it does
+/// not hold; a key that is no key is refused saying so. Sealed with the credential key when one
+/// is set, the key does not open without it.
+#[test]
+fn checkpoints_are_signed_by_the_directory_s_key_and_checked_against_the_keys_held() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let history = |dir: &std::path::Path, env: &[(&str, &str)]| {
+        std::fs::write(crate::config_path(dir), "[audit]\ncheckpoint_records = 2\n").unwrap();
+        ok(dir, &["principal", "add", "wes", "--roles", "admin"]);
+        let mut said = String::new();
+        for i in 0..3 {
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+                .current_dir(dir)
+                .envs(env.iter().copied())
+                .args([
+                    "--as",
+                    "wes",
+                    "call",
+                    "kv_set",
+                    "--arg",
+                    &format!("key=k{i}"),
+                ])
+                .args(["--arg", "value=v"])
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "{}", crate::stderr(&output));
+            said.push_str(&crate::stderr(&output));
+        }
+        said
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fresh = fails(d, &["audit", "key"]);
+    assert!(fresh.contains("has no audit signing key yet"), "{fresh}");
+    let said = history(d, &[]);
+    assert_eq!(
+        said.matches("made the audit signing key").count(),
+        1,
+        "{said}"
+    );
+    let key = ok(d, &["audit", "key"]).trim().to_owned();
+    assert!(said.contains(&key) && said.contains("not sealed"), "{said}");
+    let file = d.join("larkgate-data").join("audit-signing.key");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    let verified = ok(d, &["audit", "verify", "--key", &key]);
+    assert!(
+        verified.contains(&format!(
+            "signed checkpoints, signed by {key} (keys you gave"
+        )),
+        "{verified}"
+    );
+    assert!(verified.contains("the chain is intact"), "{verified}");
+
+    // Another directory's key is not this chain's.
+    let elsewhere = tempfile::tempdir().unwrap();
+    history(elsewhere.path(), &[]);
+    let other = ok(elsewhere.path(), &["audit", "key"]).trim().to_owned();
+    assert_ne!(other, key);
+    let output = crate::larkgate_in(d, &["audit", "verify", "--key", &other]);
+    assert!(!output.status.success());
+    let said = crate::stdout(&output);
+    assert!(
+        said.contains("BROKEN checkpoint") && said.contains("a key you did not give"),
+        "{said}"
+    );
+    let refused = fails(d, &["audit", "verify", "--key", "not-a-key"]);
+    assert!(
+        refused.contains("is not an Ed25519 public key"),
+        "{refused}"
+    );
+
+    // Sealed with the credential key: it does not open without it, nor with another.
+    let sealed = tempfile::tempdir().unwrap();
+    let credential = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+    let said = history(sealed.path(), &[("LARKGATE_CREDENTIAL_KEY", credential)]);
+    assert!(said.contains("sealed with the credential key"), "{said}");
+    let text =
+        std::fs::read_to_string(sealed.path().join("larkgate-data/audit-signing.key")).unwrap();
+    assert!(
+        text.starts_with("larkgate audit signing key v1 sealed\n"),
+        "{text}"
+    );
+    let refused = fails(sealed.path(), &["--as", "wes", "call", "clock_now"]);
+    assert!(
+        refused.contains("is sealed with a credential key: set LARKGATE_CREDENTIAL_KEY"),
+        "{refused}"
+    );
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_larkgate"))
+        .current_dir(sealed.path())
+        .env(
+            "LARKGATE_CREDENTIAL_KEY",
+            "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=",
+        )
+        .args(["--as", "wes", "call", "clock_now"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        crate::stderr(&output).contains("does not open with this credential key"),
+        "{}",
+        crate::stderr(&output)
+    );
+}

@@ -1,0 +1,244 @@
+//! Signed checkpoints of the audit chain ([`larkgate_platform::audit::checkpoint`]) on a real
+//! SQLite store and journal: made every N records, chained as records of their own, and each
+//! way around them caught by `verify_trusting`: an edited record, a chain rewritten from the
+//! middle with valid hashes, a checkpoint edited, and a rewrite re-signed with a key the
+//! verifier does not hold.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use larkgate_platform::audit::checkpoint::{Checkpoint, Checkpoints, Signer};
+use larkgate_platform::audit::{
+    AuditCode, AuditEntry, AuditLog, AuditOptions, AuditSink, EventKind, record_hash,
+    verify_trusting,
+};
+use larkgate_store::{AuditKind, AuditQuery, AuditRecord, AuditStore, SqliteStore};
+
+/// A log on `dir` that checkpoints every `every` records (and never by time), flushing only
+/// when told.
+async fn open(dir: &std::path::Path, every: u64) -> (Arc<SqliteStore>, Arc<AuditLog>, String) {
+    let store = Arc::new(SqliteStore::open(dir).unwrap());
+    let options = AuditOptions {
+        flush_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let log = AuditLog::open(dir, store.clone(), options).await.unwrap();
+    let (signer, _) = Signer::generate().unwrap();
+    let key = signer.public_key().to_owned();
+    log.policy_in_force(&"ab".repeat(32));
+    log.set_checkpoints(Checkpoints {
+        signer,
+        every_records: every,
+        every: Duration::from_secs(3600),
+    });
+    (store, log, key)
+}
+
+/// `n` events, flushed one at a time, and a last flush that chains the checkpoint due.
+async fn fill(log: &AuditLog, n: usize) {
+    for i in 0..n {
+        log.record_event(AuditEntry {
+            kind: Some(AuditKind::Event),
+            principal: "ada".into(),
+            code: Some(AuditCode::Event(EventKind::Principal)),
+            detail: Some(format!("event {i}")),
+            ..AuditEntry::default()
+        })
+        .unwrap();
+        log.flush().await.unwrap();
+    }
+    log.flush().await.unwrap();
+}
+
+async fn records(store: &SqliteStore) -> Vec<AuditRecord> {
+    store.audit_records(AuditQuery::default()).await.unwrap()
+}
+
+fn checkpoints(records: &[AuditRecord]) -> Vec<(u64, Checkpoint)> {
+    records
+        .iter()
+        .filter(|r| r.code.as_deref() == Some("checkpoint"))
+        .map(|r| {
+            (
+                r.seq,
+                serde_json::from_str(r.detail.as_deref().unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Writes `records` back over the chain from the first one whose detail `change` changes,
+/// with every hash after it recomputed, and the head moved to match: what whoever holds the
+/// database can do.
+fn rewrite(
+    dir: &std::path::Path,
+    mut records: Vec<AuditRecord>,
+    change: impl Fn(&mut AuditRecord),
+) {
+    let raw = rusqlite::Connection::open(dir.join(larkgate_store::DATABASE_FILE)).unwrap();
+    let mut prev = larkgate_platform::audit::GENESIS_HASH.to_owned();
+    for record in &mut records {
+        change(record);
+        record.prev_hash = prev.clone();
+        record.hash = record_hash(record);
+        raw.execute(
+            "UPDATE audit SET detail = ?1, prev_hash = ?2, hash = ?3 WHERE seq = ?4",
+            rusqlite::params![
+                record.detail,
+                record.prev_hash,
+                record.hash,
+                record.seq as i64
+            ],
+        )
+        .unwrap();
+        prev = record.hash.clone();
+    }
+    let last = records.last().unwrap();
+    raw.execute(
+        "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
+        rusqlite::params![last.seq as i64, last.hash],
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn checkpoints_are_signed_every_n_records_and_verify_under_the_key_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, key) = open(dir.path(), 5).await;
+    assert_eq!(log.signing_key().as_deref(), Some(key.as_str()));
+    fill(&log, 12).await;
+    let all = records(&store).await;
+    let made = checkpoints(&all);
+    assert_eq!(
+        made.len(),
+        2,
+        "after records 5 and 11 (the first checkpoint not counted)"
+    );
+    for (at, checkpoint) in &made {
+        checkpoint.verify().unwrap();
+        assert_eq!(checkpoint.key, key);
+        assert_eq!(checkpoint.policy, "ab".repeat(32));
+        assert!(checkpoint.seq < *at);
+        let signed = &all[checkpoint.seq as usize - 1];
+        assert_eq!(
+            signed.hash, checkpoint.hash,
+            "it signs the head it followed"
+        );
+        let record = &all[*at as usize - 1];
+        assert_eq!(record.principal, "larkgate");
+        assert_eq!(record.replica.as_deref(), Some(checkpoint.replica.as_str()));
+    }
+    let report = verify_trusting(store.as_ref(), None, std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.checkpoints, 2);
+    assert_eq!(report.signing_keys, [key]);
+    // Idle: no records, no checkpoint of a checkpoint.
+    log.flush().await.unwrap();
+    assert_eq!(checkpoints(&records(&store).await).len(), 2);
+}
+
+#[tokio::test]
+async fn a_chain_rewritten_from_the_middle_with_valid_hashes_is_caught_by_its_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, key) = open(dir.path(), 5).await;
+    fill(&log, 12).await;
+    let all = records(&store).await;
+    rewrite(dir.path(), all.clone(), |record| {
+        if record.seq == 3 {
+            record.detail = Some("nothing happened".into());
+        }
+    });
+    let report = verify_trusting(store.as_ref(), None, &[]).await.unwrap();
+    assert!(
+        report.first_broken.is_none(),
+        "the hashes are valid: {report:?}"
+    );
+    let (at, why) = report.bad_checkpoint.expect("caught");
+    assert_eq!(
+        at,
+        checkpoints(&all)[0].0,
+        "by the first checkpoint after it"
+    );
+    assert!(why.contains("rewritten at or before record 5"), "{why}");
+
+    // Re-signed with the attacker's own key: consistent on its own, refused against the key
+    // held.
+    let (attacker, _) = Signer::generate().unwrap();
+    let rewritten = records(&store).await;
+    let mut signed_hashes: std::collections::BTreeMap<u64, String> = Default::default();
+    let mut prev = larkgate_platform::audit::GENESIS_HASH.to_owned();
+    let mut forged = rewritten.clone();
+    for record in &mut forged {
+        if record.code.as_deref() == Some("checkpoint") {
+            let mut checkpoint: Checkpoint =
+                serde_json::from_str(record.detail.as_deref().unwrap()).unwrap();
+            checkpoint.hash = signed_hashes[&checkpoint.seq].clone();
+            record.detail = Some(serde_json::to_string(&attacker.sign(checkpoint)).unwrap());
+        }
+        record.prev_hash = prev.clone();
+        record.hash = record_hash(record);
+        signed_hashes.insert(record.seq, record.hash.clone());
+        prev = record.hash.clone();
+    }
+    rewrite(dir.path(), forged, |_| {});
+    let report = verify_trusting(store.as_ref(), None, &[]).await.unwrap();
+    assert!(
+        report.intact(),
+        "without a key held, a re-signed chain is consistent"
+    );
+    assert_eq!(report.signing_keys, [attacker.public_key().to_owned()]);
+    let report = verify_trusting(store.as_ref(), None, std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    let (_, why) = report.bad_checkpoint.expect("an unknown key is caught");
+    assert!(
+        why.contains(attacker.public_key()) && why.contains("a key you did not give"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn an_edited_checkpoint_or_record_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, key) = open(dir.path(), 4).await;
+    fill(&log, 6).await;
+    let all = records(&store).await;
+    let (at, _) = checkpoints(&all)[0].clone();
+    // The checkpoint's signed position moved, the chain's hashes made valid again.
+    rewrite(dir.path(), all.clone(), |record| {
+        if record.seq == at {
+            let mut checkpoint: Checkpoint =
+                serde_json::from_str(record.detail.as_deref().unwrap()).unwrap();
+            checkpoint.seq -= 1;
+            record.detail = Some(serde_json::to_string(&checkpoint).unwrap());
+        }
+    });
+    let report = verify_trusting(store.as_ref(), None, std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    let (seq, why) = report.bad_checkpoint.expect("caught");
+    assert_eq!(seq, at);
+    assert!(why.contains("does not verify"), "{why}");
+    // A checkpoint that does not read.
+    rewrite(dir.path(), all.clone(), |record| {
+        if record.seq == at {
+            record.detail = Some("{}".into());
+        }
+    });
+    let report = verify_trusting(store.as_ref(), None, &[]).await.unwrap();
+    assert!(
+        report
+            .bad_checkpoint
+            .unwrap()
+            .1
+            .contains("does not read as a checkpoint")
+    );
+    // A byte changed in a record, hashes left alone: the chain itself breaks.
+    let raw = rusqlite::Connection::open(dir.path().join(larkgate_store::DATABASE_FILE)).unwrap();
+    raw.execute("UPDATE audit SET principal = 'eve' WHERE seq = 2", [])
+        .unwrap();
+    let report = verify_trusting(store.as_ref(), None, &[key]).await.unwrap();
+    assert_eq!(report.first_broken.unwrap().0, 2);
+}
