@@ -65,9 +65,13 @@
 //! | `audit/segments.rs` | the journal's segment files, and what holds when the disk fails |
 //! | `audit/chain.rs` | the hash every record carries, and [`verify`] |
 //! | `audit/checkpoint.rs` | signed checkpoints of the chain's head, and their keys |
+//! | `audit/bundle.rs` | a range of the chain in one file another machine checks |
+//! | `audit/anchor.rs` | checkpoints sent outside the database: a file, syslog, a webhook |
 //! | `audit/forwarding.rs` | [`ForwardingAudit`]: events from processes that do not own the chain |
 //! | `audit/code.rs` | [`AuditCode`]: what a record's code says, typed |
 
+pub mod anchor;
+pub mod bundle;
 mod chain;
 pub mod checkpoint;
 mod code;
@@ -82,7 +86,8 @@ use larkgate_caller::RunKind;
 use serde::{Deserialize, Serialize};
 
 pub use chain::{
-    GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against, verify_trusting,
+    GENESIS_HASH, KnownHead, VerifyReport, record_hash, verify, verify_against, verify_anchored,
+    verify_trusting,
 };
 pub use code::{AuditCode, EventKind};
 pub use forwarding::ForwardingAudit;
@@ -157,6 +162,12 @@ pub enum AuditError {
         /// The store, described.
         store: String,
     },
+    /// An anchor is failing and the operator requires anchors (`[audit] anchors_required`).
+    #[error(
+        "checkpoints cannot be anchored in {0} ([audit] anchors_required = true refuses calls \
+         meanwhile); larkgate keeps trying, and calls run again once the anchor takes them"
+    )]
+    AnchorFailing(String),
     /// Another process owns the audit chain in this directory.
     #[error(
         "another larkgate process is using the audit log in {0}; stop it or point this one at \

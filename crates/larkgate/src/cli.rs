@@ -254,6 +254,12 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         };
         return client::run(args, &data_dir, out);
     }
+    if let Command::Audit(command) = &cli.command
+        && audit::offline(command)
+        && let Command::Audit(command) = cli.command
+    {
+        return audit::run_offline(command, out);
+    }
     let options = context::Options {
         config: cli.config,
         data_dir: cli.data_dir,

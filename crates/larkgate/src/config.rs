@@ -45,6 +45,11 @@
 //! record_arguments = false   # store canonical arguments in intents, not only their hash
 //! fsync = false              # fsync the audit journal per record (survives power loss)
 //! store_intents = false      # chain each intent in the store before its call runs
+//! checkpoints = true         # sign the chain's head every 1,000 records or 60 s
+//! anchors_required = false   # refuse calls while an anchor is failing
+//!
+//! [[audit.anchors]]          # checkpoints kept outside the database too (see anchors)
+//! file = "/mnt/other/larkgate-anchors.jsonl"
 //!
 //! [policy.roles.admin]
 //! call = ["*"]
@@ -81,6 +86,7 @@ use larkgate_scripts::RunBounds;
 use larkgate_upstream::config::UpstreamConfig;
 use serde::Deserialize;
 
+pub(crate) mod anchors;
 mod ratelimit;
 #[cfg(test)]
 mod reference;
@@ -120,6 +126,12 @@ pub(crate) struct AuditConfig {
     /// A checkpoint this long after the first record since the last one, when fewer came
     /// (default 60).
     checkpoint_seconds: Option<u64>,
+    /// Where checkpoints are sent besides the chain (`[[audit.anchors]]`).
+    #[serde(default)]
+    pub(crate) anchors: Vec<anchors::AnchorConfig>,
+    /// Refuse calls while an anchor is failing.
+    #[serde(default)]
+    pub(crate) anchors_required: bool,
 }
 
 impl AuditConfig {
@@ -127,12 +139,29 @@ impl AuditConfig {
     pub(crate) fn checkpoints(&self) -> Result<Option<(u64, std::time::Duration)>, String> {
         use larkgate_platform::audit::checkpoint::{DEFAULT_EVERY, DEFAULT_EVERY_RECORDS};
         if self.checkpoints == Some(false) {
+            if !self.anchors.is_empty() {
+                return Err(
+                    "audit.anchors anchor checkpoints, and audit.checkpoints = false signs none: \
+                     remove one of them"
+                        .to_owned(),
+                );
+            }
             return Ok(None);
         }
         let records = self.checkpoint_records.unwrap_or(DEFAULT_EVERY_RECORDS);
         let every = self
             .checkpoint_seconds
             .map_or(DEFAULT_EVERY, std::time::Duration::from_secs);
+        for (i, anchor) in self.anchors.iter().enumerate() {
+            anchor
+                .validate()
+                .map_err(|e| format!("audit.anchors[{i}]: {e}"))?;
+        }
+        if self.anchors_required && self.anchors.is_empty() {
+            return Err(
+                "audit.anchors_required is set but no [[audit.anchors]] is configured".to_owned(),
+            );
+        }
         if records == 0 || every.is_zero() {
             return Err(
                 "audit.checkpoint_records and audit.checkpoint_seconds must be at least 1 \

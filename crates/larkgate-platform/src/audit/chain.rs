@@ -29,6 +29,11 @@ pub struct VerifyReport {
     /// The first checkpoint that does not hold, and why: a bad signature, a key not trusted,
     /// or a signed head the chain no longer has (a rewrite).
     pub bad_checkpoint: Option<(u64, String)>,
+    /// How many checkpoints anchored outside the database were checked against the chain.
+    pub anchored: u64,
+    /// The first anchored checkpoint the chain does not hold, and why: the database is
+    /// shorter than it (rolled back, or its tail removed), or differs from it (rewritten).
+    pub bad_anchor: Option<(usize, String)>,
 }
 
 impl VerifyReport {
@@ -38,6 +43,7 @@ impl VerifyReport {
             && self.head_mismatch.is_none()
             && self.known_head_mismatch.is_none()
             && self.bad_checkpoint.is_none()
+            && self.bad_anchor.is_none()
     }
 }
 
@@ -95,6 +101,19 @@ pub async fn verify_trusting(
     store: &dyn Store,
     known: Option<&KnownHead>,
     trusted: &[String],
+) -> Result<VerifyReport, StoreError> {
+    verify_anchored(store, known, trusted, &[]).await
+}
+
+/// [`verify_trusting`], and each of `anchored` (checkpoints kept outside the database, in the
+/// order they were anchored) checked: signed as it says (by a key accepted as in
+/// [`verify_trusting`]) and held by the chain, which a database rolled back to an earlier
+/// state, or rewritten, does not.
+pub async fn verify_anchored(
+    store: &dyn Store,
+    known: Option<&KnownHead>,
+    trusted: &[String],
+    anchored: &[Checkpoint],
 ) -> Result<VerifyReport, StoreError> {
     let mut accepted: Vec<String> = trusted.iter().map(|k| k.trim().to_owned()).collect();
     // (the checkpoint's record, the position it signed, the hash it signed there)
@@ -231,6 +250,47 @@ pub async fn verify_trusting(
                      chain was rewritten at or before record {seq}"
                 ),
             ));
+        }
+    }
+    for (index, checkpoint) in anchored.iter().enumerate() {
+        report.anchored += 1;
+        let problem = match checkpoint.verify() {
+            Err(why) => Some(why),
+            Ok(()) if !trusted.is_empty() && !accepted.contains(&checkpoint.key) => Some(format!(
+                "it was signed by {}, a key you did not give (--key) and none of yours \
+                 announced",
+                checkpoint.key
+            )),
+            Ok(()) if checkpoint.seq > last_seq => Some(format!(
+                "it signs record {} but the chain ends at record {last_seq}: the database is \
+                 shorter than what was anchored (rolled back to an earlier copy, or its newest \
+                 records removed)",
+                checkpoint.seq
+            )),
+            Ok(()) => {
+                let signed = store
+                    .audit_records(AuditQuery {
+                        after_seq: checkpoint.seq.checked_sub(1),
+                        limit: Some(1),
+                        ..Default::default()
+                    })
+                    .await?;
+                let holds = signed.first().is_some_and(|record| {
+                    record.seq == checkpoint.seq && record.hash == checkpoint.hash
+                });
+                (!holds).then(|| {
+                    format!(
+                        "the chain holds another record {} than the one anchored: the database \
+                         differs from what was anchored (rewritten at or before it, or rolled \
+                         back and grown again)",
+                        checkpoint.seq
+                    )
+                })
+            }
+        };
+        if let Some(problem) = problem {
+            report.bad_anchor = Some((index + 1, problem));
+            break;
         }
     }
     Ok(report)

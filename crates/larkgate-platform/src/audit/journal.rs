@@ -15,7 +15,8 @@ use std::time::Duration;
 use larkgate_store::{AuditKind, AuditRecord, JournaledAudit, Store, now_ms};
 use tokio::sync::Notify;
 
-use super::checkpoint::{CHECKPOINT_PRINCIPAL, Checkpoint, Checkpoints};
+use super::anchor::Anchors;
+use super::checkpoint::{CHECKPOINT_PRINCIPAL, Checkpoint, Checkpoints, Signer};
 use super::forwarding::{as_event, unreadable};
 use super::replica;
 use super::segments::{self, Segments, Written};
@@ -111,6 +112,8 @@ pub struct AuditLog {
     checkpointing: Mutex<Option<Checkpointing>>,
     /// SHA-256 of the policy in force, for checkpoints ([`AuditSink::policy_in_force`]).
     policy: Mutex<String>,
+    /// Where checkpoints are anchored too, once [`AuditLog::set_anchors`] named them.
+    anchors: Mutex<Option<Arc<Anchors>>>,
 }
 
 /// Where this replica is between two checkpoints.
@@ -220,6 +223,7 @@ impl AuditLog {
             flushing: tokio::sync::Mutex::new(()),
             checkpointing: Mutex::new(None),
             policy: Mutex::new(String::new()),
+            anchors: Mutex::new(None),
         });
         // Entries other processes forwarded while nobody owned the chain are chained now,
         // before anything this process appends.
@@ -291,52 +295,152 @@ impl AuditLog {
             .map(|c| c.config.signer.public_key().to_owned())
     }
 
+    /// Anchors every checkpoint this replica signs from now on ([`super::anchor`]).
+    pub fn set_anchors(&self, anchors: Arc<Anchors>) {
+        *self.anchors.lock().unwrap_or_else(|p| p.into_inner()) = Some(anchors);
+    }
+
+    /// The anchors checkpoints go to, when set.
+    pub fn anchors(&self) -> Option<Arc<Anchors>> {
+        self.anchors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Journals the entries other processes forwarded, then chains every journaled record
     /// into the store now, and signs a checkpoint when one is due. On failure the records
     /// stay (in the journal, and pending here) for the next flush, which the background task
     /// makes on its own.
     pub async fn flush(&self) -> Result<(), AuditError> {
+        self.flush_checkpointing(false).await.map(|_| ())
+    }
+
+    /// [`AuditLog::flush`], and a checkpoint of what this replica chained since its last one
+    /// whether or not one is due (a short command's end); the checkpoint, when there was
+    /// anything to sign.
+    pub async fn flush_and_checkpoint(&self) -> Result<Option<Checkpoint>, AuditError> {
+        self.flush_checkpointing(true).await
+    }
+
+    async fn flush_checkpointing(&self, now: bool) -> Result<Option<Checkpoint>, AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
         let chained = self.chain_pending().await?;
-        if self.checkpoint_if_due(chained).await? {
-            // Chained at once, so that a flush leaves the checkpoint in the store too.
+        let checkpoint = self.checkpoint_if_due(chained, now).await?;
+        if let Some(checkpoint) = &checkpoint {
+            // Chained at once, so that a flush leaves the checkpoint in the store too, and
+            // anchored once it is there.
             self.chain_pending().await?;
+            self.anchor(checkpoint);
         }
+        Ok(checkpoint)
+    }
+
+    /// Moves this replica's signing to `next`: a checkpoint signed by the current key
+    /// announces `next` (its `next_key`), is chained and anchored, and only then are later
+    /// checkpoints signed by `next`; the announcing checkpoint. A verifier that holds the old
+    /// public key accepts the new one from that checkpoint on.
+    pub async fn rotate_key(&self, next: Signer) -> Result<Checkpoint, AuditError> {
+        let _one_at_a_time = self.flushing.lock().await;
+        self.chain_pending().await?;
+        let head = self.store.audit_head().await?;
+        let policy = self.policy_now();
+        let checkpoint = {
+            let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
+            let state = state.as_mut().ok_or_else(|| {
+                AuditError::Journal(std::io::Error::other(
+                    "this larkgate does not sign checkpoints, so it has no key to rotate",
+                ))
+            })?;
+            let (seq, hash) = head.map_or((0, super::GENESIS_HASH.to_owned()), |h| (h.seq, h.hash));
+            state.chained = 0;
+            state.since = std::time::Instant::now();
+            state.signed_through = state.signed_through.max(seq);
+            state.config.signer.sign(Checkpoint {
+                seq,
+                hash,
+                at_ms: now_ms(),
+                replica: self.replica.clone(),
+                policy,
+                key: String::new(),
+                next_key: Some(next.public_key().to_owned()),
+                signature: String::new(),
+            })
+        };
+        self.journal_checkpoint(&checkpoint)?;
+        self.chain_pending().await?;
+        if let Some(state) = self
+            .checkpointing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            state.config.signer = next;
+        }
+        self.anchor(&checkpoint);
+        Ok(checkpoint)
+    }
+
+    fn anchor(&self, checkpoint: &Checkpoint) {
+        if let Some(anchors) = self.anchors() {
+            anchors.send(checkpoint);
+        }
+    }
+
+    fn policy_now(&self) -> String {
+        self.policy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Journals a checkpoint as its record (never refused for a failing anchor: it is what
+    /// the anchor is waiting for).
+    fn journal_checkpoint(&self, checkpoint: &Checkpoint) -> Result<(), AuditError> {
+        let detail = serde_json::to_string(checkpoint).map_err(std::io::Error::other)?;
+        let mut chain = self.lock();
+        self.journal(
+            &mut chain,
+            AuditEntry::event(CHECKPOINT_PRINCIPAL, EventKind::Checkpoint, detail),
+            now_ms(),
+            None,
+        )?;
         Ok(())
     }
 
-    /// Counts `chained` records and, when a checkpoint is due, signs the chain's head and
-    /// journals the checkpoint; whether it did.
-    async fn checkpoint_if_due(&self, chained: u64) -> Result<bool, AuditError> {
+    /// Counts `chained` records and, when a checkpoint is due (or `now`, and this replica
+    /// chained anything since its last one), signs the chain's head and journals the
+    /// checkpoint; the checkpoint, if it did.
+    async fn checkpoint_if_due(
+        &self,
+        chained: u64,
+        now: bool,
+    ) -> Result<Option<Checkpoint>, AuditError> {
         let due = {
             let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = state.as_mut() else {
-                return Ok(false);
+                return Ok(None);
             };
             state.chained += chained;
             state.chained >= state.config.every_records
-                || (state.chained > 0 && state.since.elapsed() >= state.config.every)
+                || (state.chained > 0 && (now || state.since.elapsed() >= state.config.every))
         };
         if !due {
-            return Ok(false);
+            return Ok(None);
         }
         let Some(head) = self.store.audit_head().await? else {
-            return Ok(false);
+            return Ok(None);
         };
-        let policy = self
-            .policy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let policy = self.policy_now();
         let checkpoint = {
             let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = state.as_mut() else {
-                return Ok(false);
+                return Ok(None);
             };
             state.chained = 0;
             state.since = std::time::Instant::now();
             if head.seq <= state.signed_through {
-                return Ok(false);
+                return Ok(None);
             }
             state.signed_through = head.seq;
             state.config.signer.sign(Checkpoint {
@@ -350,13 +454,8 @@ impl AuditLog {
                 signature: String::new(),
             })
         };
-        let detail = serde_json::to_string(&checkpoint).map_err(std::io::Error::other)?;
-        self.append(AuditEntry::event(
-            CHECKPOINT_PRINCIPAL,
-            EventKind::Checkpoint,
-            detail,
-        ))?;
-        Ok(true)
+        self.journal_checkpoint(&checkpoint)?;
+        Ok(Some(checkpoint))
     }
 
     /// [`AuditLog::flush`]'s moving of records: how many of them (checkpoints not counted)
@@ -495,6 +594,9 @@ impl Drop for AuditLog {
 
 impl AuditSink for AuditLog {
     fn append(&self, entry: AuditEntry) -> Result<u64, AuditError> {
+        if let Some(anchor) = self.anchors().and_then(|a| a.refusing()) {
+            return Err(AuditError::AnchorFailing(anchor));
+        }
         let mut chain = self.lock();
         let seq = self.journal(&mut chain, entry, now_ms(), None)?;
         drop(chain);

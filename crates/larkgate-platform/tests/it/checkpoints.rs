@@ -242,3 +242,217 @@ async fn an_edited_checkpoint_or_record_is_named() {
     let report = verify_trusting(store.as_ref(), None, &[key]).await.unwrap();
     assert_eq!(report.first_broken.unwrap().0, 2);
 }
+
+/// Every checkpoint reaches a file anchor; the chain verifies against it; a database rolled
+/// back to an earlier copy (a valid, signed, shorter chain) is caught, and so is one that was
+/// rolled back and grew again (another record where an anchored one was).
+#[tokio::test]
+async fn an_anchor_file_catches_a_database_rolled_back_to_an_earlier_copy() {
+    use larkgate_platform::audit::anchor::{AnchorSink, Anchors, FileAnchor};
+    use larkgate_platform::audit::verify_anchored;
+    let dir = tempfile::tempdir().unwrap();
+    let anchor_file = dir.path().join("anchors.jsonl");
+    let data = dir.path().join("data");
+    let (store, log, key) = open(&data, 3).await;
+    let sink: Arc<dyn AnchorSink> = Arc::new(FileAnchor::new(anchor_file.clone()));
+    let anchors = Anchors::start(vec![sink], false);
+    log.set_anchors(anchors.clone());
+    fill(&log, 4).await;
+    assert!(anchors.settle(Duration::from_secs(30)).await);
+    // The operator's earlier backup: a copy of the database now.
+    let backup = dir.path().join("backup.db");
+    std::fs::copy(data.join(larkgate_store::DATABASE_FILE), &backup).unwrap();
+    fill(&log, 6).await;
+    assert!(anchors.settle(Duration::from_secs(30)).await);
+    let read = |text: String| -> Vec<Checkpoint> {
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let anchored = read(std::fs::read_to_string(&anchor_file).unwrap());
+    let chained: Vec<Checkpoint> = checkpoints(&records(&store).await)
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect();
+    assert_eq!(anchored, chained, "each checkpoint anchored, in order");
+    assert!(anchored.len() >= 3);
+    let report = verify_anchored(store.as_ref(), None, std::slice::from_ref(&key), &anchored)
+        .await
+        .unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.anchored, anchored.len() as u64);
+    drop(log);
+    drop(store);
+
+    // Rolled back: the earlier copy put in place of the database.
+    std::fs::copy(&backup, data.join(larkgate_store::DATABASE_FILE)).unwrap();
+    let rolled_back = SqliteStore::open(&data).unwrap();
+    let plain = verify_trusting(&rolled_back, None, std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    assert!(
+        plain.intact(),
+        "without anchors the copy verifies: {plain:?}"
+    );
+    let report = verify_anchored(&rolled_back, None, std::slice::from_ref(&key), &anchored)
+        .await
+        .unwrap();
+    let (_, why) = report.bad_anchor.clone().expect("the rollback is caught");
+    assert!(why.contains("shorter"), "{why}");
+    assert!(!report.intact());
+    drop(rolled_back);
+
+    // Rolled back, then grown again past the anchored positions.
+    let (store, log, _) = open(&data, 1000).await;
+    fill(&log, 12).await;
+    let report = verify_anchored(store.as_ref(), None, &[], &anchored)
+        .await
+        .unwrap();
+    let (_, why) = report.bad_anchor.expect("the other records are caught");
+    assert!(why.contains("differs"), "{why}");
+}
+
+/// A rotation: the old key announces the new one in a checkpoint, later checkpoints are the
+/// new key's, and a verifier holding only the old key accepts them; one holding only the new
+/// key does not accept the old key's checkpoints.
+#[tokio::test]
+async fn a_rotated_key_is_announced_by_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, old) = open(dir.path(), 3).await;
+    fill(&log, 4).await;
+    let (next, _) = Signer::generate().unwrap();
+    let new = next.public_key().to_owned();
+    let announced = log.rotate_key(next).await.unwrap();
+    assert_eq!(announced.key, old);
+    assert_eq!(announced.next_key.as_deref(), Some(new.as_str()));
+    assert_eq!(log.signing_key().as_deref(), Some(new.as_str()));
+    fill(&log, 4).await;
+    let made = checkpoints(&records(&store).await);
+    assert_eq!(made.last().unwrap().1.key, new, "signed by the new key now");
+    let report = verify_trusting(store.as_ref(), None, std::slice::from_ref(&old))
+        .await
+        .unwrap();
+    assert!(report.intact(), "{report:?}");
+    assert_eq!(report.signing_keys, [old.clone(), new.clone()]);
+    let report = verify_trusting(store.as_ref(), None, std::slice::from_ref(&new))
+        .await
+        .unwrap();
+    let (_, why) = report
+        .bad_checkpoint
+        .expect("the old key is not the new one's");
+    assert!(why.contains(&old), "{why}");
+}
+
+/// A bundle checks on its own with the key held; a byte changed, a record deleted, a range
+/// rewritten with valid hashes, a bundle spliced from two ranges, a checkpoint re-signed by
+/// another key and a bundle that does not join the one before it are each caught.
+#[tokio::test]
+async fn bundles_verify_alone_and_every_tampering_is_caught() {
+    use larkgate_platform::audit::bundle::{Bound, export, verify_bundle};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, key) = open(dir.path(), 4).await;
+    fill(&log, 20).await;
+    let keys = std::slice::from_ref(&key);
+    let mut first = Vec::new();
+    let exported = export(
+        store.as_ref(),
+        Bound::Seq(1),
+        Some(Bound::Seq(6)),
+        &mut first,
+    )
+    .await
+    .unwrap();
+    assert!(
+        exported.to >= 6,
+        "moved on to a signed position: {exported:?}"
+    );
+    let first = String::from_utf8(first).unwrap();
+    let one = verify_bundle(&first, keys, None).unwrap();
+    assert_eq!((one.from, one.to), (1, exported.to));
+    let mut second = Vec::new();
+    let next = export(store.as_ref(), Bound::Seq(one.to + 1), None, &mut second)
+        .await
+        .unwrap();
+    let second = String::from_utf8(second).unwrap();
+    let two = verify_bundle(&second, keys, Some(&one)).unwrap();
+    assert_eq!(two.to, next.to);
+    assert!(
+        verify_bundle(&first, &[], None)
+            .unwrap_err()
+            .contains("--key")
+    );
+
+    let lines: Vec<&str> = first.lines().collect();
+    let edit = |f: &dyn Fn(&mut Vec<String>)| {
+        let mut l: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+        f(&mut l);
+        l.join("\n") + "\n"
+    };
+    let (other, _) = Signer::generate().unwrap();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "a byte changed",
+            edit(&|l| l[2] = l[2].replacen("event 1", "event 9", 1)),
+            "edited",
+        ),
+        (
+            "a record deleted",
+            edit(&|l| {
+                l.remove(3);
+            }),
+            "missing",
+        ),
+        (
+            "rewritten with valid hashes",
+            edit(&|l| {
+                let mut prev = larkgate_platform::audit::GENESIS_HASH.to_owned();
+                for line in l.iter_mut().skip(1) {
+                    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(line) else {
+                        continue;
+                    };
+                    let Some(r) = v.get_mut("record") else {
+                        continue;
+                    };
+                    let mut record: AuditRecord = serde_json::from_value(r.clone()).unwrap();
+                    if record.seq == 2 {
+                        record.detail = Some("rewritten".into());
+                    }
+                    record.prev_hash = prev.clone();
+                    record.hash = record_hash(&record);
+                    prev = record.hash.clone();
+                    *r = serde_json::to_value(&record).unwrap();
+                    *line = v.to_string();
+                }
+            }),
+            "",
+        ),
+        (
+            "spliced from two ranges",
+            {
+                let theirs: Vec<&str> = second.lines().collect();
+                let mut l: Vec<String> = lines[..3].iter().map(|s| s.to_string()).collect();
+                l.extend(theirs[1..].iter().map(|s| s.to_string()));
+                l.join("\n") + "\n"
+            },
+            "spliced",
+        ),
+        (
+            "the last checkpoint re-signed by another key",
+            edit(&|l| {
+                let at = l.len() - 2;
+                let v: serde_json::Value = serde_json::from_str(&l[at]).unwrap();
+                let c: Checkpoint = serde_json::from_value(v["checkpoint"].clone()).unwrap();
+                let c = other.sign(c);
+                l[at] = serde_json::json!({ "checkpoint": c }).to_string();
+            }),
+            "a key you did not give",
+        ),
+    ];
+    for (what, text, says) in cases {
+        let refused = verify_bundle(&text, keys, None).unwrap_err();
+        assert!(refused.contains(says), "{what}: {refused}");
+    }
+    // The second bundle does not join a bundle of another range before it.
+    let refused = verify_bundle(&second, keys, Some(&two)).unwrap_err();
+    assert!(refused.contains("do not join"), "{refused}");
+}

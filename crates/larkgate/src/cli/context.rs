@@ -266,6 +266,26 @@ impl Context {
         let listen = options
             .serve
             .map(|flag| flag.unwrap_or(config.server.listen));
+        // Checkpoints anchored outside the database too.
+        if !config.audit.anchors.is_empty() {
+            let sinks = config
+                .audit
+                .anchors
+                .iter()
+                .enumerate()
+                .map(|(i, anchor)| {
+                    anchor
+                        .sink(listen, Arc::new(SystemResolver), |name| {
+                            std::env::var(name).ok()
+                        })
+                        .map_err(|e| anyhow::anyhow!("audit.anchors[{i}]: {e}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            audit.set_anchors(larkgate_platform::audit::anchor::Anchors::start(
+                sinks,
+                config.audit.anchors_required,
+            ));
+        }
         let shared_rate_limits = config
             .ratelimit
             .shared(|name| std::env::var(name).ok())
@@ -279,6 +299,9 @@ impl Context {
             platform = platform.shared_rate_limits(settings);
         }
         let platform = platform.build();
+        if let Some(anchors) = audit.anchors() {
+            anchors.register_metrics(&platform.services().metrics);
+        }
         let federation = Federation::start(
             &platform,
             config.upstreams,
@@ -338,7 +361,17 @@ impl Context {
     /// Flushes the audit log into the store.
     pub(crate) async fn close(self) -> anyhow::Result<()> {
         self.federation.close().await;
-        self.audit.flush().await?;
+        // What this command chained is signed before it ends (a short `call` or `run` makes
+        // fewer records than a checkpoint waits for), and anchored if it can be, briefly.
+        self.audit.flush_and_checkpoint().await?;
+        if let Some(anchors) = self.audit.anchors()
+            && !anchors.settle(std::time::Duration::from_secs(5)).await
+        {
+            tracing::warn!(
+                "the last checkpoint could not be anchored before larkgate stopped; the next \
+                 checkpoint covers it"
+            );
+        }
         Ok(())
     }
 }

@@ -75,6 +75,9 @@ pub(crate) struct Reloader {
     platform: Platform,
     scripts: Arc<Scripts>,
     sign_in: larkgate_edge::sign_in::Providers,
+    /// The audit log, whose signing key a reload rotates when `larkgate audit key --rotate`
+    /// asked for it.
+    audit: Arc<larkgate_platform::audit::AuditLog>,
     /// The configuration in force, as TOML, and how many reloads there were.
     running: Mutex<(toml::Table, u64)>,
 }
@@ -87,6 +90,7 @@ impl Reloader {
             platform: context.platform.clone(),
             scripts: Arc::clone(&context.scripts),
             sign_in: context.sign_in.clone(),
+            audit: Arc::clone(&context.audit),
             running: Mutex::new((context.config_raw.clone(), 0)),
         }
     }
@@ -166,6 +170,24 @@ impl Reloader {
             tracing::warn!(%error, "the outcome of a reload could not be written for `larkgate reload`");
         }
         outcome
+    }
+
+    /// Rotates the audit signing key if `larkgate audit key --rotate` left the next one, and
+    /// says so.
+    async fn rotate_signing_key(&self) {
+        match super::signing::rotate_pending(&self.data_dir, &self.audit).await {
+            Ok(None) => {}
+            Ok(Some(announced)) => crate::logging::say(&format!(
+                "the audit signing key was rotated: the checkpoint of record {} signed by {} \
+                 announces {}, which signs from now on",
+                announced.seq,
+                announced.key,
+                announced.next_key.unwrap_or_default()
+            )),
+            Err(error) => crate::logging::fail(&format!(
+                "the audit signing key was not rotated, and the one in use stays: {error:#}"
+            )),
+        }
     }
 
     /// The configuration as the file says it now, checked and ready to apply; or why it
@@ -328,9 +350,11 @@ pub(crate) fn on_hangup(reloader: Reloader) -> anyhow::Result<tokio::task::JoinH
         while hangups.recv().await.is_some() {
             let reloader = Arc::clone(&reloader);
             // Reading the file and validating it blocks; the runtime's threads serve calls.
-            if let Err(error) = tokio::task::spawn_blocking(move || reloader.reload()).await {
+            let reloading = Arc::clone(&reloader);
+            if let Err(error) = tokio::task::spawn_blocking(move || reloading.reload()).await {
                 tracing::error!(%error, "a reload failed");
             }
+            reloader.rotate_signing_key().await;
         }
     }))
 }
