@@ -37,7 +37,7 @@ use larkgate_store::{AuditKind, AuditQuery, AuditRecord, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
 use super::EventKind;
-use super::chain::{GENESIS_HASH, record_hash};
+use super::chain::{GENESIS_HASH, record_at, record_hash};
 use super::checkpoint::Checkpoint;
 
 /// The format's name, the header's `bundle`.
@@ -284,17 +284,6 @@ pub async fn export(
 fn json(value: &impl Serialize) -> String {
     // Records and checkpoints are strings and integers: they always serialize.
     serde_json::to_string(value).unwrap_or_default()
-}
-
-async fn record_at(store: &dyn Store, seq: u64) -> Result<Option<AuditRecord>, StoreError> {
-    let page = store
-        .audit_records(AuditQuery {
-            after_seq: seq.checked_sub(1),
-            limit: Some(1),
-            ..Default::default()
-        })
-        .await?;
-    Ok(page.into_iter().next().filter(|r| r.seq == seq))
 }
 
 /// Scans the chain for the first record at or after `at_ms`.

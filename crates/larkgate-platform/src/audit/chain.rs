@@ -232,16 +232,9 @@ pub async fn verify_anchored(
         if report.bad_checkpoint.is_some() {
             break;
         }
-        let signed = store
-            .audit_records(AuditQuery {
-                after_seq: seq.checked_sub(1),
-                limit: Some(1),
-                ..Default::default()
-            })
-            .await?;
-        let holds = signed
-            .first()
-            .is_some_and(|record| record.seq == seq && record.hash == hash);
+        let holds = record_at(store, seq)
+            .await?
+            .is_some_and(|record| record.hash == hash);
         if !holds {
             report.bad_checkpoint = Some((
                 at,
@@ -268,16 +261,9 @@ pub async fn verify_anchored(
                 checkpoint.seq
             )),
             Ok(()) => {
-                let signed = store
-                    .audit_records(AuditQuery {
-                        after_seq: checkpoint.seq.checked_sub(1),
-                        limit: Some(1),
-                        ..Default::default()
-                    })
-                    .await?;
-                let holds = signed.first().is_some_and(|record| {
-                    record.seq == checkpoint.seq && record.hash == checkpoint.hash
-                });
+                let holds = record_at(store, checkpoint.seq)
+                    .await?
+                    .is_some_and(|record| record.hash == checkpoint.hash);
                 (!holds).then(|| {
                     format!(
                         "the chain holds another record {} than the one anchored: the database \
@@ -294,6 +280,21 @@ pub async fn verify_anchored(
         }
     }
     Ok(report)
+}
+
+/// The record at `seq`, if the chain has one there.
+pub(super) async fn record_at(
+    store: &dyn Store,
+    seq: u64,
+) -> Result<Option<larkgate_store::AuditRecord>, StoreError> {
+    let page = store
+        .audit_records(AuditQuery {
+            after_seq: seq.checked_sub(1),
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await?;
+    Ok(page.into_iter().next().filter(|r| r.seq == seq))
 }
 
 /// The checkpoint `record` holds, checked on its own: it reads, its signature verifies, it

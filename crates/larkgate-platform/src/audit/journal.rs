@@ -313,27 +313,15 @@ impl AuditLog {
     /// stay (in the journal, and pending here) for the next flush, which the background task
     /// makes on its own.
     pub async fn flush(&self) -> Result<(), AuditError> {
-        self.flush_checkpointing(false).await.map(|_| ())
-    }
-
-    /// [`AuditLog::flush`], and a checkpoint of what this replica chained since its last one
-    /// whether or not one is due (a short command's end); the checkpoint, when there was
-    /// anything to sign.
-    pub async fn flush_and_checkpoint(&self) -> Result<Option<Checkpoint>, AuditError> {
-        self.flush_checkpointing(true).await
-    }
-
-    async fn flush_checkpointing(&self, now: bool) -> Result<Option<Checkpoint>, AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
         let chained = self.chain_pending().await?;
-        let checkpoint = self.checkpoint_if_due(chained, now).await?;
-        if let Some(checkpoint) = &checkpoint {
+        if let Some(checkpoint) = self.checkpoint_if_due(chained).await? {
             // Chained at once, so that a flush leaves the checkpoint in the store too, and
             // anchored once it is there.
             self.chain_pending().await?;
-            self.anchor(checkpoint);
+            self.anchor(&checkpoint);
         }
-        Ok(checkpoint)
+        Ok(())
     }
 
     /// Moves this replica's signing to `next`: a checkpoint signed by the current key
@@ -408,14 +396,9 @@ impl AuditLog {
         Ok(())
     }
 
-    /// Counts `chained` records and, when a checkpoint is due (or `now`, and this replica
-    /// chained anything since its last one), signs the chain's head and journals the
-    /// checkpoint; the checkpoint, if it did.
-    async fn checkpoint_if_due(
-        &self,
-        chained: u64,
-        now: bool,
-    ) -> Result<Option<Checkpoint>, AuditError> {
+    /// Counts `chained` records and, when a checkpoint is due, signs the chain's head and
+    /// journals the checkpoint; the checkpoint, if it did.
+    async fn checkpoint_if_due(&self, chained: u64) -> Result<Option<Checkpoint>, AuditError> {
         let due = {
             let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = state.as_mut() else {
@@ -423,7 +406,7 @@ impl AuditLog {
             };
             state.chained += chained;
             state.chained >= state.config.every_records
-                || (state.chained > 0 && (now || state.since.elapsed() >= state.config.every))
+                || (state.chained > 0 && state.since.elapsed() >= state.config.every)
         };
         if !due {
             return Ok(None);
