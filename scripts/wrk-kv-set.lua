@@ -1,12 +1,14 @@
 -- wrk script: `tools/call kv_set` on `larkgate serve` over the 2026-07-28 revision, each
 -- request a new key (per thread, cycling through 100,000) so that writes do not queue on one
--- row.
+-- row, and a JSON-RPC id of its own.
 --
 --   LARKGATE_TOKEN=lgt_... wrk -t2 -c32 -d20s --latency -s scripts/wrk-kv-set.lua \
 --       http://127.0.0.1:8940/mcp
 --
--- Every answer must be 200; the last line counts the ones that were not. LARKGATE_KEY_PREFIX
--- (default `bench`) keeps the keys of wrk processes run at once apart.
+-- Every answer must be 200 and a result that is no error: the last line counts the answers
+-- with a status of 400 or more (`refused`), and the 200s that carried a JSON-RPC error or an
+-- `isError` result (`failed`). LARKGATE_KEY_PREFIX (default `bench`) keeps the keys of wrk
+-- processes run at once apart.
 
 local token = os.getenv("LARKGATE_TOKEN")
 if not token or token == "" then
@@ -14,21 +16,27 @@ if not token or token == "" then
 end
 local prefix = os.getenv("LARKGATE_KEY_PREFIX") or "bench"
 local counter = 0
+-- Read by done() from each thread (a global of the thread's own Lua state).
+failed = 0
+local threads = {}
 local thread_id = 0
 
 function setup(thread)
   thread_id = thread_id + 1
   thread:set("id", thread_id)
+  table.insert(threads, thread)
 end
 
 function init(args)
   counter = 0
+  failed = 0
 end
 
 function request()
-  counter = (counter + 1) % 100000
-  local key = prefix .. "-" .. tostring(id) .. "-" .. tostring(counter)
-  local body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"kv_set",'
+  counter = counter + 1
+  local key = prefix .. "-" .. tostring(id) .. "-" .. tostring(counter % 100000)
+  local body = '{"jsonrpc":"2.0","id":' .. tostring(id * 1000000000 + counter)
+    .. ',"method":"tools/call","params":{"name":"kv_set",'
     .. '"arguments":{"key":"' .. key .. '","value":"v"},'
     .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
     .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
@@ -42,8 +50,18 @@ function request()
   }, body)
 end
 
+function response(status, headers, body)
+  if status == 200 and (body:find('"isError":true', 1, true) or body:find('"error":{', 1, true)) then
+    failed = failed + 1
+  end
+end
+
 function done(summary, latency, requests)
-  io.write(string.format("calls: %d, refused (status >= 400): %d, socket errors: %d\n",
-    summary.requests, summary.errors.status,
+  local failures = 0
+  for _, thread in ipairs(threads) do
+    failures = failures + (thread:get("failed") or 0)
+  end
+  io.write(string.format("calls: %d, refused (status >= 400): %d, failed (JSON-RPC error or isError): %d, socket errors: %d\n",
+    summary.requests, summary.errors.status, failures,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
 end

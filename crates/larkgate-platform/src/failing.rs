@@ -1,8 +1,15 @@
 //! A background task's failure that lasts (the store unreachable for a minute) logged as an
 //! operator wants it: once when it starts, then at most every 30 s while it lasts (with how
 //! many attempts failed meanwhile), and once when it ends; not once per attempt.
+//!
+//! A failure is logged as a warning or an error; its end is an `info` event of the target
+//! [`RECOVERED`], which `serve` and `stdio` let through by default (their filter is warnings
+//! only otherwise), so that an operator who read the failure also reads that it ended.
 
 use std::time::{Duration, Instant};
+
+/// The target of the line that says a failure ended.
+pub const RECOVERED: &str = "larkgate_recovered";
 
 /// How often a lasting failure is logged again.
 const REPEAT: Duration = Duration::from_secs(30);

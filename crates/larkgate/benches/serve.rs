@@ -17,6 +17,9 @@
 //! its access log as the baseline: with the access log (the default), and with the access log
 //! and every call traced to an OTLP/HTTP receiver (`tests/peers/otlp_receiver.py`).
 //!
+//! A third group measures what signing the audit chain costs (`kv_set`, checkpoints off, on,
+//! and anchored to a file).
+//!
 //! Needs the Python SDK: run `scripts/test` once (it installs it into `.cache/py`), or point
 //! `LARKGATE_TEST_PYTHON` at a Python that has `mcp` installed.
 
@@ -69,7 +72,14 @@ fn start_larkgate(dir: &Path, config: &str) -> (Process, String, String) {
         .to_owned();
     let mut child = Command::new(env!("CARGO_BIN_EXE_larkgate"))
         .current_dir(dir)
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        // Its operational endpoints on a port of their own: several serve at once.
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -134,8 +144,29 @@ async fn clients(url: &str, token: Option<&str>, n: usize) -> Vec<Arc<UpstreamCl
     out
 }
 
-/// `per_client` calls from each client at once; every call's latency.
+/// `per_client` calls of `clock_now` from each client at once; every call's latency.
 async fn load(clients: &[Arc<UpstreamClient>], per_client: usize) -> (Duration, Vec<Duration>) {
+    load_tool(clients, per_client, Tool::ClockNow).await
+}
+
+/// What the load generator calls.
+#[derive(Clone, Copy)]
+enum Tool {
+    /// `clock_now`, no arguments: reads nothing, writes nothing.
+    ClockNow,
+    /// `kv_set` of a key no other call sets: one write to the store per call.
+    KvSet,
+}
+
+/// Keys `kv_set` calls set, unique across every load of a run.
+static KEYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// [`load`], calling `tool`.
+async fn load_tool(
+    clients: &[Arc<UpstreamClient>],
+    per_client: usize,
+    tool: Tool,
+) -> (Duration, Vec<Duration>) {
     let started = Instant::now();
     let tasks: Vec<_> = clients
         .iter()
@@ -144,11 +175,18 @@ async fn load(clients: &[Arc<UpstreamClient>], per_client: usize) -> (Duration, 
             tokio::spawn(async move {
                 let mut latencies = Vec::with_capacity(per_client);
                 for _ in 0..per_client {
+                    let (name, arguments) = match tool {
+                        Tool::ClockNow => ("clock_now", serde_json::Map::new()),
+                        Tool::KvSet => {
+                            let key = KEYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let mut arguments = serde_json::Map::new();
+                            arguments.insert("key".into(), format!("bench-{key}").into());
+                            arguments.insert("value".into(), "v".into());
+                            ("kv_set", arguments)
+                        }
+                    };
                     let at = Instant::now();
-                    let result = client
-                        .call_tool("clock_now", serde_json::Map::new())
-                        .await
-                        .unwrap();
+                    let result = client.call_tool(name, arguments).await.unwrap();
                     assert_ne!(result.is_error, Some(true), "{result:?}");
                     latencies.push(at.elapsed());
                 }
@@ -161,6 +199,25 @@ async fn load(clients: &[Arc<UpstreamClient>], per_client: usize) -> (Duration, 
         all.extend(task.await.unwrap());
     }
     (started.elapsed(), all)
+}
+
+/// Registers `name` in `group`: the time per call of `tool`, `iters` calls spread over the
+/// clients of `set`.
+fn time_per_call(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+    set: &[Arc<UpstreamClient>],
+    tool: Tool,
+) {
+    let n = set.len();
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let per_client = (iters as usize).div_ceil(n).max(1);
+            let (elapsed, latencies) = runtime.block_on(load_tool(set, per_client, tool));
+            elapsed.mul_f64(iters as f64 / latencies.len() as f64)
+        });
+    });
 }
 
 struct Figures {
@@ -197,14 +254,7 @@ fn bench(c: &mut Criterion) {
         group.sample_size(10);
         group.measurement_time(Duration::from_secs(5));
         for (name, set) in [("python_sdk", &theirs), ("larkgate", &ours)] {
-            group.bench_function(name, |b| {
-                // Time per call: `iters` calls spread over the clients.
-                b.iter_custom(|iters| {
-                    let per_client = (iters as usize).div_ceil(n).max(1);
-                    let (elapsed, latencies) = runtime.block_on(load(set, per_client));
-                    elapsed.mul_f64(iters as f64 / latencies.len() as f64)
-                });
-            });
+            time_per_call(&mut group, &runtime, name, set, Tool::ClockNow);
         }
         group.finish();
         let per_client = PASS_CALLS / n.min(8);
@@ -284,13 +334,7 @@ fn observability(c: &mut Criterion) {
         let dir = tempfile::tempdir().unwrap();
         let (_server, url, token) = start_larkgate(dir.path(), config);
         let set = runtime.block_on(clients(&url, Some(&token), n));
-        group.bench_function(*name, |b| {
-            b.iter_custom(|iters| {
-                let per_client = (iters as usize).div_ceil(n).max(1);
-                let (elapsed, latencies) = runtime.block_on(load(&set, per_client));
-                elapsed.mul_f64(iters as f64 / latencies.len() as f64)
-            });
-        });
+        time_per_call(&mut group, &runtime, name, &set, Tool::ClockNow);
         let (e, l) = runtime.block_on(load(&set, PASS_CALLS / 8));
         summary.push((*name, figures(e, l)));
     }
@@ -309,5 +353,79 @@ fn observability(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench, observability);
+/// What signing the audit chain costs: `kv_set` (a write and two chained records per call) at
+/// 32 clients with `[audit] checkpoints = false` (the baseline), with checkpoints (the
+/// default: one every 1,000 records or 60 s), and with each checkpoint also appended to an
+/// anchor file. Target: checkpoints cost at most 5% of the calls per second.
+fn checkpoints(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let anchors = tempfile::tempdir().unwrap();
+    let anchored = format!(
+        "[[audit.anchors]]\nfile = \"{}\"\n",
+        anchors.path().join("anchors.jsonl").display()
+    );
+    let configs = [
+        (
+            "checkpoints_off",
+            "[audit]\ncheckpoints = false\n".to_owned(),
+        ),
+        ("checkpoints_on", String::new()),
+        ("checkpoints_anchored", anchored),
+    ];
+    let n = 32;
+    let mut group = c.benchmark_group(format!("audit_kv_set_{n}_clients"));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    let mut servers = Vec::new();
+    for (name, config) in &configs {
+        let dir = tempfile::tempdir().unwrap();
+        let (server, url, token) = start_larkgate(dir.path(), config);
+        let set = runtime.block_on(clients(&url, Some(&token), n));
+        servers.push((*name, dir, server, set));
+    }
+    for (name, _, _, set) in &servers {
+        time_per_call(&mut group, &runtime, name, set, Tool::KvSet);
+    }
+    group.finish();
+    // The fixed pass, the three alternating five times, so that drift falls on all alike.
+    let mut passes: Vec<Vec<Figures>> = servers.iter().map(|_| Vec::new()).collect();
+    for _ in 0..5 {
+        for (i, (_, _, _, set)) in servers.iter().enumerate() {
+            let (e, l) = runtime.block_on(load_tool(set, PASS_CALLS / 8, Tool::KvSet));
+            passes[i].push(figures(e, l));
+        }
+    }
+    let median = |figures: &mut Vec<Figures>| {
+        figures.sort_by(|a, b| a.per_second.total_cmp(&b.per_second));
+        figures.swap_remove(figures.len() / 2)
+    };
+    let summary: Vec<(&str, Figures)> = servers
+        .iter()
+        .zip(passes.iter_mut())
+        .map(|((name, ..), figures)| (*name, median(figures)))
+        .collect();
+    let baseline = summary[0].1.per_second;
+    println!();
+    println!("kv_set at {n} clients, what signing the audit chain costs (median of 5 passes):");
+    for (name, figures) in &summary {
+        println!(
+            "  {name:<22} {:>8.0} calls/s (p50 {:>8.2?}, p99 {:>8.2?}) | {:.3}x the baseline",
+            figures.per_second,
+            figures.p50,
+            figures.p99,
+            figures.per_second / baseline,
+        );
+    }
+    let ratio = summary[1].1.per_second / baseline;
+    println!(
+        "  target: checkpoints cost at most 5% of the calls/s: {ratio:.3}x ({})",
+        if ratio >= 0.95 { "met" } else { "NOT met" }
+    );
+}
+
+criterion_group!(benches, bench, observability, checkpoints);
 criterion_main!(benches);

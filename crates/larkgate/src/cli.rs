@@ -54,7 +54,8 @@ pub(crate) struct Cli {
 
 impl Cli {
     /// What is logged to stderr unless `RUST_LOG` says otherwise: warnings, and what the
-    /// command says; `serve` and `stdio` also log the upstreams' allow-lists at start. larkgate
+    /// command says; `serve` and `stdio` also log the upstreams' allow-lists at start, and the
+    /// end of a background task's failure (`larkgate_platform::failing::RECOVERED`). larkgate
     /// says every failure of an upstream in its own words (and logs its detail with URLs
     /// redacted), so the MCP library's own log lines — type names, debug dumps, URLs with their
     /// query — are left out of every command (`RUST_LOG=rmcp=debug` shows them).
@@ -62,7 +63,8 @@ impl Cli {
         match self.command {
             Command::Client(_) => "warn,rmcp=off,larkgate_cli=info",
             Command::Serve(_) | Command::Stdio(_) => {
-                "warn,rmcp=off,larkgate_cli=info,larkgate_access=info,larkgate_upstream=info"
+                "warn,rmcp=off,larkgate_cli=info,larkgate_access=info,larkgate_upstream=info,\
+                 larkgate_recovered=info"
             }
             _ => "warn,rmcp=off,larkgate_cli=info",
         }

@@ -7,7 +7,8 @@
 //! - Text has colours only when stderr is a terminal and `NO_COLOR` is not set, so a log file
 //!   or a collector never gets escape codes.
 //! - What is logged is `RUST_LOG`, else warnings only, except that `serve` and `stdio` also
-//!   log the upstreams' allow-lists at start (see `Cli::default_log_filter`). What a command
+//!   log the upstreams' allow-lists at start and the end of a background task's failure
+//!   (`larkgate_platform::failing::RECOVERED`; see `Cli::default_log_filter`). What a command
 //!   says ([`say`]) is an `info` event of the target [`SAY`], which the default filters let
 //!   through.
 //! - Access lines (`[server] access_log`) are events of the target

@@ -367,7 +367,13 @@ async fn deliver(anchors: std::sync::Weak<Anchors>, index: usize) {
                         }
                     );
                 },
-                || tracing::info!(anchor = %anchored.name, "checkpoints are anchored again"),
+                || {
+                    tracing::info!(
+                        target: crate::failing::RECOVERED,
+                        anchor = %anchored.name,
+                        "checkpoints are anchored again"
+                    )
+                },
             );
             if !ok {
                 break;

@@ -256,7 +256,12 @@ impl AuditLog {
                              journal and larkgate keeps trying"
                         );
                     },
-                    || tracing::info!("audit records are reaching the store again"),
+                    || {
+                        tracing::info!(
+                            target: crate::failing::RECOVERED,
+                            "audit records are reaching the store again"
+                        )
+                    },
                 );
             }
         });

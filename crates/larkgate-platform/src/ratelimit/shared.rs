@@ -195,7 +195,7 @@ impl SharedLimiter {
                     Ok::<(), String>(()),
                     |_, _| {},
                     || {
-                        tracing::info!("the shared rate limits are reachable again");
+                        tracing::info!(target: crate::failing::RECOVERED, "the shared rate limits are reachable again");
                     },
                 );
                 match u64::try_from(wait_us) {

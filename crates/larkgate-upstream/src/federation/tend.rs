@@ -40,7 +40,12 @@ impl Federation {
                                 "upstream changes could not be followed"
                             );
                         },
-                        || tracing::info!("upstream changes are followed again"),
+                        || {
+                            tracing::info!(
+                                target: larkgate_platform::failing::RECOVERED,
+                                "upstream changes are followed again"
+                            )
+                        },
                     );
                 }
                 for upstream in federation.upstreams() {

@@ -49,6 +49,9 @@ struct Scrape {
     >,
     /// The store, for readiness and its connection pool's gauges.
     store: Arc<dyn larkgate_store::Store>,
+    /// The audit log, for readiness: its anchors, when `anchors_required` makes a failing one
+    /// refuse calls.
+    audit: Arc<larkgate_platform::audit::AuditLog>,
     /// `store_pool_connections{state="open"|"idle"|"max"}` and `store_pool_waiting`, for
     /// stores with a pool (PostgreSQL).
     store_pool: prometheus_client::metrics::family::Family<
@@ -73,6 +76,7 @@ impl Scrape {
             upstream_up: Default::default(),
             upstream_tools: Default::default(),
             store: context.store.clone(),
+            audit: Arc::clone(&context.audit),
             store_pool: Default::default(),
             store_pool_waiting: Default::default(),
             approvals_pending: Default::default(),
@@ -131,10 +135,15 @@ impl Scrape {
         scrape
     }
 
-    /// Whether the gateway can serve: its store answers within a second. The cause goes to
-    /// the log; the probe is told only that the store is not answering (it may be served
-    /// beside `/mcp`, to anyone).
+    /// Whether the gateway can serve: its store answers within a second, and no failing audit
+    /// anchor makes it refuse calls (`[audit] anchors_required`). The cause goes to the log;
+    /// the probe is told only what is wrong, not where (it may be served beside `/mcp`, to
+    /// anyone).
     async fn ready(&self) -> Result<(), &'static str> {
+        if let Some(anchor) = self.audit.anchors().and_then(|a| a.refusing()) {
+            tracing::warn!(%anchor, "not ready: an audit anchor is failing and anchors_required refuses calls");
+            return Err("an audit anchor is failing, and [audit] anchors_required refuses calls");
+        }
         match tokio::time::timeout(std::time::Duration::from_secs(1), self.store.ping()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => {
@@ -501,7 +510,12 @@ fn follow_servers(context: &Context) -> tokio::task::JoinHandle<()> {
                         "virtual server changes could not be followed"
                     );
                 },
-                || tracing::info!("virtual server changes are followed again"),
+                || {
+                    tracing::info!(
+                        target: larkgate_platform::failing::RECOVERED,
+                        "virtual server changes are followed again"
+                    )
+                },
             );
         }
     })
@@ -511,7 +525,7 @@ fn follow_servers(context: &Context) -> tokio::task::JoinHandle<()> {
 const OPS_MAX_CONNECTIONS: usize = 64;
 
 /// `/healthz` (the process answers), `/readyz` (it can serve: 503 while its store is
-/// unreachable) and `/metrics`.
+/// unreachable, or an audit anchor fails under `anchors_required`) and `/metrics`.
 fn ops_routes(metrics: Arc<Scrape>) -> axum::Router {
     let readiness = Arc::clone(&metrics);
     axum::Router::new()

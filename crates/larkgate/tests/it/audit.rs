@@ -218,3 +218,171 @@ fn checkpoints_are_signed_by_the_directory_s_key_and_checked_against_the_keys_he
         crate::stderr(&output)
     );
 }
+
+/// The Python verifier of bundles `docs/operations.md` gives auditors, written into `dir`.
+pub(crate) fn docs_verifier(dir: &std::path::Path) -> std::path::PathBuf {
+    let docs = std::fs::read_to_string(crate::root().join("docs/operations.md")).unwrap();
+    let section = &docs[docs.find("### Bundles for an auditor").unwrap()..];
+    let start = section.find("```python\n").unwrap() + "```python\n".len();
+    let script = &section[start..start + section[start..].find("```\n").unwrap()];
+    let verifier = dir.join("verify_bundle.py");
+    std::fs::write(&verifier, script).unwrap();
+    verifier
+}
+
+/// The Python verifier `docs/operations.md` gives auditors, as they would run it: it takes
+/// a bundle `audit export` wrote and catches each way of tampering with one, as `audit verify
+/// --bundle` does.
+#[test]
+fn the_python_verifier_in_the_docs_accepts_an_exported_bundle_and_catches_each_tampering() {
+    let work = tempfile::tempdir().unwrap();
+    let verifier = docs_verifier(work.path());
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(crate::config_path(d), "[audit]\ncheckpoint_records = 2\n").unwrap();
+    ok(d, &["principal", "add", "wes", "--roles", "admin"]);
+    for i in 0..6 {
+        let key = format!("key=k{i}");
+        ok(
+            d,
+            &[
+                "--as", "wes", "call", "kv_set", "--arg", &key, "--arg", "value=v",
+            ],
+        );
+    }
+    let key = ok(d, &["audit", "key"]).trim().to_owned();
+    let export = |name: &str, range: &[&str]| {
+        let file = work.path().join(name);
+        let mut args = vec!["audit", "export"];
+        args.extend_from_slice(range);
+        args.extend(["--out", file.to_str().unwrap()]);
+        ok(d, &args);
+        std::fs::read_to_string(file).unwrap()
+    };
+    let whole = export("whole.jsonl", &["--from", "1"]);
+    let early = export("early.jsonl", &["--from", "1", "--to", "3"]);
+    let early_end: serde_json::Value = serde_json::from_str(early.lines().last().unwrap()).unwrap();
+    // A later range, one record after the early one's end left out.
+    let late_from = (early_end["end"].as_u64().unwrap() + 2).to_string();
+    let late = export("late.jsonl", &["--from", &late_from]);
+
+    // What the Python verifier and larkgate's say of a bundle's text, given these keys.
+    let check = |name: &str, text: &str, keys: &[&str]| -> (Result<String, String>, bool) {
+        let file = work.path().join(format!("check-{name}.jsonl"));
+        std::fs::write(&file, text).unwrap();
+        let output = std::process::Command::new(crate::python())
+            .arg(&verifier)
+            .arg(&file)
+            .args(keys)
+            .output()
+            .unwrap();
+        let python = if output.status.success() {
+            Ok(crate::stdout(&output))
+        } else {
+            Err(crate::stderr(&output))
+        };
+        let mut args = vec!["audit", "verify", "--bundle", file.to_str().unwrap()];
+        for key in keys {
+            args.extend(["--key", key]);
+        }
+        let ours = crate::larkgate_in(work.path(), &args).status.success();
+        (python, ours)
+    };
+    for (name, text) in [("whole", &whole), ("early", &early), ("late", &late)] {
+        let (python, ours) = check(name, text, &[&key]);
+        let said = python.unwrap_or_else(|e| panic!("the verifier refused {name}: {e}"));
+        assert!(said.starts_with("intact: records "), "{said}");
+        assert!(ours, "larkgate refused {name}");
+    }
+
+    let lines: Vec<&str> = whole.lines().collect();
+    let records = lines.len() - 3;
+    assert!(records >= 10, "{whole}");
+    let joined = |lines: &[String]| lines.join("\n") + "\n";
+    let owned: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    // A byte changed in a record.
+    let call = 1 + lines[1..]
+        .iter()
+        .position(|l| l.contains("\"principal\":\"wes\"") && l.contains("\"seq\":5,"))
+        .unwrap_or_else(|| panic!("record 5 is no call of wes: {whole}"));
+    let mut changed = owned.clone();
+    changed[call] = changed[call].replacen("\"wes\"", "\"wex\"", 1);
+    // A record removed.
+    let mut removed = owned.clone();
+    removed.remove(call);
+    // The chain rewritten from the middle on with valid hashes.
+    let mut rewritten = owned.clone();
+    let mut prev: Option<String> = None;
+    for line in rewritten.iter_mut().take(records + 1).skip(call) {
+        let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut record: larkgate_store::AuditRecord =
+            serde_json::from_value(value["record"].take()).unwrap();
+        if let Some(prev) = &prev {
+            record.prev_hash = prev.clone();
+        } else {
+            record.principal = "someone-else".into();
+        }
+        record.hash = larkgate_store::record_hash(&record);
+        prev = Some(record.hash.clone());
+        *line = serde_json::json!({ "record": record }).to_string();
+    }
+    // The last checkpoint's signed text changed.
+    let mut resigned = owned.clone();
+    let at = lines.len() - 2;
+    let mut checkpoint: serde_json::Value = serde_json::from_str(&resigned[at]).unwrap();
+    checkpoint["checkpoint"]["at_ms"] = serde_json::json!(1);
+    resigned[at] = checkpoint.to_string();
+    // Two ranges spliced: the early records, then the late ones, under the late checkpoint.
+    let early: Vec<&str> = early.lines().collect();
+    let late: Vec<&str> = late.lines().collect();
+    let spliced: Vec<String> = early[..early.len() - 2]
+        .iter()
+        .chain(&late[1..])
+        .map(|l| l.to_string())
+        .collect();
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(crate::config_path(elsewhere.path()), "").unwrap();
+    ok(
+        elsewhere.path(),
+        &["principal", "add", "x", "--roles", "admin"],
+    );
+    ok(elsewhere.path(), &["--as", "x", "call", "clock_now"]);
+    let stranger = ok(elsewhere.path(), &["audit", "key"]).trim().to_owned();
+
+    for (name, text, keys, why) in [
+        (
+            "changed",
+            joined(&changed),
+            vec![key.as_str()],
+            "was changed",
+        ),
+        ("removed", joined(&removed), vec![&key], "is out of place"),
+        ("rewritten", joined(&rewritten), vec![&key], "sign"),
+        (
+            "resigned",
+            joined(&resigned),
+            vec![&key],
+            "has a bad signature",
+        ),
+        ("spliced", joined(&spliced), vec![&key], "is out of place"),
+        (
+            "stranger",
+            whole.clone(),
+            vec![&stranger],
+            "a key not given",
+        ),
+        ("no-key", whole.clone(), vec![], "a key not given"),
+    ] {
+        let (python, ours) = check(name, &text, &keys);
+        let said = python
+            .err()
+            .unwrap_or_else(|| panic!("{name}: the verifier took it"));
+        assert!(
+            said.contains("BROKEN: ") && said.contains(why),
+            "{name}: {said}"
+        );
+        assert!(!ours, "{name}: larkgate took it");
+    }
+}

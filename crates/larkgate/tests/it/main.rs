@@ -1,5 +1,6 @@
 //! Tests of the `larkgate` command, run as a real process on a real data directory.
 
+mod anchors;
 mod audit;
 mod backup;
 mod capabilities;

@@ -932,3 +932,114 @@ fn a_virtual_server_added_through_one_replica_is_served_and_removed_by_all() {
     }
     drop(servers);
 }
+
+/// Each replica signs the checkpoints of the batches it links, with its own key, named in each
+/// checkpoint: a verifier given both keys accepts the one chain (from either directory, and as
+/// a bundle on its own, by larkgate and by the docs' Python verifier); given one, it names the
+/// checkpoint the other signed.
+#[test]
+fn each_replica_signs_with_its_own_key_and_a_verifier_given_both_accepts_the_chain() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let schema = runtime.block_on(TestSchema::create());
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    for dir in &dirs {
+        let config = config(&schema).replace(
+            "record_arguments = true\n",
+            "record_arguments = true\ncheckpoint_records = 2\n",
+        );
+        std::fs::write(config_path(dir.path()), config).unwrap();
+    }
+    let token = admin(dirs[0].path(), "ada");
+    let servers: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    // One call at a time, alternating: each replica links batches that cross the interval.
+    for i in 0..6 {
+        let answer = crate::traces::call(
+            &servers[i % 2].url,
+            &token,
+            None,
+            None,
+            "kv_set",
+            serde_json::json!({"key": format!("k{i}"), "value": "v"}),
+        );
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+    for server in servers {
+        assert!(server.stop().success());
+    }
+    let keys: Vec<String> = dirs
+        .iter()
+        .map(|d| ok(d.path(), &["audit", "key"]).trim().to_owned())
+        .collect();
+    assert_ne!(keys[0], keys[1]);
+    for dir in &dirs {
+        let text = ok(
+            dir.path(),
+            &["audit", "verify", "--key", &keys[0], "--key", &keys[1]],
+        );
+        assert!(text.contains("the chain is intact"), "{text}");
+        let signed_by = text
+            .lines()
+            .find(|l| l.contains("signed checkpoints, signed by"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            signed_by.contains(&keys[0]) && signed_by.contains(&keys[1]),
+            "{text}"
+        );
+    }
+    let output = crate::larkgate_in(dirs[0].path(), &["audit", "verify", "--key", &keys[0]]);
+    assert!(!output.status.success());
+    let text = crate::stdout(&output);
+    assert!(
+        text.contains("BROKEN checkpoint") && text.contains("a key you did not give"),
+        "{text}"
+    );
+
+    let bundle = dirs[1].path().join("chain.jsonl");
+    ok(
+        dirs[1].path(),
+        &[
+            "audit",
+            "export",
+            "--from",
+            "1",
+            "--out",
+            bundle.to_str().unwrap(),
+        ],
+    );
+    let elsewhere = tempfile::tempdir().unwrap();
+    let both = ok(
+        elsewhere.path(),
+        &[
+            "audit",
+            "verify",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--key",
+            &keys[0],
+            "--key",
+            &keys[1],
+        ],
+    );
+    assert!(both.contains("is intact"), "{both}");
+    // The auditor's own verifier, from the docs, given both keys.
+    let verifier = crate::audit::docs_verifier(elsewhere.path());
+    let output = std::process::Command::new(crate::python())
+        .arg(&verifier)
+        .arg(&bundle)
+        .args(&keys)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", crate::stderr(&output));
+    let one = crate::fails(
+        elsewhere.path(),
+        &[
+            "audit",
+            "verify",
+            "--bundle",
+            bundle.to_str().unwrap(),
+            "--key",
+            &keys[1],
+        ],
+    );
+    assert!(one.contains("is BROKEN"), "{one}");
+}

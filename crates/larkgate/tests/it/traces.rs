@@ -26,12 +26,18 @@ impl Drop for Peer {
 }
 
 pub(crate) fn peer(script: &str) -> Peer {
+    peer_with(script, &[])
+}
+
+/// [`peer`], given these arguments.
+pub(crate) fn peer_with(script: &str, args: &[&std::ffi::OsStr]) -> Peer {
     let mut child = Command::new(crate::python())
         .arg(
             crate::root()
                 .join("crates/larkgate/tests/peers")
                 .join(script),
         )
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -54,6 +60,20 @@ pub(crate) fn peer(script: &str) -> Peer {
             .unwrap_or_else(|_| panic!("{script} printed {port:?}")),
         child,
         lines,
+    }
+}
+
+impl Peer {
+    /// The next line it prints (within 30 s).
+    pub(crate) fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the peer printed no further line within 30 s")
+    }
+
+    /// A line it printed and nobody has read yet, without waiting.
+    pub(crate) fn printed(&self) -> Option<String> {
+        self.lines.try_recv().ok()
     }
 }
 
