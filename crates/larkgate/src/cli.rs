@@ -336,6 +336,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         let reloading = matches!(cli.command, Command::Serve(_) | Command::Stdio(_))
             .then(|| reload::on_hangup(reload::Reloader::new(&context)))
             .transpose()?;
+        let signs_at_close = reloading.is_some();
         let command = async {
             match cli.command {
                 Command::Capabilities(_)
@@ -373,8 +374,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         if let Some(reloading) = reloading {
             reloading.abort();
         }
-        // Whatever the command appended to the audit chain is in the store before we exit.
-        context.close().await?;
+        // Whatever the command appended to the audit chain is in the store before we exit;
+        // `serve` and `stdio` also sign what they chained since their last checkpoint.
+        context.close(signs_at_close).await?;
         result
     })
 }

@@ -318,9 +318,21 @@ impl AuditLog {
     /// stay (in the journal, and pending here) for the next flush, which the background task
     /// makes on its own.
     pub async fn flush(&self) -> Result<(), AuditError> {
+        self.flush_signing(false).await
+    }
+
+    /// [`AuditLog::flush`], then a checkpoint of what this replica chained since its last one
+    /// whether or not one is due: what a larkgate that serves does as it stops, so that its
+    /// last records are signed (and anchored) now rather than by the next larkgate to chain.
+    /// Nothing is signed when this replica chained nothing since its last checkpoint.
+    pub async fn flush_and_sign(&self) -> Result<(), AuditError> {
+        self.flush_signing(true).await
+    }
+
+    async fn flush_signing(&self, sign: bool) -> Result<(), AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
         let chained = self.chain_pending().await?;
-        if let Some(checkpoint) = self.checkpoint_if_due(chained).await? {
+        if let Some(checkpoint) = self.checkpoint_if_due(chained, sign).await? {
             // Chained at once, so that a flush leaves the checkpoint in the store too, and
             // anchored once it is there.
             self.chain_pending().await?;
@@ -401,9 +413,14 @@ impl AuditLog {
         Ok(())
     }
 
-    /// Counts `chained` records and, when a checkpoint is due, signs the chain's head and
-    /// journals the checkpoint; the checkpoint, if it did.
-    async fn checkpoint_if_due(&self, chained: u64) -> Result<Option<Checkpoint>, AuditError> {
+    /// Counts `chained` records and, when a checkpoint is due (or `now`, when this replica
+    /// chained any record since its last), signs the chain's head and journals the checkpoint;
+    /// the checkpoint, if it did.
+    async fn checkpoint_if_due(
+        &self,
+        chained: u64,
+        now: bool,
+    ) -> Result<Option<Checkpoint>, AuditError> {
         let due = {
             let mut state = self.checkpointing.lock().unwrap_or_else(|p| p.into_inner());
             let Some(state) = state.as_mut() else {
@@ -411,7 +428,7 @@ impl AuditLog {
             };
             state.chained += chained;
             state.chained >= state.config.every_records
-                || (state.chained > 0 && state.since.elapsed() >= state.config.every)
+                || (state.chained > 0 && (now || state.since.elapsed() >= state.config.every))
         };
         if !due {
             return Ok(None);

@@ -139,6 +139,35 @@ async fn checkpoints_are_signed_every_n_records_and_verify_under_the_key_held() 
     assert_eq!(checkpoints(&records(&store).await).len(), 2);
 }
 
+/// What a serving larkgate does as it stops: the records it chained since its last
+/// checkpoint are signed then, though fewer than N came; with none since, nothing is signed.
+#[tokio::test]
+async fn flush_and_sign_signs_what_was_chained_since_the_last_checkpoint_and_only_that() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, key) = open(dir.path(), 1_000).await;
+    fill(&log, 3).await;
+    assert!(checkpoints(&records(&store).await).is_empty());
+    log.flush_and_sign().await.unwrap();
+    let all = records(&store).await;
+    let made = checkpoints(&all);
+    assert_eq!(made.len(), 1);
+    let (at, checkpoint) = &made[0];
+    assert_eq!(
+        (*at, checkpoint.seq),
+        (all.len() as u64, all.len() as u64 - 1)
+    );
+    assert_eq!(checkpoint.hash, all[all.len() - 2].hash);
+    assert_eq!(checkpoint.key, key);
+    // Nothing chained since: nothing to sign, however often it is asked.
+    log.flush_and_sign().await.unwrap();
+    log.flush_and_sign().await.unwrap();
+    assert_eq!(records(&store).await.len(), all.len());
+    let report = verify_trusting(store.as_ref(), None, std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    assert!(report.intact(), "{report:?}");
+}
+
 #[tokio::test]
 async fn a_chain_rewritten_from_the_middle_with_valid_hashes_is_caught_by_its_checkpoints() {
     let dir = tempfile::tempdir().unwrap();

@@ -138,6 +138,15 @@ fn checkpoints_reach_a_file_the_system_log_and_a_webhook_which_is_retried_withou
 
     let chained = chained_checkpoints(d);
     assert!(chained.len() >= 3, "{chained:#?}");
+    // A serve that stops signs what it chained since its last checkpoint: the chain ends with
+    // a checkpoint of the record before it.
+    let head: u64 = ok(d, &["audit", "head"])
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(chained.last().unwrap()["seq"], head - 1, "{chained:#?}");
     // The file: one line per checkpoint, in the chain's order.
     let in_file: Vec<Value> = std::fs::read_to_string(&anchor_file)
         .unwrap()
