@@ -14,12 +14,13 @@ one connection; each prints one JSON line:
 - {"complete": "prompt" | "resource", "ref": NAME_OR_TEMPLATE, "argument": A, "value": V}:
   {"values": [...]}, or {"error": message};
 - "changes": prints {"listening": true} once it listens for tool list changes (2025-11-25: on
-  the session; 2026-07-28: a `subscriptions/listen` stream), then, once told (at most 30 s),
-  {"tools": [names listed then]}.
+  the session, once the SDK says its GET stream is open; 2026-07-28: a `subscriptions/listen`
+  stream), then, once told (at most 30 s), {"tools": [names listed then]}.
 """
 
 import asyncio
 import json
+import logging
 import sys
 
 import anyio
@@ -29,6 +30,19 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 MODE, URL, TOKEN, STEPS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+
+
+class GetStreamOpened(logging.Handler):
+    """Sets `opened` when the SDK logs that its 2025-11-25 GET stream is open: larkgate has the
+    stream then, and tells the session's changes on it (a change before that is not heard)."""
+
+    def __init__(self, opened):
+        super().__init__(logging.DEBUG)
+        self.opened = opened
+
+    def emit(self, record):
+        if record.getMessage() == "GET SSE connection established":
+            self.opened.set()
 
 
 def say(value):
@@ -62,6 +76,8 @@ async def step(client, told, step):
         )
     elif step == "changes":
         if MODE == "legacy":
+            with anyio.fail_after(30):
+                await get_stream_opened.wait()
             say({"listening": True})
             with anyio.fail_after(30):
                 await told.wait()
@@ -111,7 +127,12 @@ async def step(client, told, step):
 
 
 async def main():
+    global get_stream_opened
     told = anyio.Event()
+    get_stream_opened = anyio.Event()
+    sdk_log = logging.getLogger("mcp.client.streamable_http")
+    sdk_log.setLevel(logging.DEBUG)
+    sdk_log.addHandler(GetStreamOpened(get_stream_opened))
 
     async def handler(message):
         if is_tool_list_changed(message):
