@@ -181,8 +181,9 @@ pub(crate) async fn run(
             if report.checkpoints > 0 {
                 writeln!(
                     out,
-                    "checked {} signed checkpoints, signed by {}{}",
+                    "checked {} signed {}, signed by {}{}",
                     report.checkpoints,
+                    checkpoints_word(report.checkpoints),
                     report.signing_keys.join(", "),
                     if keys.is_empty() {
                         " (the keys they name: pass --key with the keys you hold to check \
@@ -195,8 +196,9 @@ pub(crate) async fn run(
             if report.anchored > 0 {
                 writeln!(
                     out,
-                    "checked {} checkpoints anchored outside the database",
-                    report.anchored
+                    "checked {} {} anchored outside the database",
+                    report.anchored,
+                    checkpoints_word(report.anchored)
                 )?;
             }
             if !report.intents_without_outcome.is_empty() {
@@ -243,11 +245,18 @@ pub(crate) async fn run(
                     origin.head.seq
                 )?;
             }
-            match &head {
-                Some(known) => {
+            let last_anchored = anchored.iter().map(|c| c.seq).max();
+            match (&head, last_anchored) {
+                (Some(known), _) => {
                     writeln!(out, "it holds the head {}:{} given", known.seq, known.hash)?
                 }
-                None => writeln!(
+                (None, Some(anchored_seq)) => writeln!(
+                    out,
+                    "the anchors vouch for it up to record {anchored_seq}, the last they hold; \
+                     nothing vouches for the records after it (a copy that lacks them verifies \
+                     alike)"
+                )?,
+                (None, None) => writeln!(
                     out,
                     "this vouches for nothing after record {seq}: a copy that lacks the newest \
                      records of the store it was taken from verifies alike; check it against a \
@@ -288,6 +297,15 @@ pub(crate) async fn run(
         },
     }
     Ok(())
+}
+
+/// "checkpoint" or "checkpoints", as `count` needs.
+fn checkpoints_word(count: u64) -> &'static str {
+    if count == 1 {
+        "checkpoint"
+    } else {
+        "checkpoints"
+    }
 }
 
 /// Whether `command` runs without a data directory (a bundle is checked on its own).

@@ -203,6 +203,13 @@ fn checkpoints_reach_a_file_the_system_log_and_a_webhook_which_is_retried_withou
             )) && verified.contains("the chain is intact"),
             "{verified}"
         );
+        assert!(
+            verified.contains(&format!(
+                "the anchors vouch for it up to record {}, the last they hold",
+                chained.last().unwrap()["seq"]
+            )),
+            "{verified}"
+        );
     }
 
     // The database put back to the backup: a valid, signed chain, shorter than the anchors.
