@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::EventKind;
 use super::chain::{GENESIS_HASH, record_at, record_hash};
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{AcceptedKeys, Checkpoint};
 
 /// The format's name, the header's `bundle`.
 pub const FORMAT: &str = "larkgate-audit-bundle-v1";
@@ -370,7 +370,7 @@ pub fn verify_bundle(
                 .into(),
         );
     }
-    let mut accepted: Vec<String> = trusted.iter().map(|k| k.trim().to_owned()).collect();
+    let mut accepted = AcceptedKeys::new(trusted);
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
     let (_, first) = lines.next().ok_or("the bundle is empty")?;
     let header: Header =
@@ -512,21 +512,13 @@ pub fn verify_bundle(
 /// accepted key: a rotation), then counted.
 fn check_signed(
     checkpoint: &Checkpoint,
-    accepted: &mut Vec<String>,
+    accepted: &mut AcceptedKeys,
     report: &mut BundleReport,
 ) -> Result<(), String> {
     checkpoint.verify()?;
-    if !accepted.contains(&checkpoint.key) {
-        return Err(format!(
-            "was signed by {}, a key you did not give (--key) and none of yours announced",
-            checkpoint.key
-        ));
-    }
-    if let Some(next) = &checkpoint.next_key
-        && !accepted.contains(next)
-    {
-        accepted.push(next.clone());
-    }
+    accepted
+        .accept(checkpoint)
+        .map_err(|why| format!("was {why}"))?;
     if !report.keys.contains(&checkpoint.key) {
         report.keys.push(checkpoint.key.clone());
     }

@@ -4,7 +4,7 @@
 use larkgate_store::{AuditKind, AuditQuery, Store, StoreError};
 
 use super::EventKind;
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{AcceptedKeys, Checkpoint};
 
 pub use larkgate_store::{GENESIS_HASH, record_hash};
 
@@ -115,7 +115,7 @@ pub async fn verify_anchored(
     trusted: &[String],
     anchored: &[Checkpoint],
 ) -> Result<VerifyReport, StoreError> {
-    let mut accepted: Vec<String> = trusted.iter().map(|k| k.trim().to_owned()).collect();
+    let mut accepted = AcceptedKeys::new(trusted);
     // (the checkpoint's record, the position it signed, the hash it signed there)
     let mut claims: Vec<(u64, u64, String)> = Vec::new();
     let mut report = VerifyReport::default();
@@ -170,7 +170,7 @@ pub async fn verify_anchored(
                 && record.code.as_deref() == Some(EventKind::Checkpoint.as_str())
             {
                 report.checkpoints += 1;
-                let checked = checked_checkpoint(record, trusted, &mut accepted);
+                let checked = checked_checkpoint(record, &mut accepted);
                 match checked {
                     Ok(checkpoint) => {
                         if !report.signing_keys.contains(&checkpoint.key) {
@@ -247,13 +247,13 @@ pub async fn verify_anchored(
     }
     for (index, checkpoint) in anchored.iter().enumerate() {
         report.anchored += 1;
-        let problem = match checkpoint.verify() {
+        let signed = checkpoint.verify().and_then(|()| {
+            accepted
+                .check(checkpoint)
+                .map_err(|why| format!("it was {why}"))
+        });
+        let problem = match signed {
             Err(why) => Some(why),
-            Ok(()) if !trusted.is_empty() && !accepted.contains(&checkpoint.key) => Some(format!(
-                "it was signed by {}, a key you did not give (--key) and none of yours \
-                 announced",
-                checkpoint.key
-            )),
             Ok(()) if checkpoint.seq > last_seq => Some(format!(
                 "it signs record {} but the chain ends at record {last_seq}: the database is \
                  shorter than what was anchored (rolled back to an earlier copy, or its newest \
@@ -298,12 +298,11 @@ pub(super) async fn record_at(
 }
 
 /// The checkpoint `record` holds, checked on its own: it reads, its signature verifies, it
-/// is its replica's and signs an earlier position, and (with `trusted` keys) its key is
-/// accepted; a rotation it announces is accepted from then on.
+/// is its replica's and signs an earlier position, and its key is accepted; a rotation it
+/// announces is accepted from then on.
 fn checked_checkpoint(
     record: &larkgate_store::AuditRecord,
-    trusted: &[String],
-    accepted: &mut Vec<String>,
+    accepted: &mut AcceptedKeys,
 ) -> Result<Checkpoint, String> {
     let checkpoint: Checkpoint = record
         .detail
@@ -323,19 +322,8 @@ fn checked_checkpoint(
             checkpoint.seq
         ));
     }
-    if !trusted.is_empty() {
-        if !accepted.contains(&checkpoint.key) {
-            return Err(format!(
-                "it was signed by {}, a key you did not give (--key) and none of yours \
-                 announced",
-                checkpoint.key
-            ));
-        }
-        if let Some(next) = &checkpoint.next_key
-            && !accepted.contains(next)
-        {
-            accepted.push(next.clone());
-        }
-    }
+    accepted
+        .accept(&checkpoint)
+        .map_err(|why| format!("it was {why}"))?;
     Ok(checkpoint)
 }

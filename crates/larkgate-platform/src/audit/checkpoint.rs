@@ -102,6 +102,47 @@ impl Checkpoint {
     }
 }
 
+/// The keys a verifier accepts checkpoints of: those it was given, and each key a checkpoint
+/// signed by an accepted key announces (`next_key`, a rotation) from that checkpoint on. One
+/// rule for the chain, its anchors and bundles.
+#[derive(Clone, Debug)]
+pub struct AcceptedKeys {
+    keys: Vec<String>,
+}
+
+impl AcceptedKeys {
+    /// The keys given (`--key`). None given: every key is accepted (the chain is then checked
+    /// against the keys its checkpoints name).
+    pub fn new(given: &[String]) -> Self {
+        AcceptedKeys {
+            keys: given.iter().map(|k| k.trim().to_owned()).collect(),
+        }
+    }
+
+    /// Whether `checkpoint`'s key is accepted; why not (`signed by ...`), if not.
+    pub fn check(&self, checkpoint: &Checkpoint) -> Result<(), String> {
+        if self.keys.is_empty() || self.keys.contains(&checkpoint.key) {
+            return Ok(());
+        }
+        Err(format!(
+            "signed by {}, a key you did not give (--key) and none of yours announced",
+            checkpoint.key
+        ))
+    }
+
+    /// [`AcceptedKeys::check`], then the key `checkpoint` announces is accepted from now on.
+    pub fn accept(&mut self, checkpoint: &Checkpoint) -> Result<(), String> {
+        self.check(checkpoint)?;
+        if !self.keys.is_empty()
+            && let Some(next) = &checkpoint.next_key
+            && !self.keys.contains(next)
+        {
+            self.keys.push(next.clone());
+        }
+        Ok(())
+    }
+}
+
 /// The 32 bytes of a public key written in standard base64; why not, if not.
 pub fn decode_key(text: &str) -> Result<Vec<u8>, String> {
     match STANDARD.decode(text.trim()) {

@@ -112,8 +112,9 @@ pub struct AuditLog {
     checkpointing: Mutex<Option<Checkpointing>>,
     /// SHA-256 of the policy in force, for checkpoints ([`AuditSink::policy_in_force`]).
     policy: Mutex<String>,
-    /// Where checkpoints are anchored too, once [`AuditLog::set_anchors`] named them.
-    anchors: Mutex<Option<Arc<Anchors>>>,
+    /// Where checkpoints are anchored too, once [`AuditLog::set_anchors`] named them. Set
+    /// once, so that every append reads it without a lock.
+    anchors: std::sync::OnceLock<Arc<Anchors>>,
 }
 
 /// Where this replica is between two checkpoints.
@@ -223,7 +224,7 @@ impl AuditLog {
             flushing: tokio::sync::Mutex::new(()),
             checkpointing: Mutex::new(None),
             policy: Mutex::new(String::new()),
-            anchors: Mutex::new(None),
+            anchors: std::sync::OnceLock::new(),
         });
         // Entries other processes forwarded while nobody owned the chain are chained now,
         // before anything this process appends.
@@ -300,17 +301,17 @@ impl AuditLog {
             .map(|c| c.config.signer.public_key().to_owned())
     }
 
-    /// Anchors every checkpoint this replica signs from now on ([`super::anchor`]).
+    /// Anchors every checkpoint this replica signs from now on ([`super::anchor`]). A log's
+    /// anchors are named once; a later call changes nothing and says so in the log.
     pub fn set_anchors(&self, anchors: Arc<Anchors>) {
-        *self.anchors.lock().unwrap_or_else(|p| p.into_inner()) = Some(anchors);
+        if self.anchors.set(anchors).is_err() {
+            tracing::warn!("the audit log's anchors were named already; the first ones stay");
+        }
     }
 
     /// The anchors checkpoints go to, when set.
-    pub fn anchors(&self) -> Option<Arc<Anchors>> {
-        self.anchors
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    pub fn anchors(&self) -> Option<&Arc<Anchors>> {
+        self.anchors.get()
     }
 
     /// Journals the entries other processes forwarded, then chains every journaled record
