@@ -230,7 +230,11 @@ pub async fn export(
                     writeln!(out, "{}", json(&Line::Record(record)))?;
                     written += 1;
                 }
-                last_signed = Some(checkpoint);
+                // Replicas sign as they chain, so a later checkpoint may sign an earlier
+                // position than the one before it: the bundle ends at the furthest signed.
+                if last_signed.as_ref().is_none_or(|last| signed > last.seq) {
+                    last_signed = Some(checkpoint);
+                }
             }
             if wanted.is_none() && seq >= head.seq {
                 break 'pages;

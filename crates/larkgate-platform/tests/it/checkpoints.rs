@@ -485,3 +485,63 @@ async fn bundles_verify_alone_and_every_tampering_is_caught() {
     let refused = verify_bundle(&second, keys, Some(&two)).unwrap_err();
     assert!(refused.contains("do not join"), "{refused}");
 }
+
+/// Replicas sign as they chain, so a checkpoint may sign an earlier position than the one
+/// chained before it (another replica read the head first). An export ends at the furthest
+/// signed record all the same, and verifies.
+#[tokio::test]
+async fn a_bundle_ends_at_the_furthest_signed_record_when_a_later_checkpoint_signs_an_earlier_one()
+{
+    use larkgate_platform::audit::bundle::{Bound, export, verify_bundle};
+    let dir = tempfile::tempdir().unwrap();
+    let (store, log, key) = open(dir.path(), 4).await;
+    fill(&log, 10).await;
+    let all = records(&store).await;
+    let furthest = checkpoints(&all).last().unwrap().1.seq;
+    // Another replica's checkpoint, chained last, of record 2.
+    let (other, _) = Signer::generate().unwrap();
+    let late = other.sign(Checkpoint {
+        seq: 2,
+        hash: all[1].hash.clone(),
+        at_ms: 1,
+        replica: "other".into(),
+        policy: "ab".repeat(32),
+        key: String::new(),
+        next_key: None,
+        signature: String::new(),
+    });
+    let record = AuditRecord {
+        seq: 0,
+        at_ms: 1,
+        kind: AuditKind::Event,
+        principal: "larkgate".into(),
+        run_id: None,
+        run_kind: None,
+        session: None,
+        tool: None,
+        args_hash: None,
+        args: None,
+        code: Some("checkpoint".into()),
+        intent_seq: None,
+        duration_us: None,
+        detail: Some(serde_json::to_string(&late).unwrap()),
+        replica: Some("other".into()),
+        local_seq: Some(1),
+        prev_hash: String::new(),
+        hash: String::new(),
+    };
+    let entry = larkgate_store::JournaledAudit {
+        record,
+        adopted: None,
+    };
+    store.chain_audit("other", vec![entry]).await.unwrap();
+
+    let mut bundle = Vec::new();
+    let exported = export(store.as_ref(), Bound::Seq(1), None, &mut bundle)
+        .await
+        .unwrap();
+    assert_eq!(exported.to, furthest);
+    let keys = [key, other.public_key().to_owned()];
+    let report = verify_bundle(&String::from_utf8(bundle).unwrap(), &keys, None).unwrap();
+    assert_eq!(report.to, furthest);
+}
