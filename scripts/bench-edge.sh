@@ -48,7 +48,8 @@ open_sessions() {
     echo "${ids[*]}"
 }
 
-# "calls/s p50_us" of one wrk run's output.
+# "calls/s p50_us failures socket_errors" of one wrk run's output (a failure: a status of 400
+# or more, a JSON-RPC error or an isError result).
 figures() {
     awk '
         /Requests\/sec:/ { rps = $2 }
@@ -57,7 +58,11 @@ figures() {
             f = (unit == "us") ? 1 : (unit == "ms") ? 1000 : (unit == "s") ? 1000000 : 0.001
             p50 = v * f
         }
-        /refused \(status >= 400\)/ { bad = $7 + 0; sockets = $10 + 0 }
+        /refused \(status >= 400\)/ {
+            bad = $7 + 0
+            if (match($0, /isError\): [0-9]+/)) bad += substr($0, RSTART + 10, RLENGTH - 10)
+            if (match($0, /socket errors: [0-9]+/)) sockets = substr($0, RSTART + 15, RLENGTH - 15) + 0
+        }
         END { printf "%.0f %.0f %d %d\n", rps, p50, bad, sockets }'
 }
 
@@ -69,7 +74,7 @@ run() {
     out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency "$@")
     result[$name]=$(figures <<< "$out")
     read -r rps p50 bad sockets <<< "${result[$name]}"
-    printf '%-34s %6d conn  %9s calls/s  p50 %7s us  non-200 %s  socket errors %s\n' \
+    printf '%-34s %6d conn  %9s calls/s  p50 %7s us  failed %s  socket errors %s\n' \
         "$name" "$connections" "$rps" "$p50" "$bad" "$sockets"
 }
 

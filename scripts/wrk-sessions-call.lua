@@ -5,7 +5,9 @@
 --   WRK_SESSIONS=id1,id2,... [WRK_TOKEN=lgt_...] wrk -t2 -c32 -d10s --latency \
 --       -s scripts/wrk-sessions-call.lua http://127.0.0.1:8940/mcp
 --
--- The last line counts answers that were not 200.
+-- Each request has a JSON-RPC id of its own. The last line counts the answers with a status of
+-- 400 or more (`refused`), and the 200s that carried a JSON-RPC error or an `isError` result
+-- (`failed`).
 
 local sessions = {}
 for id in string.gmatch(os.getenv("WRK_SESSIONS") or "", "[^,]+") do
@@ -17,16 +19,30 @@ end
 
 local token = os.getenv("WRK_TOKEN")
 local next_session = 0
+local counter = 0
+-- Read by done() from each thread (a global of the thread's own Lua state).
+failed = 0
+local threads = {}
+local thread_id = 0
+
+function setup(thread)
+  thread_id = thread_id + 1
+  thread:set("id", thread_id)
+  table.insert(threads, thread)
+end
 
 function init(args)
   -- Threads start at different sessions.
   next_session = math.random(#sessions) - 1
+  counter = 0
+  failed = 0
 end
-
-local body = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"clock_now","arguments":{}}}'
 
 function request()
   next_session = next_session % #sessions + 1
+  counter = counter + 1
+  local body = '{"jsonrpc":"2.0","id":' .. tostring(id * 1000000000 + counter)
+    .. ',"method":"tools/call","params":{"name":"clock_now","arguments":{}}}'
   local headers = {
     ["Content-Type"] = "application/json",
     ["Accept"] = "application/json, text/event-stream",
@@ -39,8 +55,18 @@ function request()
   return wrk.format("POST", nil, headers, body)
 end
 
+function response(status, headers, body)
+  if status == 200 and (body:find('"isError":true', 1, true) or body:find('"error":{', 1, true)) then
+    failed = failed + 1
+  end
+end
+
 function done(summary, latency, requests)
-  io.write(string.format("calls: %d, refused (status >= 400): %d, socket errors: %d\n",
-    summary.requests, summary.errors.status,
+  local failures = 0
+  for _, thread in ipairs(threads) do
+    failures = failures + (thread:get("failed") or 0)
+  end
+  io.write(string.format("calls: %d, refused (status >= 400): %d, failed (JSON-RPC error or isError): %d, socket errors: %d\n",
+    summary.requests, summary.errors.status, failures,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
 end

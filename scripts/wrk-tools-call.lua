@@ -1,39 +1,88 @@
--- wrk script: `tools/call clock_now` on `larkgate serve` over the 2026-07-28 revision
--- (stateless: every request carries the bearer token and the protocol headers).
+-- wrk script: `tools/call clock_now` (no arguments), each request with a JSON-RPC id of its own.
+--
+-- On `larkgate serve`, over the 2026-07-28 revision (stateless: every request carries the bearer
+-- token and the protocol headers):
 --
 --   LARKGATE_TOKEN=lgt_... wrk -t2 -c32 -d20s --latency -s scripts/wrk-tools-call.lua \
 --       http://127.0.0.1:8940/mcp
 --
--- WRK_TOOL names another tool (no arguments); WRK_NO_TOKEN=1 sends no token (a server
--- without authentication, such as the baseline an upstream is measured against).
+-- WRK_TOOL names another tool (no arguments); WRK_NO_TOKEN=1 sends no token (a server without
+-- authentication, such as the baseline an upstream is measured against). WRK_SESSION=ID calls
+-- over the 2025-11-25 revision in that open session instead (a server without the 2026 one,
+-- such as the TypeScript SDK's), every connection in the same session.
 --
--- Every answer must be 200; the last line counts the ones that were not.
+-- Every answer must be 200 and a result that is no error: the last line counts the answers with
+-- a status of 400 or more (`refused`), and the 200s that carried a JSON-RPC error or an
+-- `isError` result (`failed`).
 
 local token = os.getenv("LARKGATE_TOKEN")
 if os.getenv("WRK_NO_TOKEN") == "1" then
   token = nil
 end
 local tool = os.getenv("WRK_TOOL") or "clock_now"
+local session = os.getenv("WRK_SESSION")
+if session == "" then
+  session = nil
+end
 if os.getenv("WRK_NO_TOKEN") ~= "1" and (not token or token == "") then
   error("set LARKGATE_TOKEN to a token of a principal that may call " .. tool)
 end
 
-wrk.method = "POST"
-if token and token ~= "" then
-  wrk.headers["Authorization"] = "Bearer " .. token
+local headers = {
+  ["Content-Type"] = "application/json",
+  ["Accept"] = "application/json, text/event-stream",
+}
+local meta = ""
+if session then
+  headers["MCP-Protocol-Version"] = "2025-11-25"
+  headers["Mcp-Session-Id"] = session
+else
+  headers["MCP-Protocol-Version"] = "2026-07-28"
+  headers["Mcp-Method"] = "tools/call"
+  headers["Mcp-Name"] = tool
+  meta = ',"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+    .. '"io.modelcontextprotocol/clientCapabilities":{}}'
 end
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Accept"] = "application/json, text/event-stream"
-wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
-wrk.headers["Mcp-Method"] = "tools/call"
-wrk.headers["Mcp-Name"] = tool
-wrk.body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"' .. tool .. '",'
-  .. '"arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-  .. '"io.modelcontextprotocol/clientCapabilities":{}}}}'
+if token and token ~= "" then
+  headers["Authorization"] = "Bearer " .. token
+end
+local rest = ',"method":"tools/call","params":{"name":"' .. tool .. '","arguments":{}' .. meta .. '}}'
+
+local counter = 0
+-- Read by done() from each thread (a global of the thread's own Lua state).
+failed = 0
+local threads = {}
+local thread_id = 0
+
+function setup(thread)
+  thread_id = thread_id + 1
+  thread:set("id", thread_id)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  counter = 0
+  failed = 0
+end
+
+function request()
+  counter = counter + 1
+  local body = '{"jsonrpc":"2.0","id":' .. tostring(id * 1000000000 + counter) .. rest
+  return wrk.format("POST", nil, headers, body)
+end
+
+function response(status, headers, body)
+  if status == 200 and (body:find('"isError":true', 1, true) or body:find('"error":{', 1, true)) then
+    failed = failed + 1
+  end
+end
 
 function done(summary, latency, requests)
-  -- wrk counts answers with a status of 400 and above as status errors.
-  io.write(string.format("calls: %d, refused (status >= 400): %d, socket errors: %d\n",
-    summary.requests, summary.errors.status,
+  local failures = 0
+  for _, thread in ipairs(threads) do
+    failures = failures + (thread:get("failed") or 0)
+  end
+  io.write(string.format("calls: %d, refused (status >= 400): %d, failed (JSON-RPC error or isError): %d, socket errors: %d\n",
+    summary.requests, summary.errors.status, failures,
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
 end
