@@ -1,7 +1,10 @@
-//! What the counting allocator costs a process that carries it uncapped, as `larkgate serve`
-//! does: an allocation and its free through [`WorkerAllocator`] against the same through the
-//! system allocator it wraps, measured in the same run, on one thread and on two threads at
-//! once (the count is one atomic every thread updates, so two threads contend for it).
+//! What the counting allocator costs: an allocation and its free through [`WorkerAllocator`]
+//! while it counts (as in a script worker) against the same through the system allocator it
+//! wraps, measured in the same run, on one thread and on two threads at once (the count is one
+//! atomic every thread updates, so two threads contend for it). Then the same through
+//! [`WorkerAllocator`] once counting is stopped, as `larkgate serve` runs it
+//! ([`larkgate_script::memory::stop_counting`]): what carrying it costs a process that does not
+//! count.
 //!
 //! Not a test: it prints a table of medians and ratios for a person to read. The whole-server
 //! figure is wrk's (see the notes of issue 15): this isolates the allocator.
@@ -63,10 +66,12 @@ fn per_pair(allocator: &(impl GlobalAlloc + Sync), size: usize, threads: usize) 
 
 fn main() {
     println!("allocation + free, median of {SAMPLES} samples of {PAIRS} pairs per thread");
-    println!("| size | threads | system | counting | ratio |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!("| size | threads | system | counting | ratio | stopped | ratio |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let sizes = [16, 64, 512, 4096, 65536];
+    let mut rows = Vec::new();
     for threads in [1, 2] {
-        for size in [16, 64, 512, 4096, 65536] {
+        for size in sizes {
             // Alternate, so drift on a shared machine falls on both; the better of two each.
             let mut system = Duration::MAX;
             let mut counting = Duration::MAX;
@@ -74,12 +79,26 @@ fn main() {
                 system = system.min(per_pair(&System, size, threads));
                 counting = counting.min(per_pair(&WorkerAllocator, size, threads));
             }
-            println!(
-                "| {size} B | {threads} | {:.1} ns | {:.1} ns | {:.2}x |",
-                system.as_secs_f64() * 1e9,
-                counting.as_secs_f64() * 1e9,
-                counting.as_secs_f64() / system.as_secs_f64()
-            );
+            rows.push((size, threads, system, counting));
         }
+    }
+    // One-way: every figure after this is of the allocator as the server carries it.
+    larkgate_script::memory::stop_counting();
+    for (size, threads, system, counting) in rows {
+        let mut stopped = Duration::MAX;
+        let mut system_again = system;
+        for _ in 0..2 {
+            system_again = system_again.min(per_pair(&System, size, threads));
+            stopped = stopped.min(per_pair(&WorkerAllocator, size, threads));
+        }
+        let ns = |d: Duration| d.as_secs_f64() * 1e9;
+        println!(
+            "| {size} B | {threads} | {:.1} ns | {:.1} ns | {:.2}x | {:.1} ns | {:.2}x |",
+            ns(system),
+            ns(counting),
+            counting.as_secs_f64() / system.as_secs_f64(),
+            ns(stopped),
+            stopped.as_secs_f64() / system_again.as_secs_f64()
+        );
     }
 }

@@ -20,9 +20,18 @@
 //! name (`memory`, or `address space` when the cap had room but the system refused — the
 //! worker's `RLIMIT_AS`) and the sizes. It is written with one `write(2)` from a stack buffer:
 //! the allocator must not allocate. The parent reads it after the worker dies of `SIGABRT`
-//! ([`crate::parent`]). Outside a worker (the server carries the same allocator, uncapped) a
-//! failed allocation is returned to its caller as the system allocator's would be, and nothing
-//! is written.
+//! ([`crate::parent`]). Outside a worker a failed allocation is returned to its caller as the
+//! system allocator's would be, and nothing is written.
+//!
+//! The server is the same binary (a worker is it re-executed), so it carries the allocator too,
+//! and counting costs it an atomic update every thread contends for on every allocation. A
+//! process that is not a worker therefore calls [`stop_counting`] as it starts: from then on
+//! every allocation goes straight to the system allocator. The count is on from the process's
+//! first allocation and can only be turned off, never back on, so a worker's count is exact
+//! and a process that stopped counting cannot become a worker ([`installed`] is then false).
+//! Memory allocated while counting and freed after is freed by the same system allocator (the
+//! count wraps it, it is no other allocator), so the switch frees nothing wrongly; only the
+//! count, which nothing reads any more, stops being true.
 //!
 //! A binary that runs workers declares the allocator as its global allocator:
 //!
@@ -45,6 +54,9 @@ static CAP: cap::Cap<System> = cap::Cap::new(System, usize::MAX);
 /// workers only).
 static IN_WORKER: AtomicBool = AtomicBool::new(false);
 
+/// Whether allocations go through [`CAP`]: from the first, until [`stop_counting`].
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
 /// What a worker's report line starts with; the limit's name and a colon follow.
 pub const REPORT: &str = "larkgate worker limit ";
 
@@ -53,11 +65,17 @@ pub const REPORT: &str = "larkgate worker limit ";
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WorkerAllocator;
 
-// SAFETY: every method forwards to `cap::Cap<System>`, itself a `GlobalAlloc`, with the
-// caller's own arguments; `refused` only reads counters, writes to stderr from the stack and
-// may abort.
+// SAFETY: every method forwards to `cap::Cap<System>` (while counting) or to `System` (after
+// `stop_counting`), both `GlobalAlloc`s over the same system allocator, with the caller's own
+// arguments: a block allocated through either may be freed or resized through the other.
+// `refused` only reads counters, writes to stderr from the stack and may abort.
 unsafe impl GlobalAlloc for WorkerAllocator {
+    #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !COUNTING.load(Ordering::Relaxed) {
+            // SAFETY: forwarded with the caller's guarantees.
+            return unsafe { System.alloc(layout) };
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let pointer = unsafe { CAP.alloc(layout) };
         if pointer.is_null() {
@@ -66,7 +84,12 @@ unsafe impl GlobalAlloc for WorkerAllocator {
         pointer
     }
 
+    #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !COUNTING.load(Ordering::Relaxed) {
+            // SAFETY: forwarded with the caller's guarantees.
+            return unsafe { System.alloc_zeroed(layout) };
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let pointer = unsafe { CAP.alloc_zeroed(layout) };
         if pointer.is_null() {
@@ -75,12 +98,22 @@ unsafe impl GlobalAlloc for WorkerAllocator {
         pointer
     }
 
+    #[inline]
     unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        if !COUNTING.load(Ordering::Relaxed) {
+            // SAFETY: forwarded with the caller's guarantees (see the impl's comment).
+            return unsafe { System.dealloc(pointer, layout) };
+        }
         // SAFETY: forwarded with the caller's guarantees.
         unsafe { CAP.dealloc(pointer, layout) }
     }
 
+    #[inline]
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !COUNTING.load(Ordering::Relaxed) {
+            // SAFETY: forwarded with the caller's guarantees (see the impl's comment).
+            return unsafe { System.realloc(pointer, layout, new_size) };
+        }
         // SAFETY: forwarded with the caller's guarantees.
         let moved = unsafe { CAP.realloc(pointer, layout, new_size) };
         if moved.is_null() {
@@ -130,8 +163,19 @@ fn refused(size: usize) {
 /// makes a refusal report itself and end the process. Only a worker calls it. `Err` carries
 /// what is already in use when that is more (and nothing is capped).
 pub fn limit_to(bytes: usize) -> Result<(), usize> {
+    assert!(
+        COUNTING.load(Ordering::Relaxed),
+        "a process that stopped counting its allocations cannot be limited"
+    );
     IN_WORKER.store(true, Ordering::Relaxed);
     CAP.set_limit(bytes).map_err(|()| in_use())
+}
+
+/// Turns counting off for good: a process that is not a script worker (the server, any other
+/// command) calls it first thing, so its allocations cost what the system allocator's do. A
+/// worker never calls it; after it, [`installed`] is false and the process cannot run one.
+pub fn stop_counting() {
+    COUNTING.store(false, Ordering::Relaxed);
 }
 
 /// Bytes this process has allocated and not freed (0 when [`WorkerAllocator`] is not its
@@ -140,8 +184,8 @@ pub fn in_use() -> usize {
     CAP.allocated()
 }
 
-/// Whether [`WorkerAllocator`] is this process's global allocator: an allocation moves the
-/// count.
+/// Whether [`WorkerAllocator`] is this process's global allocator and counts (an allocation
+/// moves the count): false in a binary without it and after [`stop_counting`].
 pub fn installed() -> bool {
     let before = in_use();
     let probe = std::hint::black_box(Box::new([0u8; 64]));

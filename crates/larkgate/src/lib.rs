@@ -26,6 +26,9 @@ pub fn main() -> ExitCode {
     {
         return larkgate_script::worker::worker_main();
     }
+    // Anything else is no worker: its allocations are not counted (the count is for a run's
+    // memory limit, and costs every allocation an atomic update the threads contend for).
+    larkgate_script::memory::stop_counting();
     // So does the launcher of a command-launched upstream (see larkgate_upstream::launcher).
     let mut args = std::env::args_os().skip(1);
     if args

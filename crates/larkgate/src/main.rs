@@ -2,8 +2,8 @@
 
 #![forbid(unsafe_code)]
 
-/// Counts every allocation: a script worker (this binary re-executed) caps it at the run's
-/// memory limit; the server runs it uncapped.
+/// Counts every allocation of a script worker (this binary re-executed), capped at the run's
+/// memory limit; every other command turns the count off as it starts (see [`larkgate::main`]).
 #[global_allocator]
 static ALLOCATOR: larkgate_script::memory::WorkerAllocator =
     larkgate_script::memory::WorkerAllocator;
