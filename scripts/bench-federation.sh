@@ -21,7 +21,8 @@
 # alike; each figure is the median of its rounds. CPU per call is read from /proc (user and
 # system time of the process, and of its children that ended, over a run, divided by the calls
 # wrk made). RSS is larkgate's before any call (idle) and its largest while the 32-connection
-# runs go on (sampled every 100 ms). Not a test: it prints a table, the ratios and the targets
+# runs go on (sampled every 100 ms); then the memory one open 2025-11-25 session takes (SESSIONS,
+# default 1000, opened on a larkgate of their own). Not a test: it prints a table, the ratios and the targets
 # of issue 51 (met or not), for a person to read.
 #
 # Usage: [BASELINE_BIN=...] [LARKGATE_BIN=..., default: a release build of this tree]
@@ -56,8 +57,10 @@ ticks=$(getconf CLK_TCK)
 cpu_ms() {
     awk -v t="$ticks" '{ sub(/^.*\) /, ""); print ($12 + $13 + $14 + $15) * 1000 / t }' "/proc/$1/stat"
 }
-# Resident memory of process PID, in MB.
+# Resident memory of process PID, in MB: all of it, and its anonymous part (the rest is pages
+# of the program's file, shared and given back under pressure).
 rss_mb() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+anon_kb() { awk '/^RssAnon:/ { print $2 }' "/proc/$1/status"; }
 # A free port on 127.0.0.1.
 free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -148,6 +151,7 @@ serve() {
     [[ $listed == *cmd__clock_now* ]] || { echo "$name did not list its upstreams' tools" >&2; cat "$dir/serve.err" >&2; exit 1; }
     local pid=${name}_pid
     printf -v "${name}_idle" %s "$(rss_mb "${!pid}")"
+    printf -v "${name}_idle_anon" %s "$(awk -v k="$(anon_kb "${!pid}")" 'BEGIN { printf "%.1f", k / 1024 }')"
 }
 # The processes started under PID, at any depth.
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
@@ -292,5 +296,58 @@ for name in lg ${baseline:+base}; do
     who=larkgate; [[ $name == base ]] && who=previous
     loaded=$(m "$who clock_now|32|rss")
     loaded_mb=$(awk -v k="$loaded" 'BEGIN { printf "%.1f", k / 1024 }')
-    echo "$who RSS: idle ${!idle} MB (target <= 30: $(verdict "${!idle}" 30 '<=')); under 32 connections $loaded_mb MB (target <= 40: $(verdict "$loaded_mb" 40 '<='))"
+    idle_anon=${name}_idle_anon
+    echo "$who RSS: idle ${!idle} MB, ${!idle_anon} MB of it anonymous (target <= 30: $(verdict "${!idle}" 30 '<=')); under 32 connections $loaded_mb MB (target <= 40: $(verdict "$loaded_mb" 40 '<='))"
 done
+
+# Memory per open 2025-11-25 session: SESSIONS sessions opened (initialize, then
+# notifications/initialized) on one kept-alive connection, on a larkgate whose caps allow them;
+# the growth of its anonymous memory divided by their number.
+sessions=${SESSIONS:-1000}
+measure_sessions() {
+    local name=$1 binary=$2 dir=$work/sessions-$1
+    mkdir -p "$dir"
+    printf '[server]\nmax_sessions = %d\nmax_sessions_per_principal = %d\n' $((sessions + 100)) $((sessions + 100)) > "$dir/larkgate.toml"
+    # shellcheck disable=SC2046
+    (cd "$work" && exec "$binary" --data-dir "$dir" serve --listen 127.0.0.1:0 \
+        $(ops_free_port "$binary") > "$dir/serve.out" 2> "$dir/serve.err") &
+    local pid=$!
+    pids+=("$pid")
+    for _ in $(seq 300); do grep -q "serving MCP at" "$dir/serve.err" 2>/dev/null && break; sleep 0.1; done
+    local url token
+    url=$(sed -n 's/^larkgate: serving MCP at //p' "$dir/serve.err")
+    token=$(grep -o 'lgt_[A-Za-z0-9_-]*' "$dir/serve.out" | head -1)
+    open() {
+        "$python" - "$url" "$token" "$1" <<'PY'
+import http.client, json, sys, urllib.parse
+url, token, n = urllib.parse.urlsplit(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+connection = http.client.HTTPConnection(url.hostname, url.port)
+headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json",
+           "Accept": "application/json, text/event-stream"}
+initialize = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+for _ in range(n):
+    connection.request("POST", url.path, initialize, headers)
+    answer = connection.getresponse()
+    answer.read()
+    session = answer.getheader("mcp-session-id")
+    if answer.status != 200 or not session:
+        sys.exit(f"initialize answered {answer.status}")
+    connection.request("POST", url.path, json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                       dict(headers, **{"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}))
+    answer = connection.getresponse()
+    answer.read()
+PY
+    }
+    open 50
+    local before after
+    before=$(anon_kb "$pid")
+    open "$sessions"
+    after=$(anon_kb "$pid")
+    echo "$name: $(( (after - before) / sessions )) KB of anonymous memory per open 2025-11-25 session ($sessions sessions; target <= 30)"
+    kill "$pid"
+}
+measure_sessions larkgate "$larkgate"
+if [[ -n $baseline ]]; then
+    measure_sessions previous "$baseline"
+fi
