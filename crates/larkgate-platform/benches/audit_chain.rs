@@ -5,7 +5,9 @@
 //!
 //! - `off`: no checkpoints (`[audit] checkpoints = false`);
 //! - `every 1000`: the default, an Ed25519 signature and a checkpoint record per 1,000 records;
-//! - `every 100`: ten times as many, to show how the cost scales.
+//! - `every 100`: ten times as many, to show how the cost scales;
+//! - `off, rotating`: no checkpoints, and the journal moved to a new segment file at every
+//!   flush (`segment_bytes = 0`, as every flush did before segments rotated only when full).
 //!
 //! Prints the median time per record of each over the rounds, and its ratio to the baseline.
 //! Target: the default adds at most 5%.
@@ -26,11 +28,13 @@ const PER_FLUSH: usize = 50;
 /// Interleaved rounds.
 const ROUNDS: usize = 15;
 
-async fn open(dir: &std::path::Path, every: Option<u64>) -> Arc<AuditLog> {
+async fn open(dir: &std::path::Path, every: Option<u64>, rotating: bool) -> Arc<AuditLog> {
     let store = Arc::new(SqliteStore::open(dir).unwrap());
+    let defaults = AuditOptions::default();
     let options = AuditOptions {
         flush_interval: Duration::from_secs(3600),
-        ..Default::default()
+        segment_bytes: if rotating { 0 } else { defaults.segment_bytes },
+        ..defaults
     };
     let log = AuditLog::open(dir, store, options).await.unwrap();
     log.policy_in_force(&"ab".repeat(32));
@@ -82,10 +86,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let configs: [(&str, Option<u64>); 3] = [
-        ("off", None),
-        ("every 1000", Some(1_000)),
-        ("every 100", Some(100)),
+    let configs: [(&str, Option<u64>, bool); 4] = [
+        ("off", None, false),
+        ("every 1000", Some(1_000), false),
+        ("every 100", Some(100), false),
+        ("off, rotating", None, true),
     ];
     let dirs: Vec<_> = configs
         .iter()
@@ -93,8 +98,8 @@ fn main() {
         .collect();
     let logs: Vec<Arc<AuditLog>> = runtime.block_on(async {
         let mut logs = Vec::new();
-        for ((_, every), dir) in configs.iter().zip(&dirs) {
-            logs.push(open(dir.path(), *every).await);
+        for ((_, every, rotating), dir) in configs.iter().zip(&dirs) {
+            logs.push(open(dir.path(), *every, *rotating).await);
         }
         logs
     });
@@ -119,9 +124,9 @@ fn main() {
         "audit records journaled and chained into SQLite, {PER_FLUSH} per flush, median of \
          {ROUNDS} interleaved batches of {RECORDS}:"
     );
-    for ((name, _), median) in configs.iter().zip(&medians) {
+    for ((name, _, _), median) in configs.iter().zip(&medians) {
         println!(
-            "  checkpoints {name:<11} {:>8.2?} per record | {:.3}x the baseline's time",
+            "  checkpoints {name:<13} {:>8.2?} per record | {:.3}x the baseline's time",
             median,
             median.as_secs_f64() / medians[0].as_secs_f64()
         );

@@ -179,7 +179,7 @@ pub fn stop_counting() {
 }
 
 /// Bytes this process has allocated and not freed (0 when [`WorkerAllocator`] is not its
-/// global allocator).
+/// global allocator; what it was when counting stopped, after [`stop_counting`]).
 pub fn in_use() -> usize {
     CAP.allocated()
 }

@@ -47,6 +47,11 @@ pub struct AuditOptions {
     /// deployments that cannot lose a record with a replica's disk; costs a store round trip
     /// per call.
     pub store_intents: bool,
+    /// How large the live journal segment may grow before a flush moves writing to a new one
+    /// (its records stored, the old one is then removed). Between rotations the live segment
+    /// also holds records the store already has, which a restart replays idempotently; 0
+    /// rotates at every flush that moved records.
+    pub segment_bytes: u64,
 }
 
 impl Default for AuditOptions {
@@ -56,6 +61,7 @@ impl Default for AuditOptions {
             flush_interval: Duration::from_millis(50),
             at_step: None,
             store_intents: false,
+            segment_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -330,6 +336,26 @@ impl AuditLog {
         self.flush_signing(true).await
     }
 
+    /// What a larkgate does with its log as it stops: [`AuditLog::flush`] (with `sign`,
+    /// [`AuditLog::flush_and_sign`]), then, with every journaled record in the store, the
+    /// journal moves to a new, empty segment and the stored one is removed, so that a stopped
+    /// larkgate leaves no journal for the next start to replay. (A live segment is otherwise
+    /// rotated only once full; see [`AuditOptions::segment_bytes`].) Records appended after it
+    /// are journaled as ever.
+    pub async fn flush_at_stop(&self, sign: bool) -> Result<(), AuditError> {
+        self.flush_signing(sign).await?;
+        let _one_at_a_time = self.flushing.lock().await;
+        let mut chain = self.lock();
+        if chain.pending.is_empty() {
+            let stored_through = chain.stored_through;
+            if let Err(error) = chain.journal.rotate() {
+                tracing::warn!(%error, "the audit journal could not move to a new segment yet");
+            }
+            chain.journal.release(stored_through);
+        }
+        Ok(())
+    }
+
     async fn flush_signing(&self, sign: bool) -> Result<(), AuditError> {
         let _one_at_a_time = self.flushing.lock().await;
         let chained = self.chain_pending().await?;
@@ -481,10 +507,10 @@ impl AuditLog {
             if chain.pending.is_empty() {
                 return Ok(0);
             }
-            // Later records go to a new segment, so the closed ones hold only records of this
-            // batch or earlier ones. Without a descriptor or space for a new segment the live
-            // one stays live: it is released at a later rotation.
-            if let Err(error) = chain.journal.rotate() {
+            // Once the live segment is full, later records go to a new one, so the closed ones
+            // hold only records of this batch or earlier ones. Without a descriptor or space
+            // for a new segment the live one stays live: it is released at a later rotation.
+            if let Err(error) = chain.journal.rotate_when_full(self.options.segment_bytes) {
                 tracing::warn!(%error, "the audit journal could not move to a new segment yet");
             }
             step(&self.options, FlushStep::Rotated);

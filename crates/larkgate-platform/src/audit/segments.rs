@@ -6,8 +6,12 @@
 //!
 //! - **No segment is overwritten or renamed.** Each is created with `O_CREAT | O_EXCL` under a
 //!   number that only grows (`audit.journal.<n>`); rotation opens a new one, nothing moves.
+//!   A segment is rotated once it is full ([`Segments::rotate_when_full`]), not at every
+//!   flush, so a busy log does not create and remove a file twenty times a second; until then
+//!   it holds records the store already has as well, which a restart replays idempotently.
 //! - **No segment is removed before the store holds its last record**
-//!   ([`Segments::release`] is told how far the store holds the chain).
+//!   ([`Segments::release`] is told how far the store holds the chain; the live one goes
+//!   when the log closes with all of it stored).
 //! - **Rotation that cannot happen changes nothing.** The next segment is opened before the
 //!   live one is closed: without a descriptor or space for it, the live segment stays live and
 //!   is released at a later rotation.
@@ -159,6 +163,8 @@ pub(super) struct Segments {
     live: Live,
     closed: Vec<Closed>,
     held: VecDeque<(u64, Vec<u8>)>,
+    /// How far the store holds the chain, as [`Segments::release`] was last told.
+    stored_through: u64,
 }
 
 impl Segments {
@@ -172,6 +178,7 @@ impl Segments {
             live,
             closed: Vec::new(),
             held: VecDeque::new(),
+            stored_through: 0,
         })
     }
 
@@ -253,10 +260,20 @@ impl Segments {
         Ok(())
     }
 
+    /// [`Self::rotate`] once the live segment holds `limit` bytes or more (or a torn line).
+    pub(super) fn rotate_when_full(&mut self, limit: u64) -> std::io::Result<()> {
+        if self.live.len >= limit || self.live.torn {
+            self.rotate()
+        } else {
+            Ok(())
+        }
+    }
+
     /// The store now holds the chain through `stored_through`: closed segments it covers are
     /// removed, and held lines it covers need no journal any more. A removal that fails is
     /// retried at the next release.
     pub(super) fn release(&mut self, stored_through: u64) {
+        self.stored_through = self.stored_through.max(stored_through);
         self.held.retain(|(seq, _)| *seq > stored_through);
         self.closed.retain(|segment| {
             if segment.last_seq > stored_through {
@@ -275,11 +292,15 @@ impl Segments {
 }
 
 impl Drop for Segments {
-    /// A live segment that never took a line is removed, so a command that owned the log and
-    /// recorded nothing leaves no empty journal behind. One that holds lines stays for the next
-    /// start to replay (its records may not be in the store).
+    /// A live segment whose lines are all in the store (or that never took one) is removed,
+    /// so a log that closes with everything stored leaves no journal behind. One that holds a
+    /// line the store may lack stays for the next start to replay.
     fn drop(&mut self) {
-        if self.live.last_seq.is_none() && !self.live.torn {
+        let stored = self
+            .live
+            .last_seq
+            .is_none_or(|last| last <= self.stored_through && self.held.is_empty());
+        if stored && !self.live.torn {
             let _ = std::fs::remove_file(&self.live.path);
         }
     }

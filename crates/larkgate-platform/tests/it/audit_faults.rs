@@ -131,9 +131,12 @@ async fn fault_child() {
     let dir = std::env::var(DIR_ENV).unwrap();
     let dir = Path::new(&dir);
     let store = Arc::new(SqliteStore::open(dir).unwrap());
+    // Every flush rotates the journal (as a full segment does), so each step of a rotation and
+    // its release is tried under the fault.
     let quiet = AuditOptions {
         flush_interval: Duration::from_secs(3600),
         at_step: Some(stop_at),
+        segment_bytes: 0,
         ..Default::default()
     };
     if scenario == "kill-at-replayed" {
@@ -161,6 +164,7 @@ async fn fault_child() {
             store.set_busy_timeout(Duration::from_millis(200)).unwrap();
             let counted = AuditOptions {
                 at_step: Some(count_attempts),
+                segment_bytes: 0,
                 ..AuditOptions::default()
             };
             let log = AuditLog::open(dir, store, counted).await.unwrap();

@@ -358,15 +358,11 @@ impl Context {
         })
     }
 
-    /// Flushes the audit log into the store; with `sign` (a command that served), signs a
-    /// checkpoint of what it chained since its last one too.
+    /// Flushes the audit log into the store and leaves no journal behind; with `sign` (a
+    /// command that served), signs a checkpoint of what it chained since its last one too.
     pub(crate) async fn close(self, sign: bool) -> anyhow::Result<()> {
         self.federation.close().await;
-        if sign {
-            self.audit.flush_and_sign().await?;
-        } else {
-            self.audit.flush().await?;
-        }
+        self.audit.flush_at_stop(sign).await?;
         // A checkpoint signed by this flush is given a moment to reach the anchors.
         if let Some(anchors) = self.audit.anchors()
             && !anchors.settle(std::time::Duration::from_secs(5)).await
