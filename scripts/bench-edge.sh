@@ -28,26 +28,6 @@ for _ in $(seq 100); do [[ -s $work/python.out ]] && break; sleep 0.1; done
 python_url="http://127.0.0.1:$(head -1 "$work/python.out")/mcp"
 for _ in $(seq 50); do curl -s -o /dev/null "$python_url" && break; sleep 0.1; done
 
-# Opens N sessions on URL (with TOKEN, if any); prints their ids, comma-separated.
-open_sessions() {
-    local url=$1 n=$2 token=${3:-} ids=() auth=()
-    [[ -n $token ]] && auth=(-H "Authorization: Bearer $token")
-    for _ in $(seq "$n"); do
-        local id
-        id=$(curl -sS -o /dev/null -D - "$url" "${auth[@]}" -H 'Content-Type: application/json' \
-            -H 'Accept: application/json, text/event-stream' \
-            -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wrk","version":"1"}}}' \
-            | grep -i '^mcp-session-id:' | cut -d' ' -f2 | tr -d '\r')
-        [[ -n $id ]] || { echo "no session opened at $url" >&2; exit 1; }
-        curl -sS -o /dev/null "$url" "${auth[@]}" -H 'Content-Type: application/json' \
-            -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
-            -H "Mcp-Session-Id: $id" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
-        ids+=("$id")
-    done
-    local IFS=,
-    echo "${ids[*]}"
-}
-
 # "calls/s p50_us failures socket_errors" of one wrk run's output (a failure: a status of 400
 # or more, a JSON-RPC error or an isError result).
 figures() {

@@ -72,34 +72,22 @@ pids+=("$ts_pid")
 py_pid=$!
 pids+=("$py_pid")
 for _ in $(seq 100); do [[ -s $work/ts.out && -s $work/py.out ]] && break; sleep 0.1; done
-ts_url="http://127.0.0.1:$(head -1 "$work/ts.out")/mcp"
+ts_port=$(head -1 "$work/ts.out")
+ts_url="http://127.0.0.1:$ts_port/mcp"
 py_url="http://127.0.0.1:$(head -1 "$work/py.out")/mcp"
 
 # socat in front of the TypeScript server.
 relay_port=$(free_port)
 socat "TCP-LISTEN:$relay_port,bind=127.0.0.1,reuseaddr,fork,nodelay" \
-    "TCP:127.0.0.1:${ts_url#http://127.0.0.1:}" 2> "$work/socat.err" &
+    "TCP:127.0.0.1:$ts_port,nodelay" 2> "$work/socat.err" &
 socat_pid=$!
 pids+=("$socat_pid")
 relay_url="http://127.0.0.1:$relay_port/mcp"
 
 # A 2025-11-25 session of the TypeScript server, for the calls made to it without larkgate.
-open_session() {
-    local url=$1 id
-    for _ in $(seq 50); do
-        id=$(curl -sS -D - -o /dev/null "$url" -H 'Content-Type: application/json' \
-            -H 'Accept: application/json, text/event-stream' \
-            -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
-            2>/dev/null | grep -i '^mcp-session-id:' | cut -d' ' -f2 | tr -d '\r') && [[ -n $id ]] && break
-        sleep 0.1
-    done
-    [[ -n $id ]] || { echo "no session opened at $url" >&2; cat "$work/ts.err" >&2; exit 1; }
-    curl -sS -o /dev/null "$url" -H 'Content-Type: application/json' \
-        -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-11-25' \
-        -H "Mcp-Session-Id: $id" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
-    echo "$id"
-}
-session=$(open_session "$ts_url")
+for _ in $(seq 50); do curl -s -o /dev/null "$ts_url" && break; sleep 0.1; done
+session=$(open_sessions "$ts_url" 1)
+[[ -n $session ]] || { cat "$work/ts.err" >&2; exit 1; }
 for _ in $(seq 50); do curl -s -o /dev/null "$py_url" && curl -s -o /dev/null "$relay_url" && break; sleep 0.1; done
 
 cat > "$work/larkgate.toml" <<TOML

@@ -15,27 +15,12 @@ if not token or token == "" then
   error("set LARKGATE_TOKEN to a token of a principal that may call kv_set")
 end
 local prefix = os.getenv("LARKGATE_KEY_PREFIX") or "bench"
-local counter = 0
--- Read by done() from each thread (a global of the thread's own Lua state).
-failed = 0
-local threads = {}
-local thread_id = 0
-
-function setup(thread)
-  thread_id = thread_id + 1
-  thread:set("id", thread_id)
-  table.insert(threads, thread)
-end
-
-function init(args)
-  counter = 0
-  failed = 0
-end
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "wrk-counting.lua")
 
 function request()
-  counter = counter + 1
+  local request_id = next_id()
   local key = prefix .. "-" .. tostring(id) .. "-" .. tostring(counter % 100000)
-  local body = '{"jsonrpc":"2.0","id":' .. tostring(id * 1000000000 + counter)
+  local body = '{"jsonrpc":"2.0","id":' .. tostring(request_id)
     .. ',"method":"tools/call","params":{"name":"kv_set",'
     .. '"arguments":{"key":"' .. key .. '","value":"v"},'
     .. '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
@@ -48,20 +33,4 @@ function request()
     ["Mcp-Method"] = "tools/call",
     ["Mcp-Name"] = "kv_set",
   }, body)
-end
-
-function response(status, headers, body)
-  if status == 200 and (body:find('"isError":true', 1, true) or body:find('"error":{', 1, true)) then
-    failed = failed + 1
-  end
-end
-
-function done(summary, latency, requests)
-  local failures = 0
-  for _, thread in ipairs(threads) do
-    failures = failures + (thread:get("failed") or 0)
-  end
-  io.write(string.format("calls: %d, refused (status >= 400): %d, failed (JSON-RPC error or isError): %d, socket errors: %d\n",
-    summary.requests, summary.errors.status, failures,
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
 end

@@ -19,29 +19,17 @@ end
 
 local token = os.getenv("WRK_TOKEN")
 local next_session = 0
-local counter = 0
--- Read by done() from each thread (a global of the thread's own Lua state).
-failed = 0
-local threads = {}
-local thread_id = 0
-
-function setup(thread)
-  thread_id = thread_id + 1
-  thread:set("id", thread_id)
-  table.insert(threads, thread)
-end
+dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "wrk-counting.lua")
 
 function init(args)
   -- Threads start at different sessions.
   next_session = math.random(#sessions) - 1
-  counter = 0
-  failed = 0
+  reset_counts()
 end
 
 function request()
   next_session = next_session % #sessions + 1
-  counter = counter + 1
-  local body = '{"jsonrpc":"2.0","id":' .. tostring(id * 1000000000 + counter)
+  local body = '{"jsonrpc":"2.0","id":' .. tostring(next_id())
     .. ',"method":"tools/call","params":{"name":"clock_now","arguments":{}}}'
   local headers = {
     ["Content-Type"] = "application/json",
@@ -53,20 +41,4 @@ function request()
     headers["Authorization"] = "Bearer " .. token
   end
   return wrk.format("POST", nil, headers, body)
-end
-
-function response(status, headers, body)
-  if status == 200 and (body:find('"isError":true', 1, true) or body:find('"error":{', 1, true)) then
-    failed = failed + 1
-  end
-end
-
-function done(summary, latency, requests)
-  local failures = 0
-  for _, thread in ipairs(threads) do
-    failures = failures + (thread:get("failed") or 0)
-  end
-  io.write(string.format("calls: %d, refused (status >= 400): %d, failed (JSON-RPC error or isError): %d, socket errors: %d\n",
-    summary.requests, summary.errors.status, failures,
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
 end
